@@ -1,0 +1,58 @@
+/* cli: the sparkctl command line. The command table (commands.c) maps
+ * "GROUP VERB" to a handler; handlers parse their own flags with getopt_long,
+ * talk to the local sparkd with cli_call(), and print through output.h.
+ * Exit codes: 0 success, 1 the operation failed, 2 bad usage. Every failure
+ * prints one line "sparkctl: <what happened>; <what to do next>" on stderr. */
+#ifndef SPARK_CLI_H
+#define SPARK_CLI_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+enum cli_output { OUT_TABLE = 0, OUT_JSON = 1 };
+
+struct cli_cmd;
+
+struct cli_ctx {
+	const char *socket;        /* control socket of the local sparkd */
+	enum cli_output out;
+	bool tty;                  /* stdout is a terminal (progress, colours) */
+	const struct cli_cmd *cmd; /* the command being run */
+};
+
+typedef int (*cli_fn)(struct cli_ctx *ctx, int argc, char **argv);
+
+struct cli_cmd {
+	const char *group;   /* "node", "token", "sim"...; NULL for top-level verbs */
+	const char *verb;    /* "ls", "init"... */
+	cli_fn fn;           /* argv[0] is the verb; flags follow */
+	const char *usage;   /* synopsis lines after "sparkctl " */
+	const char *summary; /* one line */
+	const char *help;    /* option descriptions, may be NULL */
+};
+
+extern const struct cli_cmd cli_commands[];
+
+/* Print the command's usage to stdout (for --help) and return 0. */
+int cli_help(const struct cli_cmd *cmd);
+/* Bad usage: "sparkctl: MSG" + "Run 'sparkctl GROUP VERB --help' for usage." -> 2 */
+int cli_usage(struct cli_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Failed operation: "sparkctl: MSG" -> 1 */
+int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Send {"type":type, ...args} to the local sparkd, wait for the answer.
+ * args is stolen (may be NULL). On success returns 0 and *data (if non-NULL)
+ * receives the reply's "data" (caller decrefs). On an error reply or a
+ * transport failure prints the one-line message and returns 1. timeout_ms 0 =
+ * 30 s. */
+int cli_call(struct cli_ctx *ctx, const char *type, json_t *args, json_t **data,
+	     unsigned timeout_ms);
+/* Same, but returns the error instead of printing: 0, or -1 with *code and
+ * *message (strdup'd; caller frees) from the error frame. */
+int cli_call_raw(struct cli_ctx *ctx, const char *type, json_t *args, json_t **data,
+		 unsigned timeout_ms, char **code, char **message);
+
+/* Print JSON to stdout (indented, newline). */
+void cli_print_json(const json_t *j);
+
+#endif

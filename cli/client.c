@@ -1,0 +1,173 @@
+/* client: blocking request/reply over the agent's Unix control socket. */
+#include "cli.h"
+
+#include "proto.h"
+#include "util.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+static int connect_socket(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (strlen(path) >= sizeof sa.sun_path)
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	return fd;
+}
+
+static int write_all(int fd, const uint8_t *p, size_t n)
+{
+	while (n) {
+		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* Read one frame within the deadline. */
+static int read_frame(int fd, proto_decoder *dec, json_t **msg, uint64_t deadline)
+{
+	char err[128];
+	for (;;) {
+		int r = proto_decoder_next(dec, msg, err, sizeof err);
+		if (r != 0)
+			return r < 0 ? -EBADMSG : 0;
+		uint64_t now = util_now_ms();
+		if (now >= deadline)
+			return -ETIMEDOUT;
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		int pr = poll(&pfd, 1, (int)(deadline - now));
+		if (pr < 0 && errno == EINTR)
+			continue;
+		if (pr <= 0)
+			return pr == 0 ? -ETIMEDOUT : -errno;
+		uint8_t buf[65536];
+		ssize_t n = recv(fd, buf, sizeof buf, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n == 0 ? -ECONNRESET : -errno;
+		if (proto_decoder_feed(dec, buf, (size_t)n) < 0)
+			return -ENOMEM;
+	}
+}
+
+static void set_err(char **code, char **message, const char *c, const char *m)
+{
+	if (code)
+		*code = strdup(c);
+	if (message)
+		*message = strdup(m);
+}
+
+int cli_call_raw(struct cli_ctx *ctx, const char *type, json_t *args, json_t **data,
+		 unsigned timeout_ms, char **code, char **message)
+{
+	if (data)
+		*data = NULL;
+	if (code)
+		*code = NULL;
+	if (message)
+		*message = NULL;
+	json_t *req = proto_msg(type, 1);
+	if (args) {
+		json_object_update(req, args);
+		json_decref(args);
+		json_object_set_new(req, "v", json_integer(PROTO_VERSION));
+		json_object_set_new(req, "type", json_string(type));
+		json_object_set_new(req, "id", json_integer(1));
+	}
+	uint8_t *frame;
+	size_t flen;
+	int r = proto_encode(req, &frame, &flen);
+	json_decref(req);
+	if (r < 0) {
+		set_err(code, message, "bad_request", "request too large");
+		return -1;
+	}
+	int fd = connect_socket(ctx->socket);
+	if (fd < 0) {
+		char m[512];
+		if (fd == -ENOENT || fd == -ECONNREFUSED)
+			snprintf(m, sizeof m,
+				 "no sparkd is listening on %s; start it (systemctl start sparkd) or pass --socket PATH",
+				 ctx->socket);
+		else if (fd == -EACCES)
+			snprintf(m, sizeof m,
+				 "permission denied on %s; run as root or as a member of the socket's group",
+				 ctx->socket);
+		else
+			snprintf(m, sizeof m, "cannot connect to %s: %s", ctx->socket, strerror(-fd));
+		free(frame);
+		set_err(code, message, "unreachable", m);
+		return -1;
+	}
+	r = write_all(fd, frame, flen);
+	free(frame);
+	proto_decoder dec;
+	proto_decoder_init(&dec);
+	json_t *reply = NULL;
+	if (r == 0)
+		r = read_frame(fd, &dec, &reply, util_now_ms() + (timeout_ms ? timeout_ms : 30000));
+	proto_decoder_free(&dec);
+	close(fd);
+	if (r < 0) {
+		char m[512];
+		if (r == -ETIMEDOUT)
+			snprintf(m, sizeof m, "sparkd on %s did not answer in time", ctx->socket);
+		else
+			snprintf(m, sizeof m, "lost the connection to sparkd on %s: %s", ctx->socket,
+				 strerror(-r));
+		set_err(code, message, "transport", m);
+		return -1;
+	}
+	const char *t = proto_type(reply);
+	if (t && strcmp(t, "error") == 0) {
+		const char *c = proto_str(reply, "code");
+		const char *m = proto_str(reply, "message");
+		set_err(code, message, c ? c : "error", m ? m : "unknown error");
+		json_decref(reply);
+		return -1;
+	}
+	if (data) {
+		json_t *d = json_object_get(reply, "data");
+		*data = d ? json_incref(d) : json_object();
+	}
+	json_decref(reply);
+	return 0;
+}
+
+int cli_call(struct cli_ctx *ctx, const char *type, json_t *args, json_t **data,
+	     unsigned timeout_ms)
+{
+	char *code = NULL, *message = NULL;
+	int r = cli_call_raw(ctx, type, args, data, timeout_ms, &code, &message);
+	if (r < 0) {
+		cli_fail("%s", message ? message : "request failed");
+		free(code);
+		free(message);
+		return 1;
+	}
+	return 0;
+}

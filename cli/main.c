@@ -1,0 +1,187 @@
+/* sparkctl entry point: global flags, command lookup, dispatch. */
+#include "cli.h"
+
+#include "spark_config.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void print_overview(FILE *f)
+{
+	fprintf(f, "sparkctl %s: the DGX Spark cluster assistant\n\n"
+		   "Usage: sparkctl [--socket PATH] [-o table|json] COMMAND [ARGS...]\n\n"
+		   "Commands:\n", SPARK_VERSION);
+	for (const struct cli_cmd *c = cli_commands; c->verb; c++) {
+		char name[64];
+		snprintf(name, sizeof name, "%s%s%s", c->group ? c->group : "", c->group ? " " : "",
+			 c->verb);
+		fprintf(f, "  %-18s %s\n", name, c->summary);
+	}
+	fprintf(f, "\nGlobal options:\n"
+		   "  --socket PATH      control socket of the local sparkd (env SPARKCTL_SOCKET,\n"
+		   "                     default %s)\n"
+		   "  -o, --output FMT   table (default) or json\n"
+		   "  -h, --help         help for sparkctl or for a command\n\n"
+		   "Run 'sparkctl COMMAND --help' for a command's options.\n", SPARK_DEFAULT_SOCKET);
+}
+
+int cli_help(const struct cli_cmd *cmd)
+{
+	printf("Usage: sparkctl %s\n\n%s\n", cmd->usage, cmd->summary);
+	if (cmd->help)
+		printf("\n%s", cmd->help);
+	printf("\nGlobal options: --socket PATH, -o table|json, -h/--help\n");
+	return 0;
+}
+
+static const struct cli_cmd *current;
+
+int cli_usage(struct cli_ctx *ctx, const char *fmt, ...)
+{
+	va_list ap;
+	fputs("sparkctl: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	const struct cli_cmd *c = ctx && ctx->cmd ? ctx->cmd : current;
+	if (c)
+		fprintf(stderr, "; run 'sparkctl %s%s%s --help' for usage\n", c->group ? c->group : "",
+			c->group ? " " : "", c->verb);
+	else
+		fputs("; run 'sparkctl --help' for usage\n", stderr);
+	return 2;
+}
+
+int cli_fail(const char *fmt, ...)
+{
+	va_list ap;
+	fputs("sparkctl: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return 1;
+}
+
+void cli_print_json(const json_t *j)
+{
+	json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	fputc('\n', stdout);
+}
+
+/* Pull global options out of argv (up to a "--"), compacting the rest. */
+static int take_globals(struct cli_ctx *ctx, int *argc, char **argv)
+{
+	int out = 1;
+	int i = 1;
+	for (; i < *argc; i++) {
+		const char *a = argv[i];
+		const char *val = NULL;
+		if (strcmp(a, "--") == 0)
+			break;
+		if (strcmp(a, "--socket") == 0 || strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
+			if (i + 1 >= *argc)
+				return cli_usage(NULL, "%s needs a value", a);
+			val = argv[++i];
+		} else if (strncmp(a, "--socket=", 9) == 0) {
+			a = "--socket";
+			val = argv[i] + 9;
+		} else if (strncmp(a, "--output=", 9) == 0) {
+			a = "-o";
+			val = argv[i] + 9;
+		} else if (strncmp(a, "-o", 2) == 0 && a[2]) {
+			val = a + 2;
+			a = "-o";
+		} else {
+			argv[out++] = argv[i];
+			continue;
+		}
+		if (strcmp(a, "--socket") == 0) {
+			ctx->socket = val;
+		} else if (strcmp(val, "json") == 0) {
+			ctx->out = OUT_JSON;
+		} else if (strcmp(val, "table") == 0) {
+			ctx->out = OUT_TABLE;
+		} else {
+			return cli_usage(NULL, "unknown output format '%s' (use table or json)", val);
+		}
+	}
+	for (; i < *argc; i++)
+		argv[out++] = argv[i];
+	argv[out] = NULL;
+	*argc = out;
+	return 0;
+}
+
+static int wants_help(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--") == 0)
+			return 0;
+		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+			return 1;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct cli_ctx ctx = {0};
+	ctx.socket = getenv("SPARKCTL_SOCKET");
+	if (!ctx.socket || !*ctx.socket)
+		ctx.socket = SPARK_DEFAULT_SOCKET;
+	ctx.tty = isatty(STDOUT_FILENO);
+	int r = take_globals(&ctx, &argc, argv);
+	if (r)
+		return r;
+	if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+	    strcmp(argv[1], "help") == 0) {
+		print_overview(stdout);
+		return argc < 2 ? 2 : 0;
+	}
+	if (strcmp(argv[1], "--version") == 0)
+		argv[1] = "version";
+	/* Two-word commands first ("node ls"), then one-word ("status"). */
+	const struct cli_cmd *found = NULL, *group_seen = NULL;
+	for (const struct cli_cmd *c = cli_commands; c->verb; c++) {
+		if (c->group && strcmp(c->group, argv[1]) == 0) {
+			group_seen = c;
+			if (argc >= 3 && strcmp(c->verb, argv[2]) == 0) {
+				found = c;
+				break;
+			}
+		} else if (!c->group && strcmp(c->verb, argv[1]) == 0) {
+			found = c;
+			break;
+		}
+	}
+	if (!found && group_seen) {
+		if (argc >= 3 && strcmp(argv[2], "--help") != 0 && strcmp(argv[2], "-h") != 0)
+			fprintf(stderr, "sparkctl: unknown command '%s %s'\n", argv[1], argv[2]);
+		FILE *f = argc >= 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)
+				  ? stdout
+				  : stderr;
+		fprintf(f, "Commands of 'sparkctl %s':\n", argv[1]);
+		for (const struct cli_cmd *c = cli_commands; c->verb; c++)
+			if (c->group && strcmp(c->group, argv[1]) == 0)
+				fprintf(f, "  sparkctl %-30s %s\n", c->usage, c->summary);
+		return f == stdout ? 0 : 2;
+	}
+	if (!found) {
+		fprintf(stderr, "sparkctl: unknown command '%s'; run 'sparkctl --help' for the list\n",
+			argv[1]);
+		return 2;
+	}
+	current = found;
+	ctx.cmd = found;
+	int skip = found->group ? 2 : 1;
+	int cargc = argc - skip + 1;
+	char **cargv = argv + skip - 1;
+	cargv[0] = (char *)found->verb;
+	if (wants_help(cargc, cargv))
+		return cli_help(found);
+	return found->fn(&ctx, cargc, cargv);
+}

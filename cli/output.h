@@ -1,0 +1,18 @@
+/* output: plain-text tables for people (JSON goes through cli_print_json).
+ * Columns are left-aligned, separated by three spaces, headers upper case. */
+#ifndef SPARK_OUTPUT_H
+#define SPARK_OUTPUT_H
+
+#include <stdio.h>
+
+typedef struct out_table out_table;
+
+out_table *out_table_new(int ncols, const char *const headers[]);
+/* Add a row of exactly ncols cells (NULL prints as "-"). Cells are copied. */
+void out_table_row(out_table *t, const char *const cells[]);
+/* printf-style single-cell helper for building rows. */
+const char *out_fmt(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void out_table_print(out_table *t, FILE *f);
+void out_table_free(out_table *t);
+
+#endif

@@ -1,0 +1,148 @@
+#include "proto.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void proto_decoder_init(proto_decoder *d) { memset(d, 0, sizeof *d); }
+
+void proto_decoder_free(proto_decoder *d)
+{
+	free(d->buf);
+	memset(d, 0, sizeof *d);
+}
+
+int proto_decoder_feed(proto_decoder *d, const void *data, size_t n)
+{
+	if (n == 0)
+		return 0;
+	if (d->len + n > d->cap) {
+		size_t cap = d->cap ? d->cap : 4096;
+		while (cap < d->len + n)
+			cap *= 2;
+		/* never hold more than one max frame plus its header and a bit */
+		if (cap > PROTO_MAX_FRAME + 4 + 65536)
+			cap = d->len + n;
+		uint8_t *nb = realloc(d->buf, cap);
+		if (!nb)
+			return -ENOMEM;
+		d->buf = nb;
+		d->cap = cap;
+	}
+	memcpy(d->buf + d->len, data, n);
+	d->len += n;
+	return 0;
+}
+
+static int fail(char *err, size_t errlen, int code, const char *why)
+{
+	if (err && errlen)
+		snprintf(err, errlen, "%s", why);
+	return code;
+}
+
+int proto_decoder_next(proto_decoder *d, json_t **msg, char *err, size_t errlen)
+{
+	*msg = NULL;
+	if (d->len < 4)
+		return 0;
+	uint32_t flen = ((uint32_t)d->buf[0] << 24) | ((uint32_t)d->buf[1] << 16) |
+			((uint32_t)d->buf[2] << 8) | (uint32_t)d->buf[3];
+	if (flen == 0)
+		return fail(err, errlen, -EMSGSIZE, "empty frame");
+	if (flen > PROTO_MAX_FRAME)
+		return fail(err, errlen, -EMSGSIZE, "frame larger than 1 MiB");
+	if (d->len - 4 < flen)
+		return 0;
+	json_error_t jerr;
+	json_t *j = json_loadb((const char *)d->buf + 4, flen,
+			       JSON_REJECT_DUPLICATES, &jerr);
+	memmove(d->buf, d->buf + 4 + flen, d->len - 4 - flen);
+	d->len -= 4 + flen;
+	if (!j)
+		return fail(err, errlen, -EBADMSG, "frame is not valid JSON");
+	if (!json_is_object(j)) {
+		json_decref(j);
+		return fail(err, errlen, -EBADMSG, "frame is not a JSON object");
+	}
+	json_t *v = json_object_get(j, "v");
+	json_t *t = json_object_get(j, "type");
+	json_t *id = json_object_get(j, "id");
+	if (!json_is_integer(v) || json_integer_value(v) != PROTO_VERSION) {
+		json_decref(j);
+		return fail(err, errlen, -EBADMSG, "missing or unsupported protocol version \"v\"");
+	}
+	if (!json_is_string(t) || json_string_length(t) == 0 || json_string_length(t) > 64) {
+		json_decref(j);
+		return fail(err, errlen, -EBADMSG, "missing or invalid \"type\"");
+	}
+	if (!json_is_integer(id)) {
+		json_decref(j);
+		return fail(err, errlen, -EBADMSG, "missing or invalid \"id\"");
+	}
+	*msg = j;
+	return 1;
+}
+
+int proto_encode(const json_t *msg, uint8_t **out, size_t *outlen)
+{
+	char *s = json_dumps(msg, JSON_COMPACT);
+	if (!s)
+		return -ENOMEM;
+	size_t n = strlen(s);
+	if (n > PROTO_MAX_FRAME) {
+		free(s);
+		return -EMSGSIZE;
+	}
+	uint8_t *b = malloc(n + 4);
+	if (!b) {
+		free(s);
+		return -ENOMEM;
+	}
+	b[0] = (uint8_t)(n >> 24);
+	b[1] = (uint8_t)(n >> 16);
+	b[2] = (uint8_t)(n >> 8);
+	b[3] = (uint8_t)n;
+	memcpy(b + 4, s, n);
+	free(s);
+	*out = b;
+	*outlen = n + 4;
+	return 0;
+}
+
+json_t *proto_msg(const char *type, json_int_t id)
+{
+	return json_pack("{s:i, s:s, s:I}", "v", PROTO_VERSION, "type", type, "id", id);
+}
+
+json_t *proto_error(json_int_t id, const char *code, const char *message)
+{
+	json_t *m = proto_msg("error", id);
+	json_object_set_new(m, "code", json_string(code ? code : "error"));
+	json_object_set_new(m, "message", json_string(message ? message : ""));
+	return m;
+}
+
+json_t *proto_result(json_int_t id, json_t *data)
+{
+	json_t *m = proto_msg("result", id);
+	json_object_set_new(m, "data", data ? data : json_object());
+	return m;
+}
+
+const char *proto_type(const json_t *msg) { return proto_str(msg, "type"); }
+
+json_int_t proto_id(const json_t *msg) { return proto_int(msg, "id", 0); }
+
+const char *proto_str(const json_t *obj, const char *key)
+{
+	json_t *v = json_object_get(obj, key);
+	return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+json_int_t proto_int(const json_t *obj, const char *key, json_int_t def)
+{
+	json_t *v = json_object_get(obj, key);
+	return json_is_integer(v) ? json_integer_value(v) : def;
+}

@@ -1,0 +1,47 @@
+/* proto: the wire format of every sparkctl connection (CLI<->agent, agent<->agent).
+ * A frame is a 4-byte big-endian length, then that many bytes of one JSON object
+ * with at least {"v":1, "type":"<string>", "id":<integer>}. Frames over
+ * PROTO_MAX_FRAME, bad JSON, non-objects and missing/ill-typed fields are errors:
+ * the receiver answers with proto_error() and closes (conn.c does this). */
+#ifndef SPARK_PROTO_H
+#define SPARK_PROTO_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PROTO_VERSION 1
+#define PROTO_MAX_FRAME (1u << 20)
+
+typedef struct proto_decoder {
+	uint8_t *buf;
+	size_t len, cap;
+} proto_decoder;
+
+void proto_decoder_init(proto_decoder *d);
+void proto_decoder_free(proto_decoder *d);
+/* Append received bytes. 0, or -ENOMEM. */
+int proto_decoder_feed(proto_decoder *d, const void *data, size_t n);
+/* Take the next complete frame. Returns 1 and sets *msg (caller owns it),
+ * 0 when more bytes are needed, or a negative errno with a reason in err:
+ * -EMSGSIZE (length over the limit or zero), -EBADMSG (bad JSON, not an
+ * object, missing or wrong v/type/id). After an error the decoder is unusable. */
+int proto_decoder_next(proto_decoder *d, json_t **msg, char *err, size_t errlen);
+
+/* Serialise msg into a newly allocated frame. 0, -EMSGSIZE or -ENOMEM. */
+int proto_encode(const json_t *msg, uint8_t **out, size_t *outlen);
+
+/* New {"v":1,"type":type,"id":id}. */
+json_t *proto_msg(const char *type, json_int_t id);
+/* {"v":1,"type":"error","id":id,"code":code,"message":message} */
+json_t *proto_error(json_int_t id, const char *code, const char *message);
+/* {"v":1,"type":"result","id":id,"data":data} (steals data; NULL -> {}) */
+json_t *proto_result(json_int_t id, json_t *data);
+
+const char *proto_type(const json_t *msg);
+json_int_t proto_id(const json_t *msg);
+/* Typed field getters: NULL / def when absent or of another type. */
+const char *proto_str(const json_t *obj, const char *key);
+json_int_t proto_int(const json_t *obj, const char *key, json_int_t def);
+
+#endif
