@@ -11,6 +11,8 @@
 struct builder {
 	yaml_parser_t p;
 	const char *name;
+	const char *text;
+	size_t len;
 	char *err;
 	size_t errlen;
 	int depth;
@@ -25,8 +27,21 @@ static int perr(struct builder *b, yaml_mark_t m, const char *what)
 static int next(struct builder *b, yaml_event_t *ev)
 {
 	if (!yaml_parser_parse(&b->p, ev)) {
-		snprintf(b->err, b->errlen, "%s:%zu:%zu: %s", b->name, b->p.problem_mark.line + 1,
-			 b->p.problem_mark.column + 1, b->p.problem ? b->p.problem : "syntax error");
+		size_t line = b->p.problem_mark.line, col = b->p.problem_mark.column;
+		if (b->p.error == YAML_READER_ERROR) {
+			/* the reader (bad encoding) reports a byte offset, not a mark */
+			line = col = 0;
+			for (size_t i = 0; i < b->p.problem_offset && i < b->len; i++) {
+				if (b->text[i] == '\n') {
+					line++;
+					col = 0;
+				} else {
+					col++;
+				}
+			}
+		}
+		snprintf(b->err, b->errlen, "%s:%zu:%zu: %s", b->name, line + 1, col + 1,
+			 b->p.problem ? b->p.problem : "syntax error");
 		return -EINVAL;
 	}
 	return 0;
@@ -52,8 +67,17 @@ static int parse_mapping(struct builder *b, json_t **out)
 			return r;
 		}
 		char key[256];
-		util_strlcpy(key, (const char *)k.data.scalar.value, sizeof key);
 		yaml_mark_t km = k.start_mark;
+		if (k.data.scalar.length >= sizeof key ||
+		    strlen((const char *)k.data.scalar.value) != k.data.scalar.length) {
+			int r = perr(b, km, k.data.scalar.length >= sizeof key
+						    ? "mapping key is too long"
+						    : "mapping key contains a NUL character");
+			yaml_event_delete(&k);
+			json_decref(obj);
+			return r;
+		}
+		util_strlcpy(key, (const char *)k.data.scalar.value, sizeof key);
 		yaml_event_delete(&k);
 		if (json_object_get(obj, key)) {
 			char what[300];
@@ -145,7 +169,7 @@ static int parse_node(struct builder *b, yaml_event_t *ev, json_t **out)
 int cfg_parse(const char *name, const char *text, size_t len, json_t **out, char *err,
 	      size_t errlen)
 {
-	struct builder b = {.name = name, .err = err, .errlen = errlen};
+	struct builder b = {.name = name, .text = text, .len = len, .err = err, .errlen = errlen};
 	*out = NULL;
 	if (!yaml_parser_initialize(&b.p)) {
 		snprintf(err, errlen, "%s: out of memory", name);

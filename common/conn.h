@@ -8,7 +8,8 @@
  * Life cycle: conn_accept()/conn_connect() -> [TLS handshake] -> on_ready ->
  * on_frame* -> on_close (exactly once, after which the conn is freed by this
  * module: do not touch it after on_close returns). conn_close() may be called
- * from any callback; it flushes queued frames first when err == 0. */
+ * from any callback; it flushes queued frames first when err == 0.
+ * The process must ignore SIGPIPE (libuv writes with plain write(2)). */
 #ifndef SPARK_CONN_H
 #define SPARK_CONN_H
 
@@ -57,7 +58,10 @@ int conn_connect_tcp(uv_loop_t *loop, const char *host, int port, SSL_CTX *ssl_c
 int conn_connect_unix(uv_loop_t *loop, const char *path, const struct conn_cbs *cbs,
 		      void *data, conn **out);
 
-/* Queue a frame (msg is not stolen). 0, -ENOTCONN once closing, -EMSGSIZE. */
+/* Queue a frame (msg is not stolen). 0, -ENOTCONN once closing, -EMSGSIZE.
+ * -ENOBUFS when more than 32 MiB would be queued for a peer that does not
+ * read: the connection is then closed (on_close(c, -ENOBUFS)). Frames sent
+ * before on_ready are queued and go out after it, in order. */
 int conn_send(conn *c, const json_t *msg);
 /* Send then decref msg; convenient for replies. */
 int conn_send_new(conn *c, json_t *msg);
@@ -71,7 +75,8 @@ bool conn_is_tls(conn *c);
 /* Peer's leaf certificate (TLS only), borrowed, NULL if none was sent or it failed
  * verification against the context's CA. */
 X509 *conn_peer_cert(conn *c);
-/* Peer's full chain as sent (TLS only), borrowed; for pinning during join. */
+/* Peer's full chain as sent (TLS only), borrowed; for pinning during join.
+ * (OpenSSL semantics: on the server side the chain leaves out the leaf.) */
 STACK_OF(X509) *conn_peer_chain(conn *c);
 /* "ADDR:PORT" of the peer for TCP, "unix" for pipes. */
 const char *conn_peer_name(conn *c);

@@ -88,7 +88,7 @@ int util_read_file(const char *path, char **out, size_t *len, size_t max)
 	}
 	for (;;) {
 		if (n == cap) {
-			if (cap >= max) {
+			if (n > max) {
 				free(b);
 				fclose(f);
 				return -EFBIG;
@@ -145,6 +145,8 @@ int util_parse_duration(const char *s, int64_t *secs)
 		case 'd': mul = 86400; p++; break;
 		default: return -EINVAL;
 		}
+		if (v * mul > INT64_MAX - total)
+			return -ERANGE;
 		total += v * mul;
 	}
 	*secs = total;

@@ -1,0 +1,290 @@
+/* proto: framing and message codec. */
+#include "common/proto.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Frame raw bytes (any content) with a 4-byte big-endian length. */
+static size_t frame_raw(uint8_t *out, const void *body, uint32_t len)
+{
+	out[0] = (uint8_t)(len >> 24);
+	out[1] = (uint8_t)(len >> 16);
+	out[2] = (uint8_t)(len >> 8);
+	out[3] = (uint8_t)len;
+	memcpy(out + 4, body, len);
+	return 4 + (size_t)len;
+}
+
+/* Decode exactly one frame made of body; return the decoder's verdict. */
+static int decode_one(const char *body, json_t **msg, char *err, size_t errlen)
+{
+	uint8_t buf[512];
+	size_t n = frame_raw(buf, body, (uint32_t)strlen(body));
+	proto_decoder d;
+	proto_decoder_init(&d);
+	cr_assert_eq(proto_decoder_feed(&d, buf, n), 0);
+	int r = proto_decoder_next(&d, msg, err, errlen);
+	proto_decoder_free(&d);
+	return r;
+}
+
+/* A message whose compact JSON is exactly `size` bytes. */
+static json_t *msg_of_size(size_t size)
+{
+	json_t *m = proto_msg("big", 7);
+	json_object_set_new(m, "pad", json_string(""));
+	char *s = json_dumps(m, JSON_COMPACT);
+	size_t base = strlen(s);
+	free(s);
+	cr_assert(size >= base);
+	char *pad = malloc(size - base + 1);
+	memset(pad, 'a', size - base);
+	pad[size - base] = '\0';
+	json_object_set_new(m, "pad", json_string(pad));
+	free(pad);
+	s = json_dumps(m, JSON_COMPACT);
+	cr_assert_eq(strlen(s), size);
+	free(s);
+	return m;
+}
+
+Test(proto, round_trip_keeps_every_field)
+{
+	json_t *m = proto_msg("node.show", 42);
+	json_object_set_new(m, "name", json_string("spark-2 \"quoted\" \xc3\xa9"));
+	json_object_set_new(m, "list", json_pack("[i,s,{s:b}]", 1, "two", "three", 1));
+	json_object_set_new(m, "big", json_integer(9007199254740993LL));
+	uint8_t *buf;
+	size_t len;
+	cr_assert_eq(proto_encode(m, &buf, &len), 0);
+	cr_assert_eq(len, 4 + (((size_t)buf[0] << 24) | ((size_t)buf[1] << 16) |
+			       ((size_t)buf[2] << 8) | buf[3]));
+	proto_decoder d;
+	proto_decoder_init(&d);
+	cr_assert_eq(proto_decoder_feed(&d, buf, len), 0);
+	json_t *out = NULL;
+	cr_assert_eq(proto_decoder_next(&d, &out, NULL, 0), 1);
+	cr_assert(json_equal(m, out));
+	cr_assert_str_eq(proto_type(out), "node.show");
+	cr_assert_eq(proto_id(out), 42);
+	cr_assert_eq(proto_int(out, "big", 0), 9007199254740993LL);
+	cr_assert_eq(d.len, 0, "decoder must consume the whole frame");
+	json_t *none;
+	cr_assert_eq(proto_decoder_next(&d, &none, NULL, 0), 0);
+	cr_assert_null(none);
+	json_decref(m);
+	json_decref(out);
+	free(buf);
+	proto_decoder_free(&d);
+}
+
+Test(proto, frames_split_byte_by_byte)
+{
+	uint8_t *all = NULL;
+	size_t total = 0;
+	for (int i = 0; i < 3; i++) {
+		json_t *m = proto_msg("ping", i + 1);
+		json_object_set_new(m, "seq", json_integer(i * 1000));
+		uint8_t *b;
+		size_t n;
+		cr_assert_eq(proto_encode(m, &b, &n), 0);
+		all = realloc(all, total + n);
+		memcpy(all + total, b, n);
+		total += n;
+		free(b);
+		json_decref(m);
+	}
+	proto_decoder d;
+	proto_decoder_init(&d);
+	int got = 0;
+	for (size_t i = 0; i < total; i++) {
+		cr_assert_eq(proto_decoder_feed(&d, all + i, 1), 0);
+		json_t *m;
+		int r;
+		while ((r = proto_decoder_next(&d, &m, NULL, 0)) == 1) {
+			got++;
+			cr_assert_eq(proto_id(m), got, "frames arrive in order");
+			cr_assert_eq(proto_int(m, "seq", -1), (got - 1) * 1000);
+			json_decref(m);
+		}
+		cr_assert_eq(r, 0, "a partial frame is not an error (byte %zu)", i);
+	}
+	cr_assert_eq(got, 3);
+	free(all);
+	proto_decoder_free(&d);
+}
+
+Test(proto, several_frames_in_one_feed)
+{
+	uint8_t buf[4096];
+	size_t off = 0;
+	for (int i = 0; i < 5; i++) {
+		char body[128];
+		snprintf(body, sizeof body, "{\"v\":1,\"type\":\"t%d\",\"id\":%d}", i, i);
+		off += frame_raw(buf + off, body, (uint32_t)strlen(body));
+	}
+	/* plus the first 3 bytes of a sixth frame's header */
+	buf[off++] = 0;
+	buf[off++] = 0;
+	buf[off++] = 0;
+	proto_decoder d;
+	proto_decoder_init(&d);
+	cr_assert_eq(proto_decoder_feed(&d, buf, off), 0);
+	for (int i = 0; i < 5; i++) {
+		json_t *m;
+		cr_assert_eq(proto_decoder_next(&d, &m, NULL, 0), 1);
+		char t[8];
+		snprintf(t, sizeof t, "t%d", i);
+		cr_assert_str_eq(proto_type(m), t);
+		json_decref(m);
+	}
+	json_t *m;
+	cr_assert_eq(proto_decoder_next(&d, &m, NULL, 0), 0);
+	cr_assert_null(m);
+	proto_decoder_free(&d);
+}
+
+Test(proto, limit_is_exactly_one_mib)
+{
+	/* Encoder: exactly the limit passes, one byte more is refused. */
+	json_t *ok = msg_of_size(PROTO_MAX_FRAME);
+	json_t *over = msg_of_size(PROTO_MAX_FRAME + 1);
+	uint8_t *b;
+	size_t n;
+	cr_assert_eq(proto_encode(ok, &b, &n), 0);
+	cr_assert_eq(n, PROTO_MAX_FRAME + 4);
+	uint8_t *b2 = NULL;
+	size_t n2 = 0;
+	cr_assert_eq(proto_encode(over, &b2, &n2), -EMSGSIZE);
+
+	/* Decoder: a frame of exactly the limit is accepted. */
+	proto_decoder d;
+	proto_decoder_init(&d);
+	cr_assert_eq(proto_decoder_feed(&d, b, n), 0);
+	json_t *m;
+	cr_assert_eq(proto_decoder_next(&d, &m, NULL, 0), 1);
+	cr_assert(json_equal(m, ok));
+	json_decref(m);
+	proto_decoder_free(&d);
+
+	/* A header announcing limit+1 is refused as soon as the header is in,
+	 * before the body is buffered. */
+	uint8_t hdr[4] = {0x00, 0x10, 0x00, 0x01};
+	char err[128] = "";
+	proto_decoder_init(&d);
+	cr_assert_eq(proto_decoder_feed(&d, hdr, 4), 0);
+	cr_assert_eq(proto_decoder_next(&d, &m, err, sizeof err), -EMSGSIZE);
+	cr_assert_neq(err[0], '\0', "the reason is filled");
+	proto_decoder_free(&d);
+
+	uint8_t huge[4] = {0xff, 0xff, 0xff, 0xff};
+	proto_decoder_init(&d);
+	cr_assert_eq(proto_decoder_feed(&d, huge, 4), 0);
+	cr_assert_eq(proto_decoder_next(&d, &m, NULL, 0), -EMSGSIZE);
+	proto_decoder_free(&d);
+
+	json_decref(ok);
+	json_decref(over);
+	free(b);
+}
+
+Test(proto, zero_length_frame_is_an_error)
+{
+	uint8_t z[4] = {0, 0, 0, 0};
+	proto_decoder d;
+	proto_decoder_init(&d);
+	cr_assert_eq(proto_decoder_feed(&d, z, 4), 0);
+	json_t *m = (json_t *)1;
+	char err[128] = "";
+	cr_assert_eq(proto_decoder_next(&d, &m, err, sizeof err), -EMSGSIZE);
+	cr_assert_null(m);
+	cr_assert_neq(err[0], '\0');
+	proto_decoder_free(&d);
+}
+
+Test(proto, malformed_bodies_are_refused)
+{
+	static const char *bad[] = {
+		"{",                                         /* bad JSON */
+		"not json at all",
+		"[1,2,3]",                                   /* not an object */
+		"\"str\"",
+		"{\"v\":1,\"type\":\"x\",\"id\":1} trailing", /* trailing garbage */
+		"{\"type\":\"x\",\"id\":1}",                 /* missing v */
+		"{\"v\":2,\"type\":\"x\",\"id\":1}",         /* wrong v */
+		"{\"v\":\"1\",\"type\":\"x\",\"id\":1}",     /* v of the wrong type */
+		"{\"v\":1.0,\"type\":\"x\",\"id\":1}",
+		"{\"v\":1,\"id\":1}",                        /* missing type */
+		"{\"v\":1,\"type\":\"\",\"id\":1}",          /* empty type */
+		"{\"v\":1,\"type\":7,\"id\":1}",
+		"{\"v\":1,\"type\":\"x\"}",                  /* missing id */
+		"{\"v\":1,\"type\":\"x\",\"id\":\"1\"}",
+		"{\"v\":1,\"type\":\"x\",\"id\":1,\"id\":2}", /* duplicate key */
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		json_t *m = (json_t *)1;
+		char err[128] = "";
+		int r = decode_one(bad[i], &m, err, sizeof err);
+		cr_assert_eq(r, -EBADMSG, "case %zu (%s): got %d", i, bad[i], r);
+		cr_assert_null(m, "case %zu", i);
+		cr_assert_neq(err[0], '\0', "case %zu has a reason", i);
+	}
+}
+
+Test(proto, minimal_valid_frame_and_extra_fields)
+{
+	json_t *m = NULL;
+	cr_assert_eq(decode_one("{\"v\":1,\"type\":\"x\",\"id\":0}", &m, NULL, 0), 1);
+	cr_assert_eq(proto_id(m), 0);
+	json_decref(m);
+	cr_assert_eq(decode_one("{\"id\":-5,\"extra\":{\"a\":[]},\"type\":\"job.ls\",\"v\":1}", &m,
+				NULL, 0),
+		     1);
+	cr_assert_str_eq(proto_type(m), "job.ls");
+	cr_assert_eq(proto_id(m), -5);
+	json_decref(m);
+}
+
+Test(proto, good_frame_then_bad_frame)
+{
+	uint8_t buf[256];
+	const char *good = "{\"v\":1,\"type\":\"a\",\"id\":1}";
+	size_t off = frame_raw(buf, good, (uint32_t)strlen(good));
+	off += frame_raw(buf + off, "{oops}", 6);
+	proto_decoder d;
+	proto_decoder_init(&d);
+	cr_assert_eq(proto_decoder_feed(&d, buf, off), 0);
+	json_t *m;
+	cr_assert_eq(proto_decoder_next(&d, &m, NULL, 0), 1);
+	json_decref(m);
+	cr_assert_eq(proto_decoder_next(&d, &m, NULL, 0), -EBADMSG);
+	proto_decoder_free(&d);
+}
+
+Test(proto, builders_and_getters)
+{
+	json_t *e = proto_error(9, "bad_frame", "frame is not valid JSON");
+	cr_assert_str_eq(proto_type(e), "error");
+	cr_assert_eq(proto_id(e), 9);
+	cr_assert_eq(proto_int(e, "v", 0), PROTO_VERSION);
+	cr_assert_str_eq(proto_str(e, "code"), "bad_frame");
+	cr_assert_str_eq(proto_str(e, "message"), "frame is not valid JSON");
+	json_decref(e);
+
+	json_t *r = proto_result(3, NULL);
+	cr_assert_str_eq(proto_type(r), "result");
+	cr_assert(json_is_object(json_object_get(r, "data")));
+	json_decref(r);
+	r = proto_result(4, json_pack("{s:i}", "n", 5));
+	cr_assert_eq(proto_int(json_object_get(r, "data"), "n", 0), 5);
+	json_decref(r);
+
+	json_t *m = json_pack("{s:i,s:s}", "n", 1, "s", "x");
+	cr_assert_null(proto_str(m, "n"), "a number is not a string");
+	cr_assert_null(proto_str(m, "missing"));
+	cr_assert_eq(proto_int(m, "s", -1), -1, "a string is not an int");
+	cr_assert_eq(proto_int(m, "missing", 77), 77);
+	json_decref(m);
+}
