@@ -18,6 +18,12 @@ int cmd_node_rm(struct cli_ctx *, int, char **);
 int cmd_token_create(struct cli_ctx *, int, char **);
 int cmd_token_ls(struct cli_ctx *, int, char **);
 int cmd_token_revoke(struct cli_ctx *, int, char **);
+/* cmd_sim.c */
+int cmd_sim_up(struct cli_ctx *, int, char **);
+int cmd_sim_down(struct cli_ctx *, int, char **);
+int cmd_sim_ls(struct cli_ctx *, int, char **);
+int cmd_sim_exec(struct cli_ctx *, int, char **);
+int cmd_sim_fault(struct cli_ctx *, int, char **);
 /* @@extern-decls: areas add their handler declarations above this line */
 
 const struct cli_cmd cli_commands[] = {
@@ -51,6 +57,45 @@ const struct cli_cmd cli_commands[] = {
 	{"token", "ls", cmd_token_ls, "token ls [-o table|json]", "list join tokens (never their secrets)",
 	 NULL},
 	{"token", "revoke", cmd_token_revoke, "token revoke ID", "revoke a join token", NULL},
+	{"sim", "up", cmd_sim_up,
+	 "sim up [--nodes N] [--topology pair|ring|switch] [--name PREFIX] [OPTIONS]",
+	 "start a simulated cluster: one network namespace and one sparkd per node",
+	 "  --nodes N          2 to 8 (default 4)\n"
+	 "  --topology T       pair, ring or switch (default: ring, or pair for 2 nodes)\n"
+	 "  --name PREFIX      namespaces PREFIX-1..N, PREFIX-mgmt, PREFIX-switch (default: spark)\n"
+	 "  --mtu M            fabric MTU (default 1500)\n"
+	 "  --port 0|1         pair: the port cabled on both nodes (default 0);\n"
+	 "                     switch: the port of every node on the switch (default 1)\n"
+	 "  --root DIR         state dirs, sockets, logs, sim.json (default /run/sparkctl-sim/PREFIX)\n"
+	 "  --no-agents        network only, no sparkd (start one later with 'sim fault start')\n"
+	 "Needs root. sparkd is found by env SPARKD, next to sparkctl, in ../agent/, or on PATH.\n"},
+	{"sim", "down", cmd_sim_down, "sim down [--name PREFIX | --all] [--root DIR]",
+	 "remove a simulated cluster: processes, namespaces, bridges, dirs (safe to repeat)",
+	 "  --name PREFIX   the sim to remove (default: spark)\n"
+	 "  --all           remove every sim registered under /run/sparkctl-sim\n"
+	 "  --root DIR      its root, if it was made with --root and lost its registration\n"},
+	{"sim", "ls", cmd_sim_ls, "sim ls [--name PREFIX] [--links] [-o table|json]",
+	 "list simulated nodes (namespace, agent pid and state, management address)",
+	 "  --name PREFIX   only this sim (default: every sim)\n"
+	 "  --links         list the cabling instead: veth ends, kind, state, MTU, delay\n"},
+	{"sim", "exec", cmd_sim_exec, "sim exec NODE [--name PREFIX] -- CMD [ARGS...]",
+	 "run CMD inside a simulated node, talking to that node's sparkd",
+	 "  NODE            PREFIX-K (e.g. spark-2), K with --name, or PREFIX-mgmt / PREFIX-switch\n"
+	 "CMD runs in the node's network namespace with its own /sys and SPARKCTL_SOCKET set;\n"
+	 "the exit code is CMD's.\n"},
+	{"sim", "fault", cmd_sim_fault,
+	 "sim fault cut|restore|mtu|swap|delay|kill|start TARGET [VALUE] [--name PREFIX]",
+	 "inject a fault into a simulated cluster",
+	 "  cut NODE:PORT | NODE:IFNAME, restore (same)\n"
+	 "  mtu NODE:IFNAME VALUE, swap NODE-A:PORT NODE-B:PORT, delay NODE:IFNAME MS,\n"
+	 "  kill NODE, start NODE (PORT is 0 or 1; e.g. sim fault cut spark-2:0)\n\n"
+	 "  cut/restore     take a cable (PORT 0|1, both twins) or one twin (IFNAME) down on both\n"
+	 "                  ends, or put it back\n"
+	 "  mtu             set the MTU of one netdev (make a mismatch with its peer)\n"
+	 "  swap            re-cable: the two ports exchange their peers (miscabling)\n"
+	 "  delay           add MS of latency to frames leaving IFNAME (netem); 0 removes it\n"
+	 "  kill/start      stop or start the node's sparkd\n"
+	 "  --name PREFIX   sim of bare node numbers (default: spark)\n"},
 	/* @@table-entries: areas add their rows above this line */
 	{NULL, NULL, NULL, NULL, NULL, NULL},
 };

@@ -39,30 +39,40 @@ int cli_help(const struct cli_cmd *cmd)
 
 static const struct cli_cmd *current;
 
+/* Each message goes out in one write, so a reader never sees half a line. */
+static void emit_line(const char *fmt, va_list ap, const char *suffix)
+{
+	char line[2048];
+	int n = snprintf(line, sizeof line, "sparkctl: ");
+	n += vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+	if (n > (int)sizeof line - 1)
+		n = (int)sizeof line - 1;
+	snprintf(line + n, sizeof line - (size_t)n, "%s\n", suffix);
+	fputs(line, stderr);
+}
+
 int cli_usage(struct cli_ctx *ctx, const char *fmt, ...)
 {
-	va_list ap;
-	fputs("sparkctl: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
+	char suffix[160];
 	const struct cli_cmd *c = ctx && ctx->cmd ? ctx->cmd : current;
 	if (c)
-		fprintf(stderr, "; run 'sparkctl %s%s%s --help' for usage\n", c->group ? c->group : "",
-			c->group ? " " : "", c->verb);
+		snprintf(suffix, sizeof suffix, "; run 'sparkctl %s%s%s --help' for usage",
+			 c->group ? c->group : "", c->group ? " " : "", c->verb);
 	else
-		fputs("; run 'sparkctl --help' for usage\n", stderr);
+		snprintf(suffix, sizeof suffix, "; run 'sparkctl --help' for usage");
+	va_list ap;
+	va_start(ap, fmt);
+	emit_line(fmt, ap, suffix);
+	va_end(ap);
 	return 2;
 }
 
 int cli_fail(const char *fmt, ...)
 {
 	va_list ap;
-	fputs("sparkctl: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	emit_line(fmt, ap, "");
 	va_end(ap);
-	fputc('\n', stderr);
 	return 1;
 }
 
@@ -178,9 +188,8 @@ int main(int argc, char **argv)
 	current = found;
 	ctx.cmd = found;
 	int skip = found->group ? 2 : 1;
-	int cargc = argc - skip + 1;
-	char **cargv = argv + skip - 1;
-	cargv[0] = (char *)found->verb;
+	int cargc = argc - skip;
+	char **cargv = argv + skip; /* cargv[0] is the verb */
 	if (wants_help(cargc, cargv))
 		return cli_help(found);
 	return found->fn(&ctx, cargc, cargv);

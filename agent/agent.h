@@ -1,0 +1,147 @@
+/* agent: sparkd, the per-node daemon. One libuv loop runs everything:
+ *   control.c  the Unix control socket for sparkctl (SO_PEERCRED), request table
+ *   identity.c the node's identity in its state dir (role, ids, keys, certs)
+ *   head.c     the head role: cluster CA, cluster.db, joins, heartbeats, liveness
+ *   worker.c   the worker role: join, mutual-TLS session to the head, heartbeats,
+ *              reconnect with backoff, forwarding cluster requests to the head
+ * A node with no identity is "unjoined": it answers version/status locally and
+ * waits for `init` or `join`. */
+#ifndef SPARK_AGENT_H
+#define SPARK_AGENT_H
+
+#include "conn.h"
+#include "db.h"
+
+#include <jansson.h>
+#include <openssl/evp.h>
+#include <openssl/x509.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#define AGENT_HEARTBEAT_MS 1000
+#define AGENT_UNREACHABLE_MS 5000
+#define AGENT_DOWN_MS 60000
+#define AGENT_BACKOFF_MIN_MS 250
+#define AGENT_BACKOFF_MAX_MS 10000
+#define AGENT_CERT_DAYS 825
+#define AGENT_QUEUE_WAIT_MS 3000 /* a request waits this long for a (re)connecting head */
+
+enum agent_role { ROLE_NONE = 0, ROLE_HEAD, ROLE_WORKER };
+
+struct agent_opts {
+	char state_dir[256];
+	char socket[256];
+	char listen_host[128];
+	int listen_port;
+	char name[64];       /* default node name (--name / config / host name) */
+	char config[256];
+	int log_level;
+};
+
+/* What a node keeps in STATE_DIR/identity.json (+ PEM files beside it). */
+struct identity {
+	enum agent_role role;
+	bool removed;               /* a worker whose certificate was revoked */
+	char cluster_id[40];
+	char cluster_name[64];
+	char node_id[40];
+	char node_name[64];
+	char head_id[40];
+	char head_addr[160];        /* "HOST:PORT" of the head's agent port */
+	char cluster_secret[65];
+	char advertise[160];        /* this node's own agent address as others see it */
+};
+
+struct forward; /* worker.c: a CLI request waiting for the head's answer */
+
+struct agent {
+	uv_loop_t *loop;
+	struct agent_opts opts;
+	int lock_fd;
+	uv_pipe_t ctl;
+	bool ctl_open;
+	uv_tcp_t srv;
+	bool srv_open;
+	uv_signal_t sigterm, sigint;
+	bool stopping;
+	int64_t started_at;
+
+	struct identity id;
+	SSL_CTX *srv_ctx;         /* our listener: our cert, verifies peers against the CA */
+	SSL_CTX *cli_ctx;         /* outgoing mutual TLS to the head */
+
+	/* head */
+	db *db;
+	X509 *ca;
+	EVP_PKEY *ca_key;
+	uv_timer_t live_timer;
+	bool live_timer_on;
+	struct session *sessions; /* connected workers */
+
+	/* worker */
+	conn *head;
+	bool head_up;             /* hello answered */
+	uint64_t head_last_ok_ms;
+	uv_timer_t hb_timer, retry_timer, queue_timer;
+	bool hb_on, retry_on, queue_on;
+	unsigned backoff_ms;
+	json_int_t next_fwd_id;
+	struct forward *forwards;
+	char head_error[256];     /* last reason the head could not be reached */
+	struct join_op *join;     /* a join in progress (one at a time) */
+};
+
+/* A connected worker on the head. */
+struct session {
+	struct session *next;
+	struct agent *a;
+	conn *c;
+	char node_id[40];
+	bool authed;              /* presented a valid, unrevoked node certificate */
+	uint64_t last_ms;
+};
+
+/* control.c */
+int control_start(struct agent *a, char *err, size_t errlen);
+void control_stop(struct agent *a);
+/* Reply helpers for handlers (req is the request, c the CLI connection). */
+void control_reply(conn *c, const json_t *req, json_t *data);
+void control_error(conn *c, const json_t *req, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* identity.c */
+void identity_paths(struct agent *a, const char *file, char *out, size_t len);
+int identity_load(struct agent *a, char *err, size_t errlen);
+int identity_save(struct agent *a);
+int identity_wipe(struct agent *a);
+int agent_tls_setup(struct agent *a, char *err, size_t errlen);
+int agent_listen(struct agent *a, char *err, size_t errlen);
+void agent_close_listener(struct agent *a);
+const char *role_name(enum agent_role r);
+
+/* head.c */
+int head_start(struct agent *a, char *err, size_t errlen);   /* after identity load */
+void head_stop(struct agent *a);
+void head_on_accept(struct agent *a, uv_stream_t *server);
+/* Control requests the head serves (locally or forwarded by a worker).
+ * origin_node_id: the node whose CLI asked (for the `local` flag). */
+void head_handle_request(struct agent *a, conn *reply_to, const json_t *req,
+			 const char *origin_node_id);
+void head_handle_init(struct agent *a, conn *c, const json_t *req);
+/* Mint a token; on success fills the printable token string. */
+int head_token_create(struct agent *a, int64_t ttl, int64_t uses, const char *descr,
+		      char *token_out, size_t len, char *id_out);
+
+/* worker.c */
+int worker_start(struct agent *a);                /* connect to the head (identity known) */
+void worker_stop(struct agent *a);
+void worker_handle_join(struct agent *a, conn *c, const json_t *req);
+void worker_handle_leave(struct agent *a, conn *c, const json_t *req);
+void worker_forward(struct agent *a, conn *c, const json_t *req);
+void worker_cli_gone(struct agent *a, conn *c);   /* drop forwards for a closed CLI */
+
+/* main.c */
+void agent_shutdown(struct agent *a);
+
+#endif

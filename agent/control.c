@@ -1,0 +1,258 @@
+/* control: the Unix control socket sparkctl talks to. Peers are authorised by
+ * SO_PEERCRED: root, the daemon's own user, or a member of the socket's group.
+ * Requests are dispatched through a table; cluster requests are served by the
+ * head (here, or forwarded to it by a worker). */
+#include "agent.h"
+
+#include "log.h"
+#include "proto.h"
+#include "spark_config.h"
+#include "util.h"
+
+#include <errno.h>
+#include <grp.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void control_reply(conn *c, const json_t *req, json_t *data)
+{
+	conn_send_new(c, proto_result(proto_id(req), data));
+}
+
+void control_error(conn *c, const json_t *req, const char *code, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	conn_send_new(c, proto_error(req ? proto_id(req) : 0, code, msg));
+}
+
+static void h_version(struct agent *a, conn *c, const json_t *req)
+{
+	json_t *d = json_pack("{s:s, s:s, s:s, s:s, s:I}", "sparkd_version", SPARK_VERSION,
+			      "role", role_name(a->id.role), "node", a->id.node_name,
+			      "cluster", a->id.cluster_name, "uptime_s",
+			      (json_int_t)(util_now() - a->started_at));
+	control_reply(c, req, d);
+}
+
+static void not_in_cluster(conn *c, const json_t *req)
+{
+	control_error(c, req, "not_in_cluster",
+		      "this node is not in a cluster; run 'sparkctl init' to start one or "
+		      "'sparkctl join HEAD --token TOKEN' to join one");
+}
+
+static void h_cluster(struct agent *a, conn *c, const json_t *req)
+{
+	if (a->id.role == ROLE_HEAD)
+		head_handle_request(a, c, req, a->id.node_id);
+	else if (a->id.role == ROLE_WORKER && !a->id.removed)
+		worker_forward(a, c, req);
+	else if (a->id.removed)
+		control_error(c, req, "removed",
+			      "this node was removed from cluster %s; join again with a new token "
+			      "('sparkctl join HEAD --token TOKEN')", a->id.cluster_name);
+	else
+		not_in_cluster(c, req);
+}
+
+static void h_init(struct agent *a, conn *c, const json_t *req)
+{
+	if (a->id.role != ROLE_NONE && !a->id.removed) {
+		control_error(c, req, "already_in_cluster",
+			      "this node is already %s of cluster %s; run 'sparkctl leave' first",
+			      a->id.role == ROLE_HEAD ? "the head" : "a worker", a->id.cluster_name);
+		return;
+	}
+	head_handle_init(a, c, req);
+}
+
+static void h_join(struct agent *a, conn *c, const json_t *req)
+{
+	if (a->id.role != ROLE_NONE && !a->id.removed) {
+		control_error(c, req, "already_in_cluster",
+			      "this node is already %s of cluster %s; run 'sparkctl leave' first",
+			      a->id.role == ROLE_HEAD ? "the head" : "a worker", a->id.cluster_name);
+		return;
+	}
+	worker_handle_join(a, c, req);
+}
+
+static void h_leave(struct agent *a, conn *c, const json_t *req)
+{
+	if (a->id.role == ROLE_HEAD) {
+		control_error(c, req, "is_head",
+			      "this node is the head of cluster %s; the head cannot leave its own "
+			      "cluster (remove the workers, then stop sparkd and wipe %s)",
+			      a->id.cluster_name, a->opts.state_dir);
+		return;
+	}
+	if (a->id.role == ROLE_NONE) {
+		not_in_cluster(c, req);
+		return;
+	}
+	worker_handle_leave(a, c, req);
+}
+
+struct ctl_handler {
+	const char *type;
+	void (*fn)(struct agent *a, conn *c, const json_t *req);
+};
+
+static const struct ctl_handler handlers[] = {
+	{"version", h_version},
+	{"init", h_init},
+	{"join", h_join},
+	{"leave", h_leave},
+	{"status", h_cluster},
+	{"node_ls", h_cluster},
+	{"node_show", h_cluster},
+	{"node_drain", h_cluster},
+	{"node_undrain", h_cluster},
+	{"node_rm", h_cluster},
+	{"token_create", h_cluster},
+	{"token_ls", h_cluster},
+	{"token_revoke", h_cluster},
+	{NULL, NULL},
+};
+
+static void on_ctl_frame(conn *c, json_t *msg)
+{
+	struct agent *a = conn_data(c);
+	if (!a) { /* refused peer: its request is read (so closing sends no RST) and dropped */
+		json_decref(msg);
+		conn_close(c, 0);
+		return;
+	}
+	const char *type = proto_type(msg);
+	for (const struct ctl_handler *h = handlers; h->type; h++) {
+		if (strcmp(h->type, type) == 0) {
+			h->fn(a, c, msg);
+			json_decref(msg);
+			return;
+		}
+	}
+	control_error(c, msg, "unknown_type",
+		      "unknown request type \"%s\"; is sparkctl newer than sparkd %s?",
+		      type, SPARK_VERSION);
+	json_decref(msg);
+	conn_close(c, 0);
+}
+
+static void on_ctl_close(conn *c, int err)
+{
+	struct agent *a = conn_data(c);
+	(void)err;
+	if (a)
+		worker_cli_gone(a, c);
+}
+
+static void on_ctl_ready(conn *c, int status)
+{
+	(void)c;
+	(void)status;
+}
+
+static const struct conn_cbs ctl_cbs = {
+	.on_ready = on_ctl_ready,
+	.on_frame = on_ctl_frame,
+	.on_close = on_ctl_close,
+};
+
+/* May this peer use the control socket? */
+static bool peer_allowed(struct agent *a, int fd, char *why, size_t len)
+{
+	struct ucred cr;
+	socklen_t sl = sizeof cr;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &sl) < 0) {
+		snprintf(why, len, "cannot read peer credentials");
+		return false;
+	}
+	if (cr.uid == 0 || cr.uid == geteuid())
+		return true;
+	struct stat st;
+	if (stat(a->opts.socket, &st) == 0) {
+		if (cr.gid == st.st_gid)
+			return true;
+		struct passwd *pw = getpwuid(cr.uid);
+		if (pw) {
+			gid_t groups[256];
+			int ng = 256;
+			if (getgrouplist(pw->pw_name, pw->pw_gid, groups, &ng) >= 0)
+				for (int i = 0; i < ng; i++)
+					if (groups[i] == st.st_gid)
+						return true;
+		}
+		struct group *gr = getgrgid(st.st_gid);
+		snprintf(why, len,
+			 "permission denied: uid %u is neither root nor in group %s of %s; "
+			 "run as root or add the user to that group",
+			 (unsigned)cr.uid, gr ? gr->gr_name : "?", a->opts.socket);
+		return false;
+	}
+	snprintf(why, len, "permission denied");
+	return false;
+}
+
+static void on_ctl_connection(uv_stream_t *server, int status)
+{
+	struct agent *a = server->data;
+	if (status < 0)
+		return;
+	conn *c = conn_accept(server, NULL, &ctl_cbs, a);
+	if (!c)
+		return;
+	char why[256];
+	if (!peer_allowed(a, conn_fd(c), why, sizeof why)) {
+		log_warn("control_refused", "reason=%s", log_q(why));
+		conn_set_data(c, NULL);
+		conn_send_new(c, proto_error(0, "forbidden", why));
+	}
+}
+
+int control_start(struct agent *a, char *err, size_t errlen)
+{
+	char dir[256];
+	util_strlcpy(dir, a->opts.socket, sizeof dir);
+	char *slash = strrchr(dir, '/');
+	if (slash && slash != dir) {
+		*slash = '\0';
+		util_mkdirs(dir, 0755);
+	}
+	/* We hold the state-dir lock, so a socket file here is stale. */
+	unlink(a->opts.socket);
+	uv_pipe_init(a->loop, &a->ctl, 0);
+	a->ctl.data = a;
+	mode_t old = umask(0117);
+	int r = uv_pipe_bind(&a->ctl, a->opts.socket);
+	umask(old);
+	if (r == 0)
+		r = chmod(a->opts.socket, 0660) < 0 ? -errno : 0;
+	if (r == 0)
+		r = uv_listen((uv_stream_t *)&a->ctl, 64, on_ctl_connection);
+	if (r < 0) {
+		snprintf(err, errlen, "cannot listen on control socket %s: %s", a->opts.socket,
+			 r > -4096 ? uv_strerror(r) : "error");
+		uv_close((uv_handle_t *)&a->ctl, NULL);
+		return r;
+	}
+	a->ctl_open = true;
+	return 0;
+}
+
+void control_stop(struct agent *a)
+{
+	if (a->ctl_open) {
+		uv_close((uv_handle_t *)&a->ctl, NULL);
+		unlink(a->opts.socket);
+		a->ctl_open = false;
+	}
+}

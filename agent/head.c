@@ -1,0 +1,864 @@
+/* head: the cluster's head. Holds the CA and cluster.db, admits joiners with a
+ * token, authenticates workers by certificate (refusing revoked ones), records
+ * heartbeats and marks nodes unreachable/down, and serves cluster requests. */
+#include "agent.h"
+
+#include "log.h"
+#include "pki.h"
+#include "proto.h"
+#include "spark_config.h"
+#include "token.h"
+#include "util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- helpers ---------------------------------------------------------- */
+
+static void advertise_addr(struct agent *a, const char *requested, char *out, size_t len)
+{
+	char host[128];
+	int port = a->opts.listen_port;
+	if (requested && *requested &&
+	    util_split_hostport(requested, a->opts.listen_port, host, sizeof host, &port) == 0) {
+		snprintf(out, len, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+		return;
+	}
+	const char *lh = a->opts.listen_host;
+	if (strcmp(lh, "0.0.0.0") != 0 && strcmp(lh, "::") != 0) {
+		snprintf(out, len, strchr(lh, ':') ? "[%s]:%d" : "%s:%d", lh, port);
+		return;
+	}
+	/* Wildcard listen: the first non-loopback IPv4 address of this machine. */
+	uv_interface_address_t *ifs = NULL;
+	int n = 0;
+	snprintf(out, len, "127.0.0.1:%d", port);
+	if (uv_interface_addresses(&ifs, &n) == 0) {
+		for (int i = 0; i < n; i++) {
+			if (ifs[i].is_internal || ifs[i].address.address4.sin_family != AF_INET)
+				continue;
+			char ip[64];
+			uv_ip4_name(&ifs[i].address.address4, ip, sizeof ip);
+			snprintf(out, len, "%s:%d", ip, port);
+			break;
+		}
+		uv_free_interface_addresses(ifs, n);
+	}
+}
+
+static const char *display_state(const db_node *n)
+{
+	if (n->drained && strcmp(n->state, "ready") == 0)
+		return "draining";
+	return n->state;
+}
+
+static json_t *node_json(struct agent *a, const db_node *n, const char *origin)
+{
+	int64_t now = util_now();
+	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:b, s:b}",
+			      "id", n->id, "name", n->name, "state", display_state(n), "role",
+			      n->role, "address", n->address, "version", n->version, "joined_at",
+			      (json_int_t)n->joined_at, "last_seen", (json_int_t)n->last_seen,
+			      "last_seen_ago_s",
+			      (json_int_t)(strcmp(n->id, a->id.node_id) == 0 ? 0 : now - n->last_seen),
+			      "drained", n->drained, "local",
+			      origin && strcmp(origin, n->id) == 0);
+	json_object_set_new(o, "age_s", json_integer(now - n->joined_at));
+	return o;
+}
+
+static struct session *find_session(struct agent *a, const char *node_id)
+{
+	for (struct session *s = a->sessions; s; s = s->next)
+		if (s->authed && strcmp(s->node_id, node_id) == 0)
+			return s;
+	return NULL;
+}
+
+static int lookup_node(struct agent *a, conn *c, const json_t *req, db_node *n)
+{
+	const char *name = proto_str(req, "node");
+	if (!name || !*name) {
+		control_error(c, req, "bad_request", "missing node name");
+		return -1;
+	}
+	if (db_node_get_by_name(a->db, name, n) == 0 || db_node_get(a->db, name, n) == 0)
+		return 0;
+	control_error(c, req, "not_found",
+		      "no node named '%s' in cluster %s; 'sparkctl node ls' lists them", name,
+		      a->id.cluster_name);
+	return -1;
+}
+
+/* ---- cluster requests --------------------------------------------------- */
+
+static void r_status(struct agent *a, conn *c, const json_t *req, const char *origin)
+{
+	db_cluster cl;
+	db_node *nodes = NULL;
+	size_t n = 0;
+	if (db_cluster_get(a->db, &cl) < 0 || db_node_list(a->db, &nodes, &n) < 0) {
+		control_error(c, req, "internal", "cannot read cluster.db");
+		return;
+	}
+	json_t *arr = json_array();
+	json_t *head = NULL;
+	for (size_t i = 0; i < n; i++) {
+		json_array_append_new(arr, node_json(a, &nodes[i], origin));
+		if (strcmp(nodes[i].id, cl.head_id) == 0)
+			head = json_pack("{s:s, s:s, s:s}", "id", nodes[i].id, "name", nodes[i].name,
+					 "address", nodes[i].address);
+	}
+	size_t ready = 0;
+	for (size_t i = 0; i < n; i++)
+		ready += strcmp(nodes[i].state, "ready") == 0;
+	json_t *d = json_pack("{s:{s:s, s:s, s:I}, s:o, s:I, s:I, s:o}", "cluster", "id", cl.id,
+			      "name", cl.name, "created_at", (json_int_t)cl.created_at, "head",
+			      head ? head : json_null(), "node_count", (json_int_t)n, "ready_count",
+			      (json_int_t)ready, "nodes", arr);
+	free(nodes);
+	control_reply(c, req, d);
+}
+
+static void r_node_ls(struct agent *a, conn *c, const json_t *req, const char *origin)
+{
+	db_node *nodes = NULL;
+	size_t n = 0;
+	if (db_node_list(a->db, &nodes, &n) < 0) {
+		control_error(c, req, "internal", "cannot read cluster.db");
+		return;
+	}
+	json_t *arr = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(arr, node_json(a, &nodes[i], origin));
+	free(nodes);
+	control_reply(c, req, json_pack("{s:o}", "nodes", arr));
+}
+
+static void r_node_show(struct agent *a, conn *c, const json_t *req, const char *origin)
+{
+	db_node n;
+	if (lookup_node(a, c, req, &n) < 0)
+		return;
+	json_t *o = node_json(a, &n, origin);
+	json_object_set_new(o, "cert_serial", json_string(n.cert_serial));
+	json_object_set_new(o, "connected", json_boolean(strcmp(n.id, a->id.node_id) == 0 ||
+							 find_session(a, n.id) != NULL));
+	db_event *ev = NULL;
+	size_t nev = 0;
+	json_t *events = json_array();
+	if (db_event_list(a->db, 0, 1000, &ev, &nev) == 0) {
+		size_t first = 0, count = 0;
+		for (size_t i = nev; i-- > 0;)
+			if (strcmp(ev[i].node_id, n.id) == 0 && ++count <= 10)
+				first = i;
+		for (size_t i = first; i < nev && count; i++)
+			if (strcmp(ev[i].node_id, n.id) == 0)
+				json_array_append_new(events,
+						      json_pack("{s:I, s:s, s:s}", "ts", (json_int_t)ev[i].ts,
+								"kind", ev[i].kind, "detail", ev[i].detail));
+		free(ev);
+	}
+	json_object_set_new(o, "events", events);
+	control_reply(c, req, o);
+}
+
+static void r_node_drain(struct agent *a, conn *c, const json_t *req, bool drain)
+{
+	db_node n;
+	if (lookup_node(a, c, req, &n) < 0)
+		return;
+	if (db_node_set_drained(a->db, n.id, drain) < 0) {
+		control_error(c, req, "internal", "cannot update cluster.db");
+		return;
+	}
+	db_event_add(a->db, util_now(), n.id, drain ? "drained" : "undrained", "");
+	log_info(drain ? "node_drained" : "node_undrained", "node=%s", n.name);
+	control_reply(c, req, json_pack("{s:s, s:b}", "name", n.name, "drained", drain));
+}
+
+static void revoke_session(struct agent *a, const char *node_id)
+{
+	struct session *s = find_session(a, node_id);
+	if (s) {
+		conn_send_new(s->c, proto_error(0, "revoked",
+						"this node was removed from the cluster and its certificate revoked"));
+		conn_close(s->c, 0);
+	}
+}
+
+static void r_node_rm(struct agent *a, conn *c, const json_t *req)
+{
+	db_node n;
+	if (lookup_node(a, c, req, &n) < 0)
+		return;
+	if (strcmp(n.id, a->id.node_id) == 0) {
+		control_error(c, req, "is_head",
+			      "'%s' is the head; the head cannot be removed from its own cluster", n.name);
+		return;
+	}
+	if (db_node_remove(a->db, n.id, util_now()) < 0) {
+		control_error(c, req, "internal", "cannot update cluster.db");
+		return;
+	}
+	db_event_add(a->db, util_now(), NULL, "node_removed", n.name);
+	log_info("node_removed", "node=%s id=%s serial=%s", n.name, n.id, n.cert_serial);
+	revoke_session(a, n.id);
+	control_reply(c, req, json_pack("{s:s, s:s, s:s}", "name", n.name, "id", n.id,
+					"revoked_serial", n.cert_serial));
+}
+
+int head_token_create(struct agent *a, int64_t ttl, int64_t uses, const char *descr,
+		      char *token_out, size_t len, char *id_out)
+{
+	db_cluster cl;
+	int r = db_cluster_get(a->db, &cl);
+	if (r < 0)
+		return r;
+	struct join_token t;
+	util_strlcpy(t.ca_hash, cl.ca_hash, sizeof t.ca_hash);
+	if ((r = pki_random_hex(t.id, 8)) < 0 || (r = pki_random_hex(t.secret, 16)) < 0)
+		return r;
+	db_token row = {0};
+	util_strlcpy(row.id, t.id, sizeof row.id);
+	pki_sha256_hex(t.secret, strlen(t.secret), row.secret_hash);
+	util_strlcpy(row.description, descr ? descr : "", sizeof row.description);
+	row.created_at = util_now();
+	row.expires_at = ttl > 0 ? row.created_at + ttl : 0;
+	row.uses_left = uses > 0 ? uses : -1;
+	if ((r = db_token_add(a->db, &row)) < 0)
+		return r;
+	token_format(&t, token_out, len);
+	if (id_out)
+		util_strlcpy(id_out, t.id, 17);
+	log_info("token_created", "token_id=%s ttl_s=%lld uses=%lld", t.id, (long long)ttl,
+		 (long long)uses);
+	return 0;
+}
+
+static json_t *token_json(const db_token *t)
+{
+	int64_t now = util_now();
+	const char *state = t->revoked ? "revoked"
+			    : (t->expires_at && t->expires_at <= now) ? "expired"
+			    : t->uses_left == 0 ? "used"
+			    : "valid";
+	return json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I}", "id", t->id, "state", state,
+			 "description", t->description, "created_at", (json_int_t)t->created_at,
+			 "expires_at", (json_int_t)t->expires_at, "uses_left",
+			 (json_int_t)t->uses_left, "uses", (json_int_t)t->uses);
+}
+
+static void r_token_create(struct agent *a, conn *c, const json_t *req)
+{
+	int64_t ttl = proto_int(req, "ttl_s", 86400);
+	int64_t uses = proto_int(req, "uses", 0);
+	if (ttl < 0 || uses < 0) {
+		control_error(c, req, "bad_request", "ttl and uses must not be negative");
+		return;
+	}
+	char tok[160], id[17];
+	const char *descr = proto_str(req, "description");
+	if (head_token_create(a, ttl, uses, descr, tok, sizeof tok, id) < 0) {
+		control_error(c, req, "internal", "cannot store the token in cluster.db");
+		return;
+	}
+	char cmd[400];
+	db_node head;
+	db_node_get(a->db, a->id.node_id, &head);
+	snprintf(cmd, sizeof cmd, "sparkctl join %s --token %s", head.address, tok);
+	db_token row;
+	db_token_get(a->db, id, &row);
+	json_t *d = token_json(&row);
+	json_object_set_new(d, "token", json_string(tok));
+	json_object_set_new(d, "join_command", json_string(cmd));
+	control_reply(c, req, d);
+}
+
+static void r_token_ls(struct agent *a, conn *c, const json_t *req)
+{
+	db_token *t = NULL;
+	size_t n = 0;
+	if (db_token_list(a->db, &t, &n) < 0) {
+		control_error(c, req, "internal", "cannot read cluster.db");
+		return;
+	}
+	json_t *arr = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(arr, token_json(&t[i]));
+	free(t);
+	control_reply(c, req, json_pack("{s:o}", "tokens", arr));
+}
+
+static void r_token_revoke(struct agent *a, conn *c, const json_t *req)
+{
+	const char *id = proto_str(req, "token_id");
+	if (!id || db_token_revoke(a->db, id) < 0) {
+		control_error(c, req, "not_found",
+			      "no token with id '%s'; 'sparkctl token ls' lists them", id ? id : "");
+		return;
+	}
+	log_info("token_revoked", "token_id=%s", id);
+	control_reply(c, req, json_pack("{s:s, s:s}", "id", id, "state", "revoked"));
+}
+
+void head_handle_request(struct agent *a, conn *c, const json_t *req, const char *origin)
+{
+	const char *t = proto_type(req);
+	if (strcmp(t, "status") == 0)
+		r_status(a, c, req, origin);
+	else if (strcmp(t, "node_ls") == 0)
+		r_node_ls(a, c, req, origin);
+	else if (strcmp(t, "node_show") == 0)
+		r_node_show(a, c, req, origin);
+	else if (strcmp(t, "node_drain") == 0)
+		r_node_drain(a, c, req, true);
+	else if (strcmp(t, "node_undrain") == 0)
+		r_node_drain(a, c, req, false);
+	else if (strcmp(t, "node_rm") == 0)
+		r_node_rm(a, c, req);
+	else if (strcmp(t, "token_create") == 0)
+		r_token_create(a, c, req);
+	else if (strcmp(t, "token_ls") == 0)
+		r_token_ls(a, c, req);
+	else if (strcmp(t, "token_revoke") == 0)
+		r_token_revoke(a, c, req);
+	else
+		control_error(c, req, "unknown_type", "the head does not serve \"%s\"", t);
+}
+
+/* ---- liveness ----------------------------------------------------------- */
+
+static void set_state(struct agent *a, const db_node *n, const char *state)
+{
+	if (strcmp(n->state, state) == 0)
+		return;
+	db_node_set_state(a->db, n->id, state);
+	char detail[64];
+	snprintf(detail, sizeof detail, "%s -> %s", n->state, state);
+	db_event_add(a->db, util_now(), n->id, state, detail);
+	log_info("node_state", "node=%s from=%s to=%s", n->name, n->state, state);
+}
+
+static void on_live_timer(uv_timer_t *t)
+{
+	struct agent *a = t->data;
+	db_node *nodes = NULL;
+	size_t n = 0;
+	if (db_node_list(a->db, &nodes, &n) < 0)
+		return;
+	uint64_t now_ms = util_now_ms();
+	int64_t now = util_now();
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(nodes[i].id, a->id.node_id) == 0)
+			continue;
+		struct session *s = find_session(a, nodes[i].id);
+		uint64_t quiet_ms = s ? now_ms - s->last_ms
+				      : (uint64_t)(now > nodes[i].last_seen ? now - nodes[i].last_seen : 0) * 1000;
+		const char *want = quiet_ms >= AGENT_DOWN_MS         ? "down"
+				   : quiet_ms >= AGENT_UNREACHABLE_MS ? "unreachable"
+								      : "ready";
+		/* Only a live session proves readiness. */
+		if (!s && strcmp(want, "ready") == 0)
+			continue;
+		set_state(a, &nodes[i], want);
+	}
+	free(nodes);
+}
+
+/* ---- sessions (worker connections) --------------------------------------- */
+
+static void session_unlink(struct agent *a, struct session *s)
+{
+	for (struct session **p = &a->sessions; *p; p = &(*p)->next)
+		if (*p == s) {
+			*p = s->next;
+			return;
+		}
+}
+
+/* A worker row whose node never opened a session (no "connected" event). */
+static bool never_connected(struct agent *a, const db_node *n)
+{
+	if (strcmp(n->role, "worker") != 0 || find_session(a, n->id))
+		return false;
+	db_event *ev = NULL;
+	size_t nev = 0;
+	bool seen = false;
+	if (db_event_list(a->db, 0, 100000, &ev, &nev) < 0)
+		return false;
+	for (size_t i = 0; i < nev && !seen; i++)
+		seen = strcmp(ev[i].node_id, n->id) == 0 && strcmp(ev[i].kind, "connected") == 0;
+	free(ev);
+	return !seen;
+}
+
+static void handle_join(struct agent *a, struct session *s, const json_t *req)
+{
+	const char *tid = proto_str(req, "token_id");
+	const char *secret = proto_str(req, "secret");
+	const char *name = proto_str(req, "name");
+	const char *csr = proto_str(req, "csr");
+	const char *addr = proto_str(req, "address");
+	const char *ver = proto_str(req, "version");
+	conn *c = s->c;
+	if (!tid || !secret || !name || !csr || !addr) {
+		control_error(c, req, "bad_request", "join needs token_id, secret, name, csr, address");
+		conn_close(c, 0);
+		return;
+	}
+	if (!util_valid_name(name)) {
+		control_error(c, req, "bad_name",
+			      "'%s' is not a valid node name (1-63 of a-z, 0-9, '-'); pass --name", name);
+		conn_close(c, 0);
+		return;
+	}
+	db_node node = {0};
+	pki_random_hex(node.id, 16);
+	char *cert_pem = NULL;
+	if (pki_sign_csr(a->ca, a->ca_key, csr, node.id, AGENT_CERT_DAYS, &cert_pem,
+			 node.cert_serial) < 0) {
+		control_error(c, req, "bad_csr", "the certificate request is invalid");
+		conn_close(c, 0);
+		return;
+	}
+	util_strlcpy(node.name, name, sizeof node.name);
+	util_strlcpy(node.role, "worker", sizeof node.role);
+	util_strlcpy(node.state, "ready", sizeof node.state);
+	util_strlcpy(node.address, addr, sizeof node.address);
+	util_strlcpy(node.version, ver ? ver : "", sizeof node.version);
+	node.joined_at = node.last_seen = util_now();
+	char hash[PKI_HASH_HEX];
+	pki_sha256_hex(secret, strlen(secret), hash);
+	int r = db_join_commit(a->db, tid, hash, util_now(), &node);
+	db_node old;
+	if (r == -EEXIST && db_node_get_by_name(a->db, name, &old) == 0 && never_connected(a, &old)) {
+		/* The head died (or the link broke) between recording an earlier join of
+		 * this node and answering it: that row was never used. The token has
+		 * just been accepted, so replace it. */
+		log_info("stale_join_replaced", "node=%s old_id=%s", old.name, old.id);
+		db_node_remove(a->db, old.id, util_now());
+		r = db_join_commit(a->db, tid, hash, util_now(), &node);
+	}
+	if (r < 0) {
+		const char *code, *msg;
+		switch (r) {
+		case -EKEYEXPIRED:
+			code = "token_expired";
+			msg = "the join token has expired; make a new one on the head with 'sparkctl token create'";
+			break;
+		case -EKEYREVOKED:
+			code = "token_revoked";
+			msg = "the join token was revoked; make a new one on the head with 'sparkctl token create'";
+			break;
+		case -EUSERS:
+			code = "token_used";
+			msg = "the join token has no uses left; make a new one on the head with 'sparkctl token create'";
+			break;
+		case -EEXIST:
+			code = "name_taken";
+			msg = "a node with this name is already in the cluster; pick another with --name "
+			      "or remove the old one with 'sparkctl node rm'";
+			break;
+		case -ENOENT:
+			code = "token_invalid";
+			msg = "the join token is not known to this cluster; make a new one on the head with "
+			      "'sparkctl token create'";
+			break;
+		default:
+			code = "internal";
+			msg = "the head could not record the join";
+			break;
+		}
+		log_warn("join_refused", "name=%s token_id=%s code=%s peer=%s", log_q(name), log_q(tid),
+			 code, conn_peer_name(c));
+		free(cert_pem);
+		control_error(c, req, code, "%s", msg);
+		conn_close(c, 0);
+		return;
+	}
+	db_event_add(a->db, util_now(), node.id, "joined", node.name);
+	log_info("node_joined", "node=%s id=%s addr=%s serial=%s", node.name, node.id, node.address,
+		 node.cert_serial);
+	db_cluster cl;
+	db_cluster_get(a->db, &cl);
+	char *ca_pem = pki_cert_to_pem(a->ca);
+	db_node head;
+	db_node_get(a->db, a->id.node_id, &head);
+	json_t *d = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "node_id", node.id,
+			      "node_name", node.name, "cert", cert_pem, "ca", ca_pem ? ca_pem : "",
+			      "cluster_id", cl.id, "cluster_name", cl.name, "cluster_secret",
+			      cl.secret, "head_id", head.id, "head_addr", head.address);
+	free(cert_pem);
+	free(ca_pem);
+	control_reply(c, req, d);
+	conn_close(c, 0);
+}
+
+static void handle_hello(struct agent *a, struct session *s, const json_t *req)
+{
+	const char *addr = proto_str(req, "address");
+	const char *ver = proto_str(req, "version");
+	db_node n;
+	if (db_node_get(a->db, s->node_id, &n) < 0)
+		return;
+	/* One session per node: a reconnect replaces a stale one. */
+	for (struct session *o = a->sessions; o; o = o->next)
+		if (o != s && o->authed && strcmp(o->node_id, s->node_id) == 0) {
+			o->authed = false;
+			conn_close(o->c, 0);
+			break;
+		}
+	db_node_seen(a->db, s->node_id, util_now(), addr && *addr ? addr : n.address,
+		     ver ? ver : n.version);
+	if (strcmp(n.state, "ready") != 0) {
+		char detail[64];
+		snprintf(detail, sizeof detail, "%s -> ready", n.state);
+		db_event_add(a->db, util_now(), n.id, "ready", detail);
+	}
+	db_event_add(a->db, util_now(), n.id, "connected", conn_peer_name(s->c));
+	log_info("node_connected", "node=%s peer=%s", n.name, conn_peer_name(s->c));
+	db_cluster cl;
+	db_cluster_get(a->db, &cl);
+	control_reply(s->c, req, json_pack("{s:s, s:s, s:s}", "cluster_id", cl.id, "cluster_name",
+					    cl.name, "node_name", n.name));
+}
+
+static void handle_leave(struct agent *a, struct session *s, const json_t *req)
+{
+	db_node n;
+	if (db_node_get(a->db, s->node_id, &n) == 0 && db_node_remove(a->db, n.id, util_now()) == 0) {
+		db_event_add(a->db, util_now(), NULL, "node_left", n.name);
+		log_info("node_left", "node=%s id=%s", n.name, n.id);
+	}
+	s->authed = false;
+	control_reply(s->c, req, json_pack("{s:s}", "left", n.name));
+	conn_close(s->c, 0);
+}
+
+static void on_session_frame(conn *c, json_t *msg)
+{
+	struct session *s = conn_data(c);
+	struct agent *a = s->a;
+	const char *t = proto_type(msg);
+	if (!s->authed) {
+		if (strcmp(t, "join") == 0)
+			handle_join(a, s, msg);
+		else {
+			control_error(c, msg, "unauthenticated",
+				      "present a node certificate, or send a join with a token");
+			conn_close(c, 0);
+		}
+		json_decref(msg);
+		return;
+	}
+	s->last_ms = util_now_ms();
+	if (strcmp(t, "heartbeat") == 0) {
+		db_node n;
+		if (db_node_get(a->db, s->node_id, &n) == 0) {
+			if (strcmp(n.state, "ready") != 0) {
+				char detail[64];
+				snprintf(detail, sizeof detail, "%s -> ready", n.state);
+				db_event_add(a->db, util_now(), n.id, "ready", detail);
+				log_info("node_state", "node=%s from=%s to=ready", n.name, n.state);
+			}
+			db_node_seen(a->db, n.id, util_now(), n.address, n.version);
+		}
+	} else if (strcmp(t, "hello") == 0) {
+		handle_hello(a, s, msg);
+	} else if (strcmp(t, "leave") == 0) {
+		handle_leave(a, s, msg);
+	} else if (strcmp(t, "forward") == 0) {
+		json_t *inner = json_object_get(msg, "request");
+		if (!json_is_object(inner) || !json_is_string(json_object_get(inner, "type"))) {
+			control_error(c, msg, "bad_request", "forward needs a request object");
+		} else {
+			json_t *copy = json_deep_copy(inner);
+			json_object_set_new(copy, "id", json_integer(proto_id(msg)));
+			head_handle_request(a, c, copy, s->node_id);
+			json_decref(copy);
+		}
+	} else {
+		control_error(c, msg, "unknown_type", "the head does not serve \"%s\"", t);
+	}
+	json_decref(msg);
+}
+
+static void on_session_ready(conn *c, int status)
+{
+	struct session *s = conn_data(c);
+	struct agent *a = s->a;
+	if (status < 0)
+		return;
+	X509 *peer = conn_peer_cert(c);
+	if (!peer)
+		return; /* a joiner; only "join" is accepted */
+	char cn[64], serial[41];
+	db_node n;
+	if (pki_cert_cn(peer, cn, sizeof cn) < 0 || pki_cert_serial(peer, serial) < 0 ||
+	    db_node_get(a->db, cn, &n) < 0 || strcmp(n.cert_serial, serial) != 0 ||
+	    db_cert_revoked(a->db, serial) != 0) {
+		log_warn("cert_refused", "cn=%s serial=%s peer=%s", log_q(cn), serial,
+			 conn_peer_name(c));
+		conn_send_new(c, proto_error(0, "revoked",
+					     "this node's certificate is not valid in the cluster (removed "
+					     "or revoked); join again with a new token"));
+		conn_close(c, 0);
+		return;
+	}
+	util_strlcpy(s->node_id, n.id, sizeof s->node_id);
+	s->authed = true;
+	s->last_ms = util_now_ms();
+}
+
+static void on_session_close(conn *c, int err)
+{
+	struct session *s = conn_data(c);
+	struct agent *a = s->a;
+	if (s->authed)
+		log_info("node_disconnected", "node_id=%s err=%d", s->node_id, err);
+	session_unlink(a, s);
+	free(s);
+}
+
+static const struct conn_cbs session_cbs = {
+	.on_ready = on_session_ready,
+	.on_frame = on_session_frame,
+	.on_close = on_session_close,
+};
+
+/* Workers answer agent-port connections with a pointer to the head. */
+static void on_worker_port_ready(conn *c, int status)
+{
+	struct agent *a = conn_data(c);
+	if (status < 0)
+		return;
+	conn_send_new(c, proto_error(0, "not_head", a->id.head_addr));
+	conn_close(c, 0);
+}
+static void on_worker_port_frame(conn *c, json_t *msg)
+{
+	(void)c;
+	json_decref(msg);
+}
+static void on_worker_port_close(conn *c, int err)
+{
+	(void)c;
+	(void)err;
+}
+static const struct conn_cbs worker_port_cbs = {
+	.on_ready = on_worker_port_ready,
+	.on_frame = on_worker_port_frame,
+	.on_close = on_worker_port_close,
+};
+
+void head_on_accept(struct agent *a, uv_stream_t *server)
+{
+	if (a->id.role != ROLE_HEAD) {
+		conn_accept(server, a->srv_ctx, &worker_port_cbs, a);
+		return;
+	}
+	struct session *s = calloc(1, sizeof *s);
+	if (!s)
+		return;
+	s->a = a;
+	s->c = conn_accept(server, a->srv_ctx, &session_cbs, s);
+	if (!s->c) {
+		free(s);
+		return;
+	}
+	s->next = a->sessions;
+	a->sessions = s;
+}
+
+/* ---- start, init, stop ---------------------------------------------------- */
+
+static int load_ca(struct agent *a, char *err, size_t errlen)
+{
+	char p[512];
+	identity_paths(a, "ca.crt", p, sizeof p);
+	if (pki_read_cert(p, &a->ca) < 0) {
+		snprintf(err, errlen, "cannot read the cluster CA %s", p);
+		return -EIO;
+	}
+	identity_paths(a, "ca.key", p, sizeof p);
+	if (pki_read_key(p, &a->ca_key) < 0) {
+		snprintf(err, errlen, "cannot read the cluster CA key %s", p);
+		return -EIO;
+	}
+	return 0;
+}
+
+static int open_db(struct agent *a, char *err, size_t errlen)
+{
+	char p[512];
+	identity_paths(a, "cluster.db", p, sizeof p);
+	int r = db_open(p, &a->db);
+	if (r < 0)
+		snprintf(err, errlen, "cannot open %s: %s", p, strerror(-r));
+	return r;
+}
+
+static void start_timers(struct agent *a)
+{
+	if (!a->live_timer_on) {
+		uv_timer_init(a->loop, &a->live_timer);
+		a->live_timer.data = a;
+		a->live_timer_on = true;
+	}
+	uv_timer_start(&a->live_timer, on_live_timer, 1000, 500);
+}
+
+int head_start(struct agent *a, char *err, size_t errlen)
+{
+	int r;
+	if ((r = load_ca(a, err, errlen)) < 0 || (r = open_db(a, err, errlen)) < 0 ||
+	    (r = agent_tls_setup(a, err, errlen)) < 0 || (r = agent_listen(a, err, errlen)) < 0)
+		return r;
+	/* Our own address may have changed with --listen. */
+	db_node self;
+	if (db_node_get(a->db, a->id.node_id, &self) == 0)
+		db_node_seen(a->db, self.id, util_now(), self.address, SPARK_VERSION);
+	start_timers(a);
+	return 0;
+}
+
+void head_stop(struct agent *a)
+{
+	while (a->sessions) {
+		struct session *s = a->sessions;
+		a->sessions = s->next;
+		s->next = NULL;
+		conn_close(s->c, 0);
+		/* on_session_close frees s; it is no longer on the list */
+	}
+	if (a->live_timer_on)
+		uv_timer_stop(&a->live_timer); /* closed by main's final walk */
+}
+
+void head_handle_init(struct agent *a, conn *c, const json_t *req)
+{
+	const char *name = proto_str(req, "name");
+	if (!name || !*name)
+		name = "spark";
+	if (!util_valid_name(name)) {
+		control_error(c, req, "bad_name",
+			      "'%s' is not a valid cluster name (1-63 of a-z, 0-9, '-')", name);
+		return;
+	}
+	int64_t ttl = proto_int(req, "ttl_s", 86400);
+	char err[512] = "";
+	/* Bind first: if the port is taken, nothing is written. */
+	if (agent_listen(a, err, sizeof err) < 0) {
+		control_error(c, req, "listen_failed", "%s", err);
+		return;
+	}
+	identity_wipe(a);
+	EVP_PKEY *node_key = NULL;
+	X509 *node_cert = NULL;
+	struct identity id = {.role = ROLE_HEAD};
+	db_cluster cl = {0};
+	db_node head = {0};
+	int r = pki_make_key(&a->ca_key);
+	if (r == 0)
+		r = pki_make_ca(name, a->ca_key, &a->ca);
+	pki_random_hex(cl.id, 16);
+	pki_random_hex(id.node_id, 16);
+	pki_random_hex(cl.secret, 32);
+	if (r == 0)
+		r = pki_make_key(&node_key);
+	if (r == 0)
+		r = pki_issue(a->ca, a->ca_key, node_key, id.node_id, AGENT_CERT_DAYS, &node_cert,
+			      head.cert_serial);
+	char p[512];
+	if (r == 0) {
+		identity_paths(a, "ca.key", p, sizeof p);
+		r = pki_write_key(p, a->ca_key);
+	}
+	if (r == 0) {
+		identity_paths(a, "ca.crt", p, sizeof p);
+		r = pki_write_cert(p, a->ca);
+	}
+	if (r == 0) {
+		identity_paths(a, "node.key", p, sizeof p);
+		r = pki_write_key(p, node_key);
+	}
+	if (r == 0) {
+		char *leaf = pki_cert_to_pem(node_cert), *ca = pki_cert_to_pem(a->ca);
+		size_t ll = leaf ? strlen(leaf) : 0, cl2 = ca ? strlen(ca) : 0;
+		char *chain = malloc(ll + cl2 + 1);
+		if (leaf && ca && chain) {
+			memcpy(chain, leaf, ll);
+			memcpy(chain + ll, ca, cl2 + 1);
+			identity_paths(a, "node.crt", p, sizeof p);
+			r = pki_write_pem_text(p, chain, 0644);
+		} else {
+			r = -ENOMEM;
+		}
+		free(leaf);
+		free(ca);
+		free(chain);
+	}
+	EVP_PKEY_free(node_key);
+	X509_free(node_cert);
+	if (r == 0) {
+		util_strlcpy(cl.name, name, sizeof cl.name);
+		r = pki_spki_sha256(a->ca, cl.ca_hash);
+		util_strlcpy(cl.head_id, id.node_id, sizeof cl.head_id);
+		cl.created_at = util_now();
+	}
+	if (r == 0)
+		r = open_db(a, err, sizeof err);
+	if (r == 0) {
+		util_strlcpy(head.id, id.node_id, sizeof head.id);
+		util_strlcpy(head.name, a->opts.name, sizeof head.name);
+		util_strlcpy(head.role, "head", sizeof head.role);
+		util_strlcpy(head.state, "ready", sizeof head.state);
+		advertise_addr(a, proto_str(req, "advertise"), head.address, sizeof head.address);
+		util_strlcpy(head.version, SPARK_VERSION, sizeof head.version);
+		head.joined_at = head.last_seen = util_now();
+		r = db_cluster_create(a->db, &cl, &head);
+	}
+	if (r == 0) {
+		util_strlcpy(id.cluster_id, cl.id, sizeof id.cluster_id);
+		util_strlcpy(id.cluster_name, cl.name, sizeof id.cluster_name);
+		util_strlcpy(id.node_name, head.name, sizeof id.node_name);
+		util_strlcpy(id.head_id, head.id, sizeof id.head_id);
+		util_strlcpy(id.head_addr, head.address, sizeof id.head_addr);
+		util_strlcpy(id.cluster_secret, cl.secret, sizeof id.cluster_secret);
+		util_strlcpy(id.advertise, head.address, sizeof id.advertise);
+		a->id = id;
+		r = identity_save(a);
+	}
+	if (r == 0)
+		r = agent_tls_setup(a, err, sizeof err);
+	char tok[160], tid[17];
+	if (r == 0)
+		r = head_token_create(a, ttl, 0, "made by init", tok, sizeof tok, tid);
+	if (r < 0) {
+		log_error("init_failed", "err=%d detail=%s", r, log_q(err));
+		if (a->db) {
+			db_close(a->db);
+			a->db = NULL;
+		}
+		identity_wipe(a);
+		agent_close_listener(a);
+		control_error(c, req, "init_failed", "could not initialise the cluster: %s",
+			      err[0] ? err : strerror(-r));
+		return;
+	}
+	start_timers(a);
+	db_event_add(a->db, util_now(), head.id, "init", cl.name);
+	log_info("cluster_init", "cluster=%s id=%s head=%s addr=%s", cl.name, cl.id, head.name,
+		 head.address);
+	char cmd[400];
+	snprintf(cmd, sizeof cmd, "sparkctl join %s --token %s", head.address, tok);
+	control_reply(c, req,
+		      json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:I}", "cluster_id", cl.id,
+				"cluster_name", cl.name, "head", head.name, "head_address",
+				head.address, "token", tok, "token_id", tid, "join_command", cmd,
+				"token_expires_at", (json_int_t)(ttl > 0 ? util_now() + ttl : 0)));
+}

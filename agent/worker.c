@@ -1,0 +1,689 @@
+/* worker: joining a cluster and staying in it. The join pins the head's CA by
+ * the hash in the token before anything secret is sent, proves the token
+ * secret, and sends a CSR (the node key never leaves this machine). Afterwards
+ * the worker keeps one mutual-TLS session to the head: hello, a heartbeat every
+ * second, reconnect with capped exponential backoff and jitter, forever, and it
+ * forwards cluster requests from the local CLI over that session. */
+#include "agent.h"
+
+#include "log.h"
+#include "pki.h"
+#include "proto.h"
+#include "spark_config.h"
+#include "token.h"
+#include "util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+enum fwd_kind { FWD_REQUEST, FWD_LEAVE, FWD_HELLO };
+
+struct forward {
+	struct forward *next;
+	json_int_t id;        /* id on the head session */
+	json_int_t orig_id;   /* id the CLI used */
+	conn *cli;            /* NULL once the CLI went away */
+	enum fwd_kind kind;
+	json_t *pending;      /* frame not sent yet: waiting for the head session */
+	uint64_t queued_ms;
+};
+
+static void schedule_reconnect(struct agent *a);
+static void connect_head(struct agent *a);
+
+/* ---- join ---------------------------------------------------------------- */
+
+struct join_op {
+	struct agent *a;
+	conn *cli;
+	json_t *req;              /* the CLI request (for the reply id) */
+	struct join_token tok;
+	char host[128];
+	int port;
+	char name[64];
+	EVP_PKEY *key;
+	char *csr;
+	conn *c;
+	uv_timer_t retry;
+	uint64_t deadline_ms, started_ms;
+	char last_err[256];
+	bool done;
+};
+
+static void free_join(uv_handle_t *h) { free(h->data); }
+
+static void join_finish(struct join_op *j)
+{
+	struct agent *a = j->a;
+	if (a->join == j)
+		a->join = NULL;
+	json_decref(j->req);
+	EVP_PKEY_free(j->key);
+	free(j->csr);
+	uv_close((uv_handle_t *)&j->retry, free_join);
+}
+
+static void join_fail(struct join_op *j, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void join_fail(struct join_op *j, const char *code, const char *fmt, ...)
+{
+	if (j->done)
+		return;
+	j->done = true;
+	char msg[768];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	log_warn("join_failed", "head=%s:%d code=%s reason=%s", j->host, j->port, code, log_q(msg));
+	if (j->cli)
+		control_error(j->cli, j->req, code, "%s", msg);
+	if (j->c)
+		conn_close(j->c, 0);
+	if (j->a->id.role == ROLE_NONE)
+		agent_close_listener(j->a);
+	if (!j->c)
+		join_finish(j);
+}
+
+static void local_address(struct agent *a, conn *c, char *out, size_t len)
+{
+	const char *lh = a->opts.listen_host;
+	if (strcmp(lh, "0.0.0.0") != 0 && strcmp(lh, "::") != 0) {
+		snprintf(out, len, strchr(lh, ':') ? "[%s]:%d" : "%s:%d", lh, a->opts.listen_port);
+		return;
+	}
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof ss;
+	char ip[64] = "127.0.0.1";
+	if (getsockname(conn_fd(c), (struct sockaddr *)&ss, &sl) == 0) {
+		if (ss.ss_family == AF_INET)
+			uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof ip);
+		else
+			uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof ip);
+	}
+	snprintf(out, len, strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip, a->opts.listen_port);
+}
+
+static void on_join_ready(conn *c, int status)
+{
+	struct join_op *j = conn_data(c);
+	if (status < 0) {
+		snprintf(j->last_err, sizeof j->last_err, "%s", uv_strerror(status));
+		return; /* on_close retries */
+	}
+	/* Pin: some certificate in the head's chain must be the CA named by the
+	 * token, and the head's leaf must be signed by it. */
+	STACK_OF(X509) *chain = conn_peer_chain(c);
+	X509 *leaf = conn_peer_cert(c);
+	X509 *ca = NULL;
+	for (int i = 0; chain && i < sk_X509_num(chain); i++) {
+		char h[PKI_HASH_HEX];
+		X509 *x = sk_X509_value(chain, i);
+		if (pki_spki_sha256(x, h) == 0 && pki_ct_equal(h, j->tok.ca_hash))
+			ca = x;
+		if (!leaf && i == 0)
+			leaf = x;
+	}
+	if (!ca || !leaf || pki_verify(leaf, ca) < 0) {
+		join_fail(j, "ca_mismatch",
+			  "the head at %s:%d did not present the CA named in the token: possible "
+			  "man-in-the-middle, or a token from another cluster; nothing was sent",
+			  j->host, j->port);
+		return;
+	}
+	char addr[160];
+	local_address(j->a, c, addr, sizeof addr);
+	util_strlcpy(j->a->id.advertise, addr, sizeof j->a->id.advertise);
+	json_t *m = proto_msg("join", 1);
+	json_object_set_new(m, "token_id", json_string(j->tok.id));
+	json_object_set_new(m, "secret", json_string(j->tok.secret));
+	json_object_set_new(m, "name", json_string(j->name));
+	json_object_set_new(m, "csr", json_string(j->csr));
+	json_object_set_new(m, "address", json_string(addr));
+	json_object_set_new(m, "version", json_string(SPARK_VERSION));
+	conn_send_new(c, m);
+}
+
+static int save_join(struct agent *a, struct join_op *j, const json_t *d, char *err, size_t len)
+{
+	const char *cert = proto_str(d, "cert"), *ca = proto_str(d, "ca");
+	const char *fields[] = {"node_id", "node_name", "cluster_id", "cluster_name",
+				"cluster_secret", "head_id", "head_addr"};
+	for (size_t i = 0; i < ARRAY_SIZE(fields); i++)
+		if (!proto_str(d, fields[i])) {
+			snprintf(err, len, "the head's answer lacks %s", fields[i]);
+			return -EPROTO;
+		}
+	if (!cert || !ca) {
+		snprintf(err, len, "the head's answer lacks the certificate");
+		return -EPROTO;
+	}
+	char p[512];
+	size_t cl = strlen(cert), al = strlen(ca);
+	char *chain = malloc(cl + al + 1);
+	if (!chain)
+		return -ENOMEM;
+	memcpy(chain, cert, cl);
+	memcpy(chain + cl, ca, al + 1);
+	identity_paths(a, "node.key", p, sizeof p);
+	int r = pki_write_key(p, j->key);
+	if (r == 0) {
+		identity_paths(a, "node.crt", p, sizeof p);
+		r = pki_write_pem_text(p, chain, 0644);
+	}
+	free(chain);
+	if (r == 0) {
+		identity_paths(a, "ca.crt", p, sizeof p);
+		r = pki_write_pem_text(p, ca, 0644);
+	}
+	if (r < 0) {
+		snprintf(err, len, "cannot write keys to %s: %s", a->opts.state_dir, strerror(-r));
+		return r;
+	}
+	struct identity id = {.role = ROLE_WORKER};
+	util_strlcpy(id.node_id, proto_str(d, "node_id"), sizeof id.node_id);
+	util_strlcpy(id.node_name, proto_str(d, "node_name"), sizeof id.node_name);
+	util_strlcpy(id.cluster_id, proto_str(d, "cluster_id"), sizeof id.cluster_id);
+	util_strlcpy(id.cluster_name, proto_str(d, "cluster_name"), sizeof id.cluster_name);
+	util_strlcpy(id.cluster_secret, proto_str(d, "cluster_secret"), sizeof id.cluster_secret);
+	util_strlcpy(id.head_id, proto_str(d, "head_id"), sizeof id.head_id);
+	/* Keep the address we reached the head at: it is known to work from here. */
+	snprintf(id.head_addr, sizeof id.head_addr, strchr(j->host, ':') ? "[%s]:%d" : "%s:%d",
+		 j->host, j->port);
+	util_strlcpy(id.advertise, a->id.advertise, sizeof id.advertise);
+	a->id = id;
+	if ((r = identity_save(a)) < 0) {
+		snprintf(err, len, "cannot write %s/identity.json: %s", a->opts.state_dir, strerror(-r));
+		return r;
+	}
+	return agent_tls_setup(a, err, len);
+}
+
+static void on_join_frame(conn *c, json_t *msg)
+{
+	struct join_op *j = conn_data(c);
+	struct agent *a = j->a;
+	const char *t = proto_type(msg);
+	if (j->done) {
+		json_decref(msg);
+		return;
+	}
+	if (strcmp(t, "error") == 0) {
+		const char *code = proto_str(msg, "code");
+		const char *m = proto_str(msg, "message");
+		join_fail(j, code ? code : "refused", "the head refused the join: %s",
+			  m ? m : "no reason given");
+	} else if (strcmp(t, "result") == 0) {
+		char err[512] = "";
+		json_t *d = json_object_get(msg, "data");
+		if (save_join(a, j, d, err, sizeof err) < 0) {
+			identity_wipe(a);
+			join_fail(j, "join_failed", "joined, but %s; remove the node on the head "
+						    "('sparkctl node rm') and join again", err);
+		} else {
+			j->done = true;
+			log_info("joined", "cluster=%s node=%s head=%s", a->id.cluster_name,
+				 a->id.node_name, a->id.head_addr);
+			if (j->cli)
+				control_reply(j->cli, j->req,
+					      json_pack("{s:s, s:s, s:s, s:s}", "cluster_name",
+							a->id.cluster_name, "cluster_id", a->id.cluster_id,
+							"node_name", a->id.node_name, "head_address",
+							a->id.head_addr));
+			conn_close(c, 0);
+			worker_start(a);
+		}
+	}
+	json_decref(msg);
+}
+
+static void join_attempt(struct join_op *j);
+
+static void on_join_retry(uv_timer_t *t) { join_attempt(t->data); }
+
+static void on_join_close(conn *c, int err)
+{
+	struct join_op *j = conn_data(c);
+	j->c = NULL;
+	if (j->done) {
+		join_finish(j);
+		return;
+	}
+	if (!j->last_err[0] || err)
+		snprintf(j->last_err, sizeof j->last_err, "%s",
+			 err ? (err > -4096 ? uv_strerror(err) : strerror(-err)) : "connection closed");
+	if (util_now_ms() + 500 >= j->deadline_ms) {
+		unsigned secs = (unsigned)((util_now_ms() - j->started_ms + 500) / 1000);
+		join_fail(j, "head_unreachable",
+			  "could not reach the head at %s:%d for %u s (%s); check the address, that "
+			  "sparkd runs there, and that port %d is open",
+			  j->host, j->port, secs, j->last_err, j->port);
+		return;
+	}
+	uv_timer_start(&j->retry, on_join_retry, 500, 0);
+}
+
+static const struct conn_cbs join_cbs = {
+	.on_ready = on_join_ready,
+	.on_frame = on_join_frame,
+	.on_close = on_join_close,
+};
+
+static SSL_CTX *join_ctx(void)
+{
+	static SSL_CTX *ctx;
+	char err[256];
+	if (!ctx)
+		ctx = tls_client_ctx(NULL, NULL, NULL, err, sizeof err);
+	return ctx;
+}
+
+static void join_attempt(struct join_op *j)
+{
+	j->last_err[0] = '\0';
+	uint64_t left = j->deadline_ms > util_now_ms() ? j->deadline_ms - util_now_ms() : 1;
+	int r = conn_connect_tcp(j->a->loop, j->host, j->port, join_ctx(),
+				 (unsigned)(left < 5000 ? left : 5000), &join_cbs, j, &j->c);
+	if (r < 0) {
+		j->c = NULL;
+		join_fail(j, "head_unreachable", "cannot connect to the head at %s:%d: %s", j->host,
+			  j->port, r > -4096 ? uv_strerror(r) : strerror(-r));
+	}
+}
+
+void worker_handle_join(struct agent *a, conn *c, const json_t *req)
+{
+	if (a->join) {
+		control_error(c, req, "busy", "a join is already in progress");
+		return;
+	}
+	const char *head = proto_str(req, "head");
+	const char *token = proto_str(req, "token");
+	const char *name = proto_str(req, "name");
+	char err[512];
+	struct join_op *j = calloc(1, sizeof *j);
+	if (!j)
+		return;
+	j->a = a;
+	if (!head || util_split_hostport(head, SPARK_DEFAULT_PORT, j->host, sizeof j->host,
+					 &j->port) < 0) {
+		free(j);
+		control_error(c, req, "bad_request", "bad head address '%s'; use HOST[:PORT]",
+			      head ? head : "");
+		return;
+	}
+	if (token_parse(token, &j->tok, err, sizeof err) < 0) {
+		free(j);
+		control_error(c, req, "bad_token", "%s", err);
+		return;
+	}
+	util_strlcpy(j->name, name && *name ? name : a->opts.name, sizeof j->name);
+	if (!util_valid_name(j->name)) {
+		free(j);
+		control_error(c, req, "bad_name",
+			      "'%s' is not a valid node name (1-63 of a-z, 0-9, '-'); pass --name", name);
+		return;
+	}
+	if (a->id.removed)
+		identity_wipe(a);
+	if (agent_listen(a, err, sizeof err) < 0) {
+		free(j);
+		control_error(c, req, "listen_failed", "%s", err);
+		return;
+	}
+	if (pki_make_key(&j->key) < 0 || pki_make_csr(j->key, j->name, &j->csr) < 0) {
+		EVP_PKEY_free(j->key);
+		free(j);
+		control_error(c, req, "internal", "cannot make a key and certificate request");
+		return;
+	}
+	j->cli = c;
+	j->req = json_incref((json_t *)req);
+	int64_t timeout_s = proto_int(req, "timeout_s", 10);
+	j->started_ms = util_now_ms();
+	j->deadline_ms = j->started_ms + (uint64_t)(timeout_s > 0 ? timeout_s : 10) * 1000;
+	uv_timer_init(a->loop, &j->retry);
+	j->retry.data = j;
+	a->join = j;
+	log_info("join_start", "head=%s:%d name=%s token_id=%s", j->host, j->port, j->name, j->tok.id);
+	join_attempt(j);
+}
+
+/* ---- session to the head -------------------------------------------------- */
+
+static struct forward *fwd_add(struct agent *a, conn *cli, json_int_t orig, enum fwd_kind k)
+{
+	struct forward *f = calloc(1, sizeof *f);
+	if (!f)
+		return NULL;
+	f->id = ++a->next_fwd_id;
+	f->orig_id = orig;
+	f->cli = cli;
+	f->kind = k;
+	f->next = a->forwards;
+	a->forwards = f;
+	return f;
+}
+
+static struct forward *fwd_take(struct agent *a, json_int_t id)
+{
+	for (struct forward **p = &a->forwards; *p; p = &(*p)->next)
+		if ((*p)->id == id) {
+			struct forward *f = *p;
+			*p = f->next;
+			return f;
+		}
+	return NULL;
+}
+
+/* Fail forwards with an error to their CLI: all of them, or only those already
+ * sent (queued ones wait for the next session). */
+static void fail_forwards_if(struct agent *a, const char *why, bool sent_only)
+{
+	for (struct forward **p = &a->forwards; *p;) {
+		struct forward *f = *p;
+		if (sent_only && f->pending) {
+			p = &f->next;
+			continue;
+		}
+		*p = f->next;
+		if (f->cli)
+			conn_send_new(f->cli, proto_error(f->orig_id, "head_unreachable", why));
+		json_decref(f->pending);
+		free(f);
+	}
+}
+
+static void fail_forwards(struct agent *a, const char *why) { fail_forwards_if(a, why, false); }
+
+static void flush_queued(struct agent *a)
+{
+	for (struct forward *f = a->forwards; f; f = f->next)
+		if (f->pending) {
+			conn_send_new(a->head, f->pending);
+			f->pending = NULL;
+		}
+}
+
+static void on_queue_timer(uv_timer_t *t)
+{
+	struct agent *a = t->data;
+	uint64_t now = util_now_ms();
+	bool left = false;
+	for (struct forward **p = &a->forwards; *p;) {
+		struct forward *f = *p;
+		if (f->pending && now - f->queued_ms >= AGENT_QUEUE_WAIT_MS) {
+			*p = f->next;
+			if (f->cli) {
+				char why[512];
+				snprintf(why, sizeof why,
+					 "the head at %s is unreachable (%s); check that its sparkd runs, "
+					 "or run this command on the head",
+					 a->id.head_addr, a->head_error[0] ? a->head_error : "connecting");
+				conn_send_new(f->cli, proto_error(f->orig_id, "head_unreachable", why));
+			}
+			json_decref(f->pending);
+			free(f);
+			continue;
+		}
+		left |= f->pending != NULL;
+		p = &f->next;
+	}
+	if (!left)
+		uv_timer_stop(t);
+}
+
+/* Send now if the head session is up, else queue for AGENT_QUEUE_WAIT_MS. */
+static void fwd_send(struct agent *a, struct forward *f, json_t *m)
+{
+	if (a->head && a->head_up) {
+		conn_send_new(a->head, m);
+		return;
+	}
+	f->pending = m;
+	f->queued_ms = util_now_ms();
+	if (!a->queue_on) {
+		uv_timer_init(a->loop, &a->queue_timer);
+		a->queue_timer.data = a;
+		a->queue_on = true;
+	}
+	if (!uv_is_active((uv_handle_t *)&a->queue_timer))
+		uv_timer_start(&a->queue_timer, on_queue_timer, 250, 250);
+}
+
+void worker_cli_gone(struct agent *a, conn *c)
+{
+	for (struct forward *f = a->forwards; f; f = f->next)
+		if (f->cli == c)
+			f->cli = NULL;
+	if (a->join && a->join->cli == c)
+		a->join->cli = NULL;
+}
+
+static void on_heartbeat(uv_timer_t *t)
+{
+	struct agent *a = t->data;
+	if (a->head && a->head_up)
+		conn_send_new(a->head, proto_msg("heartbeat", 0));
+}
+
+static void become_unjoined(struct agent *a)
+{
+	worker_stop(a);
+	agent_close_listener(a);
+	identity_wipe(a);
+}
+
+static void on_head_frame(conn *c, json_t *msg)
+{
+	struct agent *a = conn_data(c);
+	const char *t = proto_type(msg);
+	json_int_t id = proto_id(msg);
+	a->head_last_ok_ms = util_now_ms();
+	struct forward *f = id ? fwd_take(a, id) : NULL;
+	if (!f) {
+		if (strcmp(t, "error") == 0) {
+			const char *code = proto_str(msg, "code");
+			if (code && strcmp(code, "revoked") == 0) {
+				log_warn("revoked", "cluster=%s reason=%s", a->id.cluster_name,
+					 log_q(proto_str(msg, "message")));
+				a->id.removed = true;
+				identity_save(a);
+				worker_stop(a);
+				agent_close_listener(a);
+			}
+		}
+		json_decref(msg);
+		return;
+	}
+	if (f->kind == FWD_HELLO) {
+		if (strcmp(t, "result") == 0) {
+			a->head_up = true;
+			a->backoff_ms = 0;
+			a->head_error[0] = '\0';
+			log_info("head_connected", "head=%s", a->id.head_addr);
+			uv_timer_start(&a->hb_timer, on_heartbeat, AGENT_HEARTBEAT_MS, AGENT_HEARTBEAT_MS);
+			flush_queued(a);
+		}
+	} else if (f->kind == FWD_LEAVE) {
+		conn *cli = f->cli;
+		json_int_t orig = f->orig_id;
+		if (strcmp(t, "result") == 0) {
+			char cluster[64];
+			util_strlcpy(cluster, a->id.cluster_name, sizeof cluster);
+			log_info("left", "cluster=%s", cluster);
+			become_unjoined(a);
+			if (cli)
+				conn_send_new(cli, proto_result(orig, json_pack("{s:s}", "left", cluster)));
+		} else if (cli) {
+			json_object_set_new(msg, "id", json_integer(orig));
+			conn_send(cli, msg);
+		}
+	} else if (f->cli) {
+		json_object_set_new(msg, "id", json_integer(f->orig_id));
+		conn_send(f->cli, msg);
+	}
+	free(f);
+	json_decref(msg);
+}
+
+static void on_head_ready(conn *c, int status)
+{
+	struct agent *a = conn_data(c);
+	if (status < 0) {
+		snprintf(a->head_error, sizeof a->head_error, "%s",
+			 status > -4096 ? uv_strerror(status) : strerror(-status));
+		return;
+	}
+	struct forward *f = fwd_add(a, NULL, 0, FWD_HELLO);
+	json_t *m = proto_msg("hello", f ? f->id : 0);
+	json_object_set_new(m, "address", json_string(a->id.advertise));
+	json_object_set_new(m, "version", json_string(SPARK_VERSION));
+	conn_send_new(c, m);
+}
+
+static void on_head_close(conn *c, int err)
+{
+	struct agent *a = conn_data(c);
+	if (a->head != c)
+		return;
+	a->head = NULL;
+	bool was_up = a->head_up;
+	a->head_up = false;
+	if (a->hb_on)
+		uv_timer_stop(&a->hb_timer);
+	if (err && !a->head_error[0])
+		snprintf(a->head_error, sizeof a->head_error, "%s",
+			 err > -4096 ? uv_strerror(err) : strerror(-err));
+	else if (!a->head_error[0])
+		snprintf(a->head_error, sizeof a->head_error, "connection closed");
+	char why[512];
+	snprintf(why, sizeof why, "lost the connection to the head at %s (%s); try again", a->id.head_addr,
+		 a->head_error);
+	fail_forwards_if(a, why, true);
+	if (was_up)
+		log_warn("head_lost", "head=%s reason=%s", a->id.head_addr, log_q(a->head_error));
+	if (!a->stopping && a->id.role == ROLE_WORKER && !a->id.removed)
+		schedule_reconnect(a);
+}
+
+static const struct conn_cbs head_cbs = {
+	.on_ready = on_head_ready,
+	.on_frame = on_head_frame,
+	.on_close = on_head_close,
+};
+
+static void connect_head(struct agent *a)
+{
+	char host[128];
+	int port;
+	if (a->head || a->stopping)
+		return;
+	if (util_split_hostport(a->id.head_addr, SPARK_DEFAULT_PORT, host, sizeof host, &port) < 0) {
+		log_error("bad_head_addr", "head=%s", log_q(a->id.head_addr));
+		return;
+	}
+	a->head_error[0] = '\0';
+	int r = conn_connect_tcp(a->loop, host, port, a->cli_ctx, 5000, &head_cbs, a, &a->head);
+	if (r < 0) {
+		a->head = NULL;
+		snprintf(a->head_error, sizeof a->head_error, "%s", r > -4096 ? uv_strerror(r) : "error");
+		schedule_reconnect(a);
+	}
+}
+
+static void on_retry(uv_timer_t *t) { connect_head(t->data); }
+
+static void schedule_reconnect(struct agent *a)
+{
+	if (!a->retry_on || a->stopping || a->id.role != ROLE_WORKER || a->id.removed)
+		return;
+	unsigned b = a->backoff_ms ? a->backoff_ms * 2 : AGENT_BACKOFF_MIN_MS;
+	if (b > AGENT_BACKOFF_MAX_MS)
+		b = AGENT_BACKOFF_MAX_MS;
+	a->backoff_ms = b;
+	/* +-20% jitter so restarted heads are not hit by every worker at once */
+	unsigned char rnd;
+	char hex[3];
+	pki_random_hex(hex, 1);
+	rnd = (unsigned char)strtoul(hex, NULL, 16);
+	unsigned delay = b * 8 / 10 + (unsigned)((uint64_t)b * 4 / 10 * rnd / 255);
+	log_debug("head_retry", "in_ms=%u reason=%s", delay, log_q(a->head_error));
+	uv_timer_start(&a->retry_timer, on_retry, delay, 0);
+}
+
+int worker_start(struct agent *a)
+{
+	if (!a->hb_on) {
+		uv_timer_init(a->loop, &a->hb_timer);
+		a->hb_timer.data = a;
+		a->hb_on = true;
+	}
+	if (!a->retry_on) {
+		uv_timer_init(a->loop, &a->retry_timer);
+		a->retry_timer.data = a;
+		a->retry_on = true;
+	}
+	a->backoff_ms = 0;
+	connect_head(a);
+	return 0;
+}
+
+void worker_stop(struct agent *a)
+{
+	if (a->join) {
+		struct join_op *j = a->join;
+		a->join = NULL;
+		if (!j->done) {
+			j->done = true;
+			if (j->cli)
+				control_error(j->cli, j->req, "shutdown", "sparkd is shutting down");
+		}
+		if (j->c)
+			conn_close(j->c, 0);
+		else
+			join_finish(j);
+	}
+	/* Timers stay initialised (a node may join again); main closes them. */
+	if (a->hb_on)
+		uv_timer_stop(&a->hb_timer);
+	if (a->retry_on)
+		uv_timer_stop(&a->retry_timer);
+	if (a->queue_on)
+		uv_timer_stop(&a->queue_timer);
+	if (a->head) {
+		conn *h = a->head;
+		a->head = NULL;
+		a->head_up = false;
+		conn_close(h, 0);
+	}
+	fail_forwards(a, "sparkd stopped talking to the head");
+}
+
+void worker_forward(struct agent *a, conn *c, const json_t *req)
+{
+	struct forward *f = fwd_add(a, c, proto_id(req), FWD_REQUEST);
+	if (!f)
+		return;
+	json_t *m = proto_msg("forward", f->id);
+	json_object_set(m, "request", (json_t *)req);
+	fwd_send(a, f, m);
+}
+
+void worker_handle_leave(struct agent *a, conn *c, const json_t *req)
+{
+	if (a->id.removed) {
+		char cluster[64];
+		util_strlcpy(cluster, a->id.cluster_name, sizeof cluster);
+		become_unjoined(a);
+		control_reply(c, req, json_pack("{s:s}", "left", cluster));
+		return;
+	}
+	struct forward *f = fwd_add(a, c, proto_id(req), FWD_LEAVE);
+	if (f)
+		fwd_send(a, f, proto_msg("leave", f->id));
+}

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Cluster-formation benchmark: init + 7 joins, `sparkctl status` latency on an
+8-node cluster, and sparkd idle RSS/CPU. Everything on loopback, in one run.
+
+The peer for status latency is `sparkctl version` against the same local sparkd
+in the same invocation: it costs a process start and one local round trip, so the
+ratio shows what forwarding to the head and reading cluster.db add.
+
+Usage: bench/cluster/run.py [--build DIR] [--idle SECONDS] [--runs N]
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build-bench")
+    ap.add_argument("--idle", type=int, default=60)
+    ap.add_argument("--runs", type=int, default=50)
+    args = ap.parse_args()
+    sparkd = os.path.join(args.build, "agent", "sparkd")
+    sparkctl = os.path.join(args.build, "cli", "sparkctl")
+    root = tempfile.mkdtemp(prefix="sparkctl-bench-")
+    procs = []
+    try:
+        nodes = []
+        for i in range(8):
+            d = dict(name=f"b{i+1}", dir=f"{root}/b{i+1}", sock=f"{root}/b{i+1}.sock",
+                     port=free_port())
+            log = open(f"{root}/b{i+1}.log", "w")
+            p = subprocess.Popen([sparkd, "--state-dir", d["dir"], "--socket", d["sock"],
+                                  "--listen", f"127.0.0.1:{d['port']}", "--name", d["name"],
+                                  "--config", "/dev/null", "--log-level", "warn"],
+                                 stderr=log)
+            procs.append(p)
+            d["pid"] = p.pid
+            nodes.append(d)
+        for d in nodes:
+            for _ in range(500):
+                if os.path.exists(d["sock"]):
+                    break
+                time.sleep(0.01)
+
+        def ctl(i, *a):
+            return subprocess.run([sparkctl, "--socket", nodes[i]["sock"], *a],
+                                  capture_output=True, text=True, check=True).stdout
+
+        t0 = time.perf_counter()
+        tok = json.loads(ctl(0, "init", "-o", "json"))["token"]
+        t_init = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        for i in range(1, 8):
+            ctl(i, "join", f"127.0.0.1:{nodes[0]['port']}", "--token", tok)
+        t_joins = time.perf_counter() - t1
+        st = json.loads(ctl(5, "status", "-o", "json"))
+        assert st["ready_count"] == 8, st
+
+        def timed(i, *a):
+            xs = []
+            for _ in range(args.runs):
+                t = time.perf_counter()
+                ctl(i, *a)
+                xs.append((time.perf_counter() - t) * 1000)
+            return statistics.median(xs)
+
+        st_head = timed(0, "status")
+        st_worker = timed(5, "status")
+        ver = timed(5, "version")
+
+        def cpu_ticks(pid):
+            f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            return int(f[11]) + int(f[12])
+
+        def rss_kib(pid):
+            for line in open(f"/proc/{pid}/status"):
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+            return 0
+
+        hz = os.sysconf("SC_CLK_TCK")
+        c0 = [cpu_ticks(d["pid"]) for d in nodes]
+        time.sleep(args.idle)
+        c1 = [cpu_ticks(d["pid"]) for d in nodes]
+        cpu_head = (c1[0] - c0[0]) / hz / args.idle * 100
+        cpu_worker = max((c1[i] - c0[i]) / hz / args.idle * 100 for i in range(1, 8))
+        rss_head = rss_kib(nodes[0]["pid"]) / 1024
+        rss_worker = max(rss_kib(d["pid"]) for d in nodes[1:]) / 1024
+
+        rows = [
+            ("init (CA, certs, db, token)", f"{t_init*1000:.0f} ms", "-", "-"),
+            ("7 joins, sequential", f"{t_joins*1000:.0f} ms", "< 2000 ms",
+             "met" if t_joins < 2 else "MISSED"),
+            (f"status on head, median of {args.runs}", f"{st_head:.1f} ms", "< 20 ms",
+             "met" if st_head < 20 else "MISSED"),
+            (f"status on a worker (forwarded), median", f"{st_worker:.1f} ms", "< 20 ms",
+             "met" if st_worker < 20 else "MISSED"),
+            (f"peer: version on a worker (local), median", f"{ver:.1f} ms", "-", "-"),
+            ("ratio status(worker) / version(worker)", f"{st_worker/ver:.2f}x", "-", "-"),
+            (f"head idle RSS after {args.idle} s", f"{rss_head:.1f} MiB", "< 10 MiB",
+             "met" if rss_head < 10 else "MISSED"),
+            ("worker idle RSS (max of 7)", f"{rss_worker:.1f} MiB", "< 10 MiB",
+             "met" if rss_worker < 10 else "MISSED"),
+            (f"head idle CPU over {args.idle} s", f"{cpu_head:.2f} %", "< 0.5 %",
+             "met" if cpu_head < 0.5 else "MISSED"),
+            ("worker idle CPU (max of 7)", f"{cpu_worker:.2f} %", "< 0.5 %",
+             "met" if cpu_worker < 0.5 else "MISSED"),
+        ]
+        w = max(len(r[0]) for r in rows)
+        print(f"{'measure':{w}}  {'value':>10}  {'target':>10}  verdict")
+        for r in rows:
+            print(f"{r[0]:{w}}  {r[1]:>10}  {r[2]:>10}  {r[3]}")
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,451 @@
+/* Cluster formation and membership: init, join, leave, status, version,
+ * node ls/show/drain/undrain/rm, token create/ls/revoke. */
+#include "cli.h"
+#include "output.h"
+
+#include "spark_config.h"
+#include "util.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define OPT_END {NULL, 0, NULL, 0}
+
+/* getopt_long over a command's argv; unknown flags -> usage error. */
+static int next_opt(struct cli_ctx *ctx, int argc, char **argv, const struct option *lo, int *rc)
+{
+	opterr = 0;
+	int ch = getopt_long(argc, argv, "+", lo, NULL);
+	if (ch == '?' || ch == ':') {
+		const char *bad = argv[optind - 1];
+		*rc = cli_usage(ctx, "unknown or incomplete option '%s'", bad ? bad : "?");
+		return -2;
+	}
+	return ch;
+}
+
+static void reset_getopt(void) { optind = 0; }
+
+static int no_args(struct cli_ctx *ctx, int argc, char **argv)
+{
+	if (argc > 1)
+		return cli_usage(ctx, "unexpected argument '%s'", argv[1]);
+	return 0;
+}
+
+static const char *str(json_t *o, const char *k)
+{
+	json_t *v = json_object_get(o, k);
+	return json_is_string(v) ? json_string_value(v) : "-";
+}
+
+static long long num(json_t *o, const char *k)
+{
+	return (long long)json_integer_value(json_object_get(o, k));
+}
+
+static void fmt_time(long long ts, char *buf, size_t len)
+{
+	if (ts <= 0) {
+		snprintf(buf, len, "never");
+		return;
+	}
+	time_t t = (time_t)ts;
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	strftime(buf, len, "%Y-%m-%d %H:%M:%SZ", &tm);
+}
+
+/* ---- init / join / leave ---------------------------------------------- */
+
+int cmd_init(struct cli_ctx *ctx, int argc, char **argv)
+{
+	static const struct option lo[] = {{"name", required_argument, NULL, 'n'},
+					   {"advertise", required_argument, NULL, 'a'},
+					   {"ttl", required_argument, NULL, 't'},
+					   OPT_END};
+	const char *name = NULL, *adv = NULL;
+	int64_t ttl = 86400;
+	int ch, rc = 0;
+	reset_getopt();
+	while ((ch = next_opt(ctx, argc, argv, lo, &rc)) != -1) {
+		if (ch == -2)
+			return rc;
+		if (ch == 'n')
+			name = optarg;
+		else if (ch == 'a')
+			adv = optarg;
+		else if (ch == 't' && util_parse_duration(optarg, &ttl) < 0)
+			return cli_usage(ctx, "--ttl: '%s' is not a duration like 30m, 24h or 7d", optarg);
+	}
+	if (optind < argc)
+		return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
+	if (name && !util_valid_name(name))
+		return cli_usage(ctx, "--name: '%s' is not a valid cluster name (1-63 of a-z, 0-9, '-')",
+				 name);
+	json_t *args = json_pack("{s:I}", "ttl_s", (json_int_t)ttl);
+	if (name)
+		json_object_set_new(args, "name", json_string(name));
+	if (adv)
+		json_object_set_new(args, "advertise", json_string(adv));
+	json_t *d;
+	if (cli_call(ctx, "init", args, &d, 60000))
+		return 1;
+	if (ctx->out == OUT_JSON) {
+		cli_print_json(d);
+	} else {
+		printf("Cluster %s initialised; this node (%s) is its head at %s.\n\n"
+		       "To add a node, run on it:\n\n  %s\n\n"
+		       "The token is valid for %s. Make more with 'sparkctl token create'.\n",
+		       str(d, "cluster_name"), str(d, "head"), str(d, "head_address"),
+		       str(d, "join_command"),
+		       num(d, "token_expires_at") ? "a limited time (see 'sparkctl token ls')"
+						  : "ever (no expiry)");
+	}
+	json_decref(d);
+	return 0;
+}
+
+int cmd_join(struct cli_ctx *ctx, int argc, char **argv)
+{
+	static const struct option lo[] = {{"token", required_argument, NULL, 't'},
+					   {"name", required_argument, NULL, 'n'},
+					   {"timeout", required_argument, NULL, 'w'},
+					   OPT_END};
+	const char *token = getenv("SPARKCTL_TOKEN"), *name = NULL;
+	int64_t timeout = 10;
+	int ch, rc = 0;
+	reset_getopt();
+	/* allow "join HEAD --token T" (flags after the positional) */
+	while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		if (ch == 't')
+			token = optarg;
+		else if (ch == 'n')
+			name = optarg;
+		else if (ch == 'w') {
+			if (util_parse_duration(optarg, &timeout) < 0 || timeout <= 0)
+				return cli_usage(ctx, "--timeout: '%s' is not a duration like 10s", optarg);
+		} else
+			return cli_usage(ctx, "unknown or incomplete option '%s'", argv[optind - 1]);
+	}
+	(void)rc;
+	if (optind >= argc)
+		return cli_usage(ctx, "missing HEAD address");
+	if (optind + 1 < argc)
+		return cli_usage(ctx, "unexpected argument '%s'", argv[optind + 1]);
+	if (!token || !*token)
+		return cli_usage(ctx, "missing --token (printed by 'sparkctl init' or 'sparkctl token "
+				      "create' on the head)");
+	if (name && !util_valid_name(name))
+		return cli_usage(ctx, "--name: '%s' is not a valid node name (1-63 of a-z, 0-9, '-')",
+				 name);
+	json_t *args = json_pack("{s:s, s:s, s:I}", "head", argv[optind], "token", token,
+				 "timeout_s", (json_int_t)timeout);
+	if (name)
+		json_object_set_new(args, "name", json_string(name));
+	json_t *d;
+	if (cli_call(ctx, "join", args, &d, (unsigned)(timeout + 20) * 1000))
+		return 1;
+	if (ctx->out == OUT_JSON)
+		cli_print_json(d);
+	else
+		printf("Joined cluster %s as %s (head %s).\n", str(d, "cluster_name"),
+		       str(d, "node_name"), str(d, "head_address"));
+	json_decref(d);
+	return 0;
+}
+
+int cmd_leave(struct cli_ctx *ctx, int argc, char **argv)
+{
+	int r = no_args(ctx, argc, argv);
+	if (r)
+		return r;
+	json_t *d;
+	if (cli_call(ctx, "leave", NULL, &d, 0))
+		return 1;
+	if (ctx->out == OUT_JSON)
+		cli_print_json(d);
+	else
+		printf("Left cluster %s; this node's certificate is revoked.\n", str(d, "left"));
+	json_decref(d);
+	return 0;
+}
+
+/* ---- status / nodes ------------------------------------------------------ */
+
+static void print_nodes(json_t *nodes)
+{
+	static const char *const hdr[] = {"NAME", "STATE", "ROLE", "ADDRESS", "LAST SEEN", "AGE",
+					  "VERSION"};
+	out_table *t = out_table_new(7, hdr);
+	size_t i;
+	json_t *n;
+	json_array_foreach(nodes, i, n) {
+		char name[80], seen[32], age[32];
+		snprintf(name, sizeof name, "%s%s", str(n, "name"),
+			 json_is_true(json_object_get(n, "local")) ? "*" : "");
+		if (strcmp(str(n, "role"), "head") == 0)
+			snprintf(seen, sizeof seen, "-");
+		else {
+			util_fmt_age(num(n, "last_seen_ago_s"), seen, sizeof seen);
+			strncat(seen, " ago", sizeof seen - strlen(seen) - 1);
+		}
+		util_fmt_age(num(n, "age_s"), age, sizeof age);
+		const char *row[] = {name, str(n, "state"), str(n, "role"), str(n, "address"), seen, age,
+				     str(n, "version")};
+		out_table_row(t, row);
+	}
+	out_table_print(t, stdout);
+	out_table_free(t);
+}
+
+int cmd_status(struct cli_ctx *ctx, int argc, char **argv)
+{
+	int r = no_args(ctx, argc, argv);
+	if (r)
+		return r;
+	json_t *d;
+	if (cli_call(ctx, "status", NULL, &d, 0))
+		return 1;
+	if (ctx->out == OUT_JSON) {
+		cli_print_json(d);
+	} else {
+		json_t *cl = json_object_get(d, "cluster"), *head = json_object_get(d, "head");
+		printf("Cluster:  %s (%s)\n", str(cl, "name"), str(cl, "id"));
+		printf("Head:     %s at %s\n", str(head, "name"), str(head, "address"));
+		printf("Nodes:    %lld, %lld ready\n\n", num(d, "node_count"), num(d, "ready_count"));
+		print_nodes(json_object_get(d, "nodes"));
+	}
+	json_decref(d);
+	return 0;
+}
+
+int cmd_version(struct cli_ctx *ctx, int argc, char **argv)
+{
+	int r = no_args(ctx, argc, argv);
+	if (r)
+		return r;
+	char *code = NULL, *msg = NULL;
+	json_t *d = NULL;
+	int rc = cli_call_raw(ctx, "version", NULL, &d, 5000, &code, &msg);
+	if (ctx->out == OUT_JSON) {
+		json_t *o = json_pack("{s:s}", "sparkctl_version", SPARK_VERSION);
+		if (rc == 0)
+			json_object_update(o, d);
+		else
+			json_object_set_new(o, "sparkd_error", json_string(msg));
+		cli_print_json(o);
+		json_decref(o);
+	} else {
+		printf("sparkctl %s\n", SPARK_VERSION);
+		if (rc == 0)
+			printf("sparkd   %s (role %s)\n", str(d, "sparkd_version"), str(d, "role"));
+		else
+			printf("sparkd   unavailable: %s\n", msg);
+	}
+	json_decref(d);
+	free(code);
+	free(msg);
+	return 0;
+}
+
+int cmd_node_ls(struct cli_ctx *ctx, int argc, char **argv)
+{
+	int r = no_args(ctx, argc, argv);
+	if (r)
+		return r;
+	json_t *d;
+	if (cli_call(ctx, "node_ls", NULL, &d, 0))
+		return 1;
+	if (ctx->out == OUT_JSON)
+		cli_print_json(d);
+	else
+		print_nodes(json_object_get(d, "nodes"));
+	json_decref(d);
+	return 0;
+}
+
+static int node_arg(struct cli_ctx *ctx, int argc, char **argv, const char **node)
+{
+	if (argc < 2)
+		return cli_usage(ctx, "missing NODE");
+	if (argc > 2)
+		return cli_usage(ctx, "unexpected argument '%s'", argv[2]);
+	*node = argv[1];
+	return 0;
+}
+
+int cmd_node_show(struct cli_ctx *ctx, int argc, char **argv)
+{
+	const char *node = NULL;
+	int r = node_arg(ctx, argc, argv, &node);
+	if (r)
+		return r;
+	json_t *d;
+	if (cli_call(ctx, "node_show", json_pack("{s:s}", "node", node), &d, 0))
+		return 1;
+	if (ctx->out == OUT_JSON) {
+		cli_print_json(d);
+	} else {
+		char joined[64], seen[64];
+		fmt_time(num(d, "joined_at"), joined, sizeof joined);
+		fmt_time(num(d, "last_seen"), seen, sizeof seen);
+		printf("Name:        %s\nID:          %s\nState:       %s\nRole:        %s\n"
+		       "Address:     %s\nVersion:     %s\nJoined:      %s\nLast seen:   %s\n"
+		       "Connected:   %s\nCertificate: serial %s\n",
+		       str(d, "name"), str(d, "id"), str(d, "state"), str(d, "role"), str(d, "address"),
+		       str(d, "version"), joined, seen,
+		       json_is_true(json_object_get(d, "connected")) ? "yes" : "no",
+		       str(d, "cert_serial"));
+		json_t *ev = json_object_get(d, "events");
+		if (json_array_size(ev)) {
+			printf("\nRecent events:\n");
+			size_t i;
+			json_t *e;
+			json_array_foreach(ev, i, e) {
+				char ts[64];
+				fmt_time(num(e, "ts"), ts, sizeof ts);
+				printf("  %s  %-12s %s\n", ts, str(e, "kind"), str(e, "detail"));
+			}
+		}
+	}
+	json_decref(d);
+	return 0;
+}
+
+static int node_simple(struct cli_ctx *ctx, int argc, char **argv, const char *type,
+		       const char *done_fmt)
+{
+	const char *node = NULL;
+	int r = node_arg(ctx, argc, argv, &node);
+	if (r)
+		return r;
+	json_t *d;
+	if (cli_call(ctx, type, json_pack("{s:s}", "node", node), &d, 0))
+		return 1;
+	if (ctx->out == OUT_JSON)
+		cli_print_json(d);
+	else
+		printf(done_fmt, str(d, "name"));
+	json_decref(d);
+	return 0;
+}
+
+int cmd_node_drain(struct cli_ctx *ctx, int argc, char **argv)
+{
+	return node_simple(ctx, argc, argv, "node_drain", "Node %s is draining: no new jobs go to it.\n");
+}
+
+int cmd_node_undrain(struct cli_ctx *ctx, int argc, char **argv)
+{
+	return node_simple(ctx, argc, argv, "node_undrain", "Node %s takes jobs again.\n");
+}
+
+int cmd_node_rm(struct cli_ctx *ctx, int argc, char **argv)
+{
+	return node_simple(ctx, argc, argv, "node_rm",
+			   "Node %s removed; its certificate is revoked and cannot reconnect.\n");
+}
+
+/* ---- tokens ---------------------------------------------------------------- */
+
+int cmd_token_create(struct cli_ctx *ctx, int argc, char **argv)
+{
+	static const struct option lo[] = {{"ttl", required_argument, NULL, 't'},
+					   {"uses", required_argument, NULL, 'u'},
+					   {"description", required_argument, NULL, 'd'},
+					   OPT_END};
+	int64_t ttl = 86400;
+	long uses = 0;
+	const char *descr = "";
+	int ch, rc = 0;
+	reset_getopt();
+	while ((ch = next_opt(ctx, argc, argv, lo, &rc)) != -1) {
+		if (ch == -2)
+			return rc;
+		if (ch == 't' && util_parse_duration(optarg, &ttl) < 0)
+			return cli_usage(ctx, "--ttl: '%s' is not a duration like 30m, 24h or 7d", optarg);
+		if (ch == 'u') {
+			char *end;
+			uses = strtol(optarg, &end, 10);
+			if (*end || uses < 1 || uses > 1000000)
+				return cli_usage(ctx, "--uses: expected a whole number from 1, got '%s'",
+						 optarg);
+		}
+		if (ch == 'd')
+			descr = optarg;
+	}
+	if (optind < argc)
+		return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
+	json_t *d;
+	if (cli_call(ctx, "token_create",
+		     json_pack("{s:I, s:I, s:s}", "ttl_s", (json_int_t)ttl, "uses", (json_int_t)uses,
+			       "description", descr),
+		     &d, 0))
+		return 1;
+	if (ctx->out == OUT_JSON) {
+		cli_print_json(d);
+	} else {
+		char exp[64];
+		fmt_time(num(d, "expires_at"), exp, sizeof exp);
+		printf("Token %s (expires %s, %s).\nOn the new node run:\n\n  %s\n", str(d, "id"), exp,
+		       uses ? "limited uses" : "unlimited uses", str(d, "join_command"));
+	}
+	json_decref(d);
+	return 0;
+}
+
+int cmd_token_ls(struct cli_ctx *ctx, int argc, char **argv)
+{
+	int r = no_args(ctx, argc, argv);
+	if (r)
+		return r;
+	json_t *d;
+	if (cli_call(ctx, "token_ls", NULL, &d, 0))
+		return 1;
+	if (ctx->out == OUT_JSON) {
+		cli_print_json(d);
+	} else {
+		static const char *const hdr[] = {"ID", "STATE", "USES", "USES LEFT", "EXPIRES",
+						  "DESCRIPTION"};
+		out_table *t = out_table_new(6, hdr);
+		size_t i;
+		json_t *k;
+		json_array_foreach(json_object_get(d, "tokens"), i, k) {
+			char uses[32], left[32], exp[64];
+			snprintf(uses, sizeof uses, "%lld", num(k, "uses"));
+			if (num(k, "uses_left") < 0)
+				snprintf(left, sizeof left, "unlimited");
+			else
+				snprintf(left, sizeof left, "%lld", num(k, "uses_left"));
+			fmt_time(num(k, "expires_at"), exp, sizeof exp);
+			const char *row[] = {str(k, "id"), str(k, "state"), uses, left, exp,
+					     str(k, "description")};
+			out_table_row(t, row);
+		}
+		out_table_print(t, stdout);
+		out_table_free(t);
+	}
+	json_decref(d);
+	return 0;
+}
+
+int cmd_token_revoke(struct cli_ctx *ctx, int argc, char **argv)
+{
+	if (argc < 2)
+		return cli_usage(ctx, "missing token ID (see 'sparkctl token ls')");
+	if (argc > 2)
+		return cli_usage(ctx, "unexpected argument '%s'", argv[2]);
+	json_t *d;
+	if (cli_call(ctx, "token_revoke", json_pack("{s:s}", "token_id", argv[1]), &d, 0))
+		return 1;
+	if (ctx->out == OUT_JSON)
+		cli_print_json(d);
+	else
+		printf("Token %s revoked.\n", str(d, "id"));
+	json_decref(d);
+	return 0;
+}

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Run every test sparkctl has: the Criterion units and integration scenarios in a
+# normal build and again under ASan+UBSan, the daemons under valgrind, and a short
+# run of every fuzz target. Installs what is missing (Debian, as root).
+# The last line is the plain summary "N passed, N failed".
+# Env: SPARK_TEST_QUICK=1 skips the sanitizer build and fuzzing (for development).
+#      FUZZ_SECONDS (default 15) per fuzz target.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+./scripts/deps.sh --test || exit 1
+
+JOBS=$(nproc)
+logs=()
+extra_pass=0
+extra_fail=0
+status=0
+
+run_suite() { # label builddir [meson setup args...]
+  local label=$1 dir=$2; shift 2
+  if [ ! -f "$dir/build.ninja" ]; then
+    meson setup "$dir" "$@" >"$dir.setup.log" 2>&1 || { cat "$dir.setup.log"; return 1; }
+  else
+    meson setup --reconfigure "$dir" "$@" >"$dir.setup.log" 2>&1 || { cat "$dir.setup.log"; return 1; }
+  fi
+  ninja -C "$dir" -j"$JOBS" >"$dir.build.log" 2>&1 || { tail -50 "$dir.build.log"; return 1; }
+  echo "== $label: meson test" >&2
+  meson test -C "$dir" --print-errorlogs --num-processes 1 --no-rebuild "${MESON_TEST_ARGS[@]}"
+  logs+=("$label=$dir/meson-logs/testlog.json")
+}
+
+MESON_TEST_ARGS=()
+run_suite plain build-test || status=1
+
+if [ "${SPARK_TEST_QUICK:-0}" != 1 ]; then
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:detect_odr_violation=0
+  export CRITERION_JOBS=1  # Criterion's own runner leaks under LSan with parallel jobs
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  export LSAN_OPTIONS=suppressions=$ROOT/tests/lsan.supp:print_suppressions=0
+  MESON_TEST_ARGS=(--no-suite valgrind --timeout-multiplier 3)
+  run_suite asan build-asan -Db_sanitize=address,undefined -Db_lundef=false || status=1
+  unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
+
+  if command -v clang >/dev/null; then
+    fuzz_opts=(-Dfuzz=true -Dtests=disabled -Db_lundef=false)
+    if [ -f build-fuzz/build.ninja ]; then
+      meson setup --reconfigure build-fuzz "${fuzz_opts[@]}" >build-fuzz.setup.log 2>&1
+    else
+      CC=clang meson setup build-fuzz "${fuzz_opts[@]}" >build-fuzz.setup.log 2>&1
+    fi
+    if [ $? -eq 0 ]; then
+      if ninja -C build-fuzz -j"$JOBS" >build-fuzz.build.log 2>&1; then
+        while read -r line; do
+          case "$line" in
+            ok*|PASS*) extra_pass=$((extra_pass + 1)); echo "$line" ;;
+            FAIL*) extra_fail=$((extra_fail + 1)); echo "$line" ;;
+          esac
+        done < <(tests/fuzz/run.sh build-fuzz "${FUZZ_SECONDS:-15}" 2>&1)
+      else
+        tail -30 build-fuzz.build.log; extra_fail=$((extra_fail + 1))
+      fi
+    else
+      tail -30 build-fuzz.setup.log; extra_fail=$((extra_fail + 1))
+    fi
+  fi
+fi
+
+[ ${#logs[@]} -gt 0 ] || { echo "0 passed, 1 failed"; exit 1; }
+python3 scripts/summary.py "${logs[@]}" --extra "$extra_pass" "$extra_fail" || status=1
+exit $status
