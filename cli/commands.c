@@ -24,6 +24,9 @@ int cmd_sim_down(struct cli_ctx *, int, char **);
 int cmd_sim_ls(struct cli_ctx *, int, char **);
 int cmd_sim_exec(struct cli_ctx *, int, char **);
 int cmd_sim_fault(struct cli_ctx *, int, char **);
+int cmd_discover(struct cli_ctx *, int, char **);
+/* cmd_provision.c */
+int cmd_provision(struct cli_ctx *, int, char **);
 /* @@extern-decls: areas add their handler declarations above this line */
 
 const struct cli_cmd cli_commands[] = {
@@ -96,6 +99,32 @@ const struct cli_cmd cli_commands[] = {
 	 "  delay           add MS of latency to frames leaving IFNAME (netem); 0 removes it\n"
 	 "  kill/start      stop or start the node's sparkd\n"
 	 "  --name PREFIX   sim of bare node numbers (default: spark)\n"},
+	{NULL, "discover", cmd_discover, "discover [--sysfs-root DIR] [--config FILE] [--mtu N] [-o table|json]",
+	 "this machine's fabric ports, twins, RDMA devices and health findings (no sparkd needed)",
+	 "  --sysfs-root DIR  read a copy of /sys there instead of this machine (netlink and verbs off)\n"
+	 "  --config FILE     fabric.interfaces / fabric.ports / fabric.mtu from FILE (default\n"
+	 "                    /etc/sparkctl/sparkd.yaml, if present)\n"
+	 "  --mtu N           the cluster's MTU: report fabric netdevs with another (fabric.mtu)\n"
+	 "Exit 0 even when there are findings; 1 when discovery cannot run.\n"},
+	{NULL, "provision", cmd_provision,
+	 "provision HOST... [--user U] [--port P] [--identity FILE] [--accept-new-host-key]\n"
+	 "         [--known-hosts FILE] [--dry-run] [--prefix DIR] [--parallel N] [--head ADDR:PORT]",
+	 "install, configure and join new nodes over SSH (run on the head)",
+	 "  HOST                   [USER@]ADDR[:PORT] of a machine with SSH (several: in parallel)\n"
+	 "  --user U               login user (default: yours); root or passwordless sudo is needed\n"
+	 "  --port P               SSH port (default 22)\n"
+	 "  -i, --identity FILE    private key to log in with (default: ssh-agent, then ~/.ssh/id_*);\n"
+	 "                         it is read here only, never copied anywhere\n"
+	 "  --known-hosts FILE     host keys to trust (default ~/.ssh/known_hosts and the system's)\n"
+	 "  --accept-new-host-key  record the key of a host seen for the first time (a CHANGED key\n"
+	 "                         is always refused)\n"
+	 "  --dry-run              connect and check, print what would change, change nothing\n"
+	 "  --prefix DIR           install under DIR instead of / and start sparkd without systemd\n"
+	 "  --parallel N           hosts at a time (default 4)\n"
+	 "  --head ADDR:PORT       address the new nodes use to reach this head (default: its own)\n"
+	 "Steps: check, upload, install, netplan, start, token, join; each says changed, unchanged\n"
+	 "or skipped, so a second run changes nothing. A failed host gets this run's steps undone.\n"
+	 "Exit 1 if any host failed. See docs/provision.md.\n"},
 	/* @@table-entries: areas add their rows above this line */
 	{NULL, NULL, NULL, NULL, NULL, NULL},
 };
