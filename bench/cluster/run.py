@@ -88,9 +88,9 @@ def main():
             f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
             return int(f[11]) + int(f[12])
 
-        def rss_kib(pid):
+        def rss_kib(pid, key="VmRSS:"):
             for line in open(f"/proc/{pid}/status"):
-                if line.startswith("VmRSS:"):
+                if line.startswith(key):
                     return int(line.split()[1])
             return 0
 
@@ -102,6 +102,7 @@ def main():
         cpu_worker = max((c1[i] - c0[i]) / hz / args.idle * 100 for i in range(1, 8))
         rss_head = rss_kib(nodes[0]["pid"]) / 1024
         rss_worker = max(rss_kib(d["pid"]) for d in nodes[1:]) / 1024
+        anon_head = rss_kib(nodes[0]["pid"], "RssAnon:") / 1024
 
         rows = [
             ("init (CA, certs, db, token)", f"{t_init*1000:.0f} ms", "-", "-"),
@@ -115,6 +116,7 @@ def main():
             ("ratio status(worker) / version(worker)", f"{st_worker/ver:.2f}x", "-", "-"),
             (f"head idle RSS after {args.idle} s", f"{rss_head:.1f} MiB", "< 10 MiB",
              "met" if rss_head < 10 else "MISSED"),
+            ("  of which private (RssAnon); rest is shared libs", f"{anon_head:.1f} MiB", "-", "-"),
             ("worker idle RSS (max of 7)", f"{rss_worker:.1f} MiB", "< 10 MiB",
              "met" if rss_worker < 10 else "MISSED"),
             (f"head idle CPU over {args.idle} s", f"{cpu_head:.2f} %", "< 0.5 %",

@@ -1,0 +1,661 @@
+/* addrplan: fabric IPv4 plan, netlink apply, netplan render (see addrplan.h). */
+#include "topology/addrplan.h"
+
+#include "common/log.h"
+#include "common/util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <net/if.h>
+#include <netlink/addr.h>
+#include <netlink/cache.h>
+#include <netlink/errno.h>
+#include <netlink/netlink.h>
+#include <netlink/route/addr.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct pool {
+	uint32_t base; /* host order */
+	int plen, prefix;
+	uint32_t nsub;  /* subnets of /prefix in the pool */
+	uint32_t hosts; /* usable host numbers per subnet */
+};
+
+static int parse_pool(const char *s, int prefix, struct pool *p, char *err, size_t errlen)
+{
+	char buf[64];
+	const char *slash = strchr(s, '/');
+	if (!slash || (size_t)(slash - s) >= sizeof buf) {
+		snprintf(err, errlen, "pool '%s' is not an IPv4 prefix like 10.77.0.0/16", s);
+		return -EINVAL;
+	}
+	memcpy(buf, s, (size_t)(slash - s));
+	buf[slash - s] = '\0';
+	struct in_addr a;
+	char *end = NULL;
+	long plen = strtol(slash + 1, &end, 10);
+	if (inet_pton(AF_INET, buf, &a) != 1 || !end || *end || end == slash + 1 || plen < 8 ||
+	    plen > 28) {
+		snprintf(err, errlen, "pool '%s' is not an IPv4 prefix between /8 and /28", s);
+		return -EINVAL;
+	}
+	if (prefix == 0)
+		prefix = TOPO_ADDR_DEFAULT_PREFIX;
+	if (prefix < plen + 2 || prefix > 30) {
+		snprintf(err, errlen, "subnet length /%d does not leave 4 subnets in pool %s", prefix, s);
+		return -EINVAL;
+	}
+	uint32_t base = ntohl(a.s_addr);
+	uint32_t mask = plen ? ~0u << (32 - plen) : 0;
+	if (base & ~mask) {
+		snprintf(err, errlen, "pool %s has host bits set (the network is %u.%u.%u.%u/%ld)", s,
+			 (base & mask) >> 24, ((base & mask) >> 16) & 255, ((base & mask) >> 8) & 255,
+			 (base & mask) & 255, plen);
+		return -EINVAL;
+	}
+	p->base = base;
+	p->plen = (int)plen;
+	p->prefix = prefix;
+	p->nsub = 1u << (prefix - plen);
+	p->hosts = (1u << (32 - prefix)) - 2;
+	return 0;
+}
+
+static void fmt_ip(uint32_t ip, char *out, size_t len)
+{
+	snprintf(out, len, "%u.%u.%u.%u", ip >> 24, (ip >> 16) & 255, (ip >> 8) & 255, ip & 255);
+}
+
+static uint32_t subnet_base(const struct pool *p, uint32_t idx)
+{
+	return p->base + (idx << (32 - p->prefix));
+}
+
+static uint32_t fnv1a(const char *s)
+{
+	uint32_t h = 2166136261u;
+	for (; *s; s++) {
+		h ^= (unsigned char)*s;
+		h *= 16777619u;
+	}
+	return h;
+}
+
+/* A free slot in [1, n-2] by hash + linear probing; 0 when full. */
+static uint32_t pick(const char *key, uint32_t n, unsigned char *used)
+{
+	uint32_t usable = n - 2;
+	uint32_t start = fnv1a(key) % usable;
+	for (uint32_t i = 0; i < usable; i++) {
+		uint32_t idx = 1 + (start + i) % usable;
+		if (!used[idx]) {
+			used[idx] = 1;
+			return idx;
+		}
+	}
+	return 0;
+}
+
+static const char *jstr(json_t *o, const char *k) { return json_string_value(json_object_get(o, k)); }
+
+struct pend {
+	char key[200];
+	json_t *cable;
+	bool swap; /* the verdict's "a" end is the higher name */
+};
+
+static int pend_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct pend *)a)->key, ((const struct pend *)b)->key);
+}
+
+static void add_member(json_t *nodes, json_t *members, const char *node, const char *port,
+		       const char *netdev, int twin, const char *addr, const char *subnet)
+{
+	json_array_append_new(members, json_pack("{s:s, s:s, s:s, s:s}", "node", node, "port", port,
+						 "netdev", netdev, "address", addr));
+	json_t *list = json_object_get(nodes, node);
+	if (!list) {
+		list = json_array();
+		json_object_set_new(nodes, node, list);
+	}
+	json_array_append_new(list, json_pack("{s:s, s:s, s:i, s:s, s:s, s:[]}", "netdev", netdev, "port",
+					      port, "twin", twin, "address", addr, "subnet", subnet,
+					      "peers"));
+}
+
+/* Fill every node entry's "peers" from the members of its subnet. */
+static void fill_peers(json_t *subnets, json_t *nodes)
+{
+	size_t i, j, k;
+	json_t *s, *m, *o;
+	json_array_foreach(subnets, i, s) {
+		json_t *members = json_object_get(s, "members");
+		json_array_foreach(members, j, m) {
+			json_t *entry = NULL;
+			json_t *list = json_object_get(nodes, jstr(m, "node"));
+			json_t *e;
+			size_t x;
+			json_array_foreach(list, x, e)
+				if (strcmp(jstr(e, "netdev"), jstr(m, "netdev")) == 0)
+					entry = e;
+			if (!entry)
+				continue;
+			json_array_foreach(members, k, o) {
+				if (k == j)
+					continue;
+				char ip[32];
+				util_strlcpy(ip, jstr(o, "address"), sizeof ip);
+				char *sl = strchr(ip, '/');
+				if (sl)
+					*sl = '\0';
+				json_array_append_new(json_object_get(entry, "peers"), json_string(ip));
+			}
+		}
+	}
+}
+
+static int plan_direct(json_t *verdict, const struct pool *pl, json_t *subnets, json_t *nodes,
+		       char *err, size_t errlen)
+{
+	json_t *cables = json_object_get(verdict, "cables");
+	size_t n = json_array_size(cables), k = 0, i;
+	struct pend *pv = calloc(n ? n : 1, sizeof *pv);
+	unsigned char *used = calloc(pl->nsub, 1);
+	if (!pv || !used) {
+		free(pv);
+		free(used);
+		return -ENOMEM;
+	}
+	json_t *c;
+	json_array_foreach(cables, i, c) {
+		if (!jstr(c, "kind") || strcmp(jstr(c, "kind"), "direct") != 0)
+			continue;
+		json_t *a = json_object_get(c, "a"), *b = json_object_get(c, "b");
+		if (!jstr(a, "node") || !jstr(a, "port") || !jstr(b, "node") || !jstr(b, "port"))
+			continue;
+		char ea[100], eb[100];
+		snprintf(ea, sizeof ea, "%s:%s", jstr(a, "node"), jstr(a, "port"));
+		snprintf(eb, sizeof eb, "%s:%s", jstr(b, "node"), jstr(b, "port"));
+		bool swap = strcmp(ea, eb) > 0;
+		snprintf(pv[k].key, sizeof pv[k].key, "%s-%s", swap ? eb : ea, swap ? ea : eb);
+		pv[k].cable = c;
+		pv[k].swap = swap;
+		k++;
+	}
+	qsort(pv, k, sizeof pv[0], pend_cmp);
+	int rc = 0;
+	for (i = 0; i < k && rc == 0; i++) {
+		json_t *c2 = pv[i].cable;
+		json_t *a = json_object_get(c2, "a"), *b = json_object_get(c2, "b");
+		bool swap = pv[i].swap;
+		if (swap) {
+			json_t *t = a;
+			a = b;
+			b = t;
+		}
+		size_t ti;
+		json_t *tw;
+		json_array_foreach(json_object_get(c2, "twins"), ti, tw) {
+			json_t *ta = json_object_get(tw, swap ? "b" : "a");
+			json_t *tb = json_object_get(tw, swap ? "a" : "b");
+			if (!jstr(ta, "netdev") || !jstr(tb, "netdev"))
+				continue;
+			int twin = (int)json_integer_value(json_object_get(tw, "twin"));
+			char key[220];
+			snprintf(key, sizeof key, "%s#%d", pv[i].key, twin);
+			uint32_t idx = pick(key, pl->nsub, used);
+			if (!idx) {
+				snprintf(err, errlen, "pool has too few /%d subnets for every twin of every "
+						      "cable", pl->prefix);
+				rc = -EINVAL;
+				break;
+			}
+			uint32_t base = subnet_base(pl, idx);
+			char net[32], ipa[40], ipb[40], sub[40];
+			fmt_ip(base, net, sizeof net);
+			snprintf(sub, sizeof sub, "%s/%d", net, pl->prefix);
+			fmt_ip(base + 1, net, sizeof net);
+			snprintf(ipa, sizeof ipa, "%s/%d", net, pl->prefix);
+			fmt_ip(base + 2, net, sizeof net);
+			snprintf(ipb, sizeof ipb, "%s/%d", net, pl->prefix);
+			json_t *members = json_array();
+			add_member(nodes, members, jstr(a, "node"), jstr(a, "port"), jstr(ta, "netdev"),
+				   twin, ipa, sub);
+			add_member(nodes, members, jstr(b, "node"), jstr(b, "port"), jstr(tb, "netdev"),
+				   twin, ipb, sub);
+			json_array_append_new(subnets, json_pack("{s:s, s:i, s:s, s:n, s:o}", "subnet", sub,
+								 "twin", twin, "cable", pv[i].key, "rail",
+								 "members", members));
+		}
+	}
+	free(pv);
+	free(used);
+	return rc;
+}
+
+struct swport {
+	const char *node, *port;
+	json_t *cable;
+};
+
+static int swport_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct swport *)a)->node, ((const struct swport *)b)->node);
+}
+
+static int plan_switch(json_t *verdict, const struct pool *pl, json_t *subnets, json_t *nodes,
+		       char *err, size_t errlen)
+{
+	/* The main L2 domain: the one with the most nodes (first on a tie). */
+	const char *main_id = NULL;
+	size_t best = 0, i;
+	json_t *d;
+	json_array_foreach(json_object_get(verdict, "l2_domains"), i, d) {
+		size_t nn = json_array_size(json_object_get(d, "nodes"));
+		if (nn > best) {
+			best = nn;
+			main_id = jstr(d, "id");
+		}
+	}
+	if (!main_id) {
+		snprintf(err, errlen, "switch verdict without l2_domains");
+		return -EINVAL;
+	}
+	json_t *cables = json_object_get(verdict, "cables");
+	size_t n = json_array_size(cables), k = 0;
+	struct swport *sp = calloc(n ? n : 1, sizeof *sp);
+	if (!sp)
+		return -ENOMEM;
+	json_t *c;
+	json_array_foreach(cables, i, c) {
+		const char *sw = jstr(json_object_get(c, "b"), "switch");
+		json_t *a = json_object_get(c, "a");
+		if (!sw || strcmp(sw, main_id) != 0 || !jstr(a, "node") || !jstr(a, "port"))
+			continue;
+		/* One port per node: two on one rail would share a subnet. */
+		bool dup = false;
+		for (size_t j = 0; j < k; j++)
+			if (strcmp(sp[j].node, jstr(a, "node")) == 0) {
+				dup = true;
+				if (strcmp(jstr(a, "port"), sp[j].port) < 0) {
+					sp[j].port = jstr(a, "port");
+					sp[j].cable = c;
+				}
+			}
+		if (dup)
+			continue;
+		sp[k].node = jstr(a, "node");
+		sp[k].port = jstr(a, "port");
+		sp[k].cable = c;
+		k++;
+	}
+	qsort(sp, k, sizeof sp[0], swport_cmp);
+	unsigned char *used = calloc(pl->nsub, 1);
+	unsigned char *hused = calloc(pl->hosts + 2, 1);
+	uint32_t *host = calloc(k ? k : 1, sizeof *host);
+	int rc = 0;
+	if (!used || !hused || !host)
+		rc = -ENOMEM;
+	for (i = 0; rc == 0 && i < k; i++) {
+		host[i] = pick(sp[i].node, pl->hosts + 2, hused);
+		if (!host[i]) {
+			snprintf(err, errlen, "a /%d subnet has too few addresses for %zu nodes",
+				 pl->prefix, k);
+			rc = -EINVAL;
+		}
+	}
+	for (int twin = 0; rc == 0 && twin < 8; twin++) {
+		json_t *members = NULL;
+		char sub[40] = "";
+		uint32_t base = 0;
+		for (i = 0; i < k; i++) {
+			json_t *tw = NULL, *t;
+			size_t ti;
+			json_array_foreach(json_object_get(sp[i].cable, "twins"), ti, t)
+				if (json_integer_value(json_object_get(t, "twin")) == twin)
+					tw = t;
+			const char *nd = jstr(json_object_get(tw, "a"), "netdev");
+			if (!nd)
+				continue;
+			if (!members) {
+				char key[32];
+				snprintf(key, sizeof key, "rail#%d", twin);
+				uint32_t idx = pick(key, pl->nsub, used);
+				if (!idx) {
+					snprintf(err, errlen, "pool has too few /%d subnets", pl->prefix);
+					rc = -EINVAL;
+					break;
+				}
+				base = subnet_base(pl, idx);
+				char net[32];
+				fmt_ip(base, net, sizeof net);
+				snprintf(sub, sizeof sub, "%s/%d", net, pl->prefix);
+				members = json_array();
+			}
+			char net[32], ip[40];
+			fmt_ip(base + host[i], net, sizeof net);
+			snprintf(ip, sizeof ip, "%s/%d", net, pl->prefix);
+			add_member(nodes, members, sp[i].node, sp[i].port, nd, twin, ip, sub);
+		}
+		if (members)
+			json_array_append_new(subnets, json_pack("{s:s, s:i, s:n, s:i, s:o}", "subnet", sub,
+								 "twin", twin, "cable", "rail", twin,
+								 "members", members));
+	}
+	free(sp);
+	free(used);
+	free(hused);
+	free(host);
+	return rc;
+}
+
+int topo_addrplan_make(json_t *verdict, const struct topo_addrplan_opts *o, json_t **plan, char *err,
+		       size_t errlen)
+{
+	char dummy[8];
+	if (!err) {
+		err = dummy;
+		errlen = sizeof dummy;
+	}
+	err[0] = '\0';
+	if (!plan)
+		return -EINVAL;
+	*plan = NULL;
+	const char *pool = o && o->pool ? o->pool : TOPO_ADDR_DEFAULT_POOL;
+	struct pool pl;
+	int r = parse_pool(pool, o ? o->prefix : 0, &pl, err, errlen);
+	if (r < 0)
+		return r;
+	const char *cls = jstr(verdict, "class");
+	if (!cls || !json_is_array(json_object_get(verdict, "cables"))) {
+		snprintf(err, errlen, "not a topology verdict (no class or cables)");
+		return -EINVAL;
+	}
+	json_t *subnets = json_array(), *nodes = json_object();
+	if (strcmp(cls, "ring") == 0 || strcmp(cls, "pair") == 0) {
+		r = plan_direct(verdict, &pl, subnets, nodes, err, errlen);
+	} else if (strcmp(cls, "switch") == 0) {
+		r = plan_switch(verdict, &pl, subnets, nodes, err, errlen);
+	} else {
+		snprintf(err, errlen, "no addressing plan for topology '%s': fix the cabling first", cls);
+		r = -EINVAL;
+	}
+	if (r < 0) {
+		json_decref(subnets);
+		json_decref(nodes);
+		return r;
+	}
+	fill_peers(subnets, nodes);
+	char net[32], poolstr[48];
+	fmt_ip(pl.base, net, sizeof net);
+	snprintf(poolstr, sizeof poolstr, "%s/%d", net, pl.plen);
+	*plan = json_pack("{s:s, s:i, s:s, s:o, s:o}", "pool", poolstr, "prefix", pl.prefix, "class", cls,
+			  "subnets", subnets, "nodes", nodes);
+	return *plan ? 0 : -ENOMEM;
+}
+
+/* ---------- apply ---------- */
+
+struct want {
+	const char *netdev;
+	char addr[48]; /* "a.b.c.d/len" */
+	bool present;
+};
+
+static bool in_pool(uint32_t ip, const struct pool *p)
+{
+	uint32_t mask = ~0u << (32 - p->plen);
+	return (ip & mask) == p->base;
+}
+
+static json_t *change(const char *netdev, const char *addr)
+{
+	return json_pack("{s:s, s:s}", "netdev", netdev, "address", addr);
+}
+
+int topo_addrplan_apply(json_t *plan, const struct topo_addrplan_apply_opts *o, json_t **report,
+			char *err, size_t errlen)
+{
+	char dummy[8];
+	if (!err) {
+		err = dummy;
+		errlen = sizeof dummy;
+	}
+	err[0] = '\0';
+	if (!report || !o || !o->node) {
+		snprintf(err, errlen, "apply: no node given");
+		return -EINVAL;
+	}
+	*report = NULL;
+	const char *pool = jstr(plan, "pool");
+	struct pool pl;
+	if (!pool || parse_pool(pool, (int)json_integer_value(json_object_get(plan, "prefix")), &pl,
+				err, errlen) < 0) {
+		if (!err[0])
+			snprintf(err, errlen, "apply: the plan has no valid pool");
+		return -EINVAL;
+	}
+	json_t *mine = json_object_get(json_object_get(plan, "nodes"), o->node);
+	if (!mine && !o->netdevs) {
+		snprintf(err, errlen, "the plan gives node %s no address", o->node);
+		return -EINVAL;
+	}
+	size_t nwant = json_array_size(mine);
+	struct want *w = calloc(nwant ? nwant : 1, sizeof *w);
+	/* Managed netdevs: the caller's list plus the plan's. */
+	size_t nmax = nwant + o->n_netdevs;
+	const char **devs = calloc(nmax ? nmax : 1, sizeof *devs);
+	if (!w || !devs) {
+		free(w);
+		free(devs);
+		return -ENOMEM;
+	}
+	size_t ndev = 0;
+	for (size_t i = 0; i < o->n_netdevs; i++)
+		devs[ndev++] = o->netdevs[i];
+	for (size_t i = 0; i < nwant; i++) {
+		json_t *e = json_array_get(mine, i);
+		w[i].netdev = jstr(e, "netdev");
+		util_strlcpy(w[i].addr, jstr(e, "address") ? jstr(e, "address") : "", sizeof w[i].addr);
+		bool have = false;
+		for (size_t j = 0; j < ndev; j++)
+			have |= w[i].netdev && strcmp(devs[j], w[i].netdev) == 0;
+		if (!have && w[i].netdev)
+			devs[ndev++] = w[i].netdev;
+	}
+	json_t *added = json_array(), *removed = json_array(), *kept = json_array(),
+	       *missing = json_array();
+	int rc = 0;
+	struct nl_sock *sk = nl_socket_alloc();
+	struct nl_cache *cache = NULL;
+	int nr;
+	if (!sk || (nr = nl_connect(sk, NETLINK_ROUTE)) < 0 ||
+	    (nr = rtnl_addr_alloc_cache(sk, &cache)) < 0) {
+		snprintf(err, errlen, "netlink: %s", sk ? nl_geterror(nr) : "out of memory");
+		rc = -EIO;
+		goto out;
+	}
+	/* Removals first (a moved address must leave its old netdev before it
+	 * can be added to the new one). */
+	for (size_t d = 0; d < ndev && rc == 0; d++) {
+		int ifindex = (int)if_nametoindex(devs[d]);
+		if (!ifindex) {
+			json_array_append_new(missing, json_string(devs[d]));
+			continue;
+		}
+		for (struct nl_object *ob = nl_cache_get_first(cache); ob; ob = nl_cache_get_next(ob)) {
+			struct rtnl_addr *a = (struct rtnl_addr *)ob;
+			if (rtnl_addr_get_family(a) != AF_INET || rtnl_addr_get_ifindex(a) != ifindex)
+				continue;
+			struct nl_addr *local = rtnl_addr_get_local(a);
+			if (!local || nl_addr_get_len(local) != 4)
+				continue;
+			uint32_t ip;
+			memcpy(&ip, nl_addr_get_binary_addr(local), 4);
+			ip = ntohl(ip);
+			char ipbuf[32], full[48];
+			fmt_ip(ip, ipbuf, sizeof ipbuf);
+			snprintf(full, sizeof full, "%s/%d", ipbuf, rtnl_addr_get_prefixlen(a));
+			bool wanted = false;
+			for (size_t i = 0; i < nwant; i++)
+				if (w[i].netdev && strcmp(w[i].netdev, devs[d]) == 0 &&
+				    strcmp(w[i].addr, full) == 0) {
+					wanted = true;
+					w[i].present = true;
+				}
+			if (wanted) {
+				json_array_append_new(kept, change(devs[d], full));
+				continue;
+			}
+			if (!in_pool(ip, &pl))
+				continue; /* not ours: left alone */
+			if (!o->dry_run && (nr = rtnl_addr_delete(sk, a, 0)) < 0) {
+				snprintf(err, errlen, "removing %s from %s: %s", full, devs[d], nl_geterror(nr));
+				rc = -EIO;
+				break;
+			}
+			json_array_append_new(removed, change(devs[d], full));
+			log_info("addr_removed", "netdev=%s addr=%s dry_run=%d", devs[d], full, o->dry_run);
+		}
+	}
+	for (size_t i = 0; i < nwant && rc == 0; i++) {
+		if (w[i].present || !w[i].netdev)
+			continue;
+		int ifindex = (int)if_nametoindex(w[i].netdev);
+		if (!ifindex)
+			continue; /* listed in missing_netdevs */
+		if (!o->dry_run) {
+			struct rtnl_addr *a = rtnl_addr_alloc();
+			struct nl_addr *local = NULL;
+			if (!a || nl_addr_parse(w[i].addr, AF_INET, &local) < 0) {
+				rtnl_addr_put(a);
+				snprintf(err, errlen, "bad address %s in the plan", w[i].addr);
+				rc = -EINVAL;
+				break;
+			}
+			rtnl_addr_set_ifindex(a, ifindex);
+			rtnl_addr_set_local(a, local);
+			rtnl_addr_set_prefixlen(a, (int)nl_addr_get_prefixlen(local));
+			nr = rtnl_addr_add(sk, a, 0);
+			nl_addr_put(local);
+			rtnl_addr_put(a);
+			if (nr < 0) {
+				snprintf(err, errlen, "adding %s to %s: %s", w[i].addr, w[i].netdev,
+					 nl_geterror(nr));
+				rc = -EIO;
+				break;
+			}
+		}
+		json_array_append_new(added, change(w[i].netdev, w[i].addr));
+		log_info("addr_added", "netdev=%s addr=%s dry_run=%d", w[i].netdev, w[i].addr, o->dry_run);
+	}
+out:
+	if (cache)
+		nl_cache_free(cache);
+	if (sk)
+		nl_socket_free(sk);
+	bool changed = json_array_size(added) || json_array_size(removed);
+	char msg[160];
+	if (rc < 0)
+		snprintf(msg, sizeof msg, "stopped: %s", err);
+	else if (!changed)
+		snprintf(msg, sizeof msg, "addresses already match the plan: nothing changed");
+	else
+		snprintf(msg, sizeof msg, "%s %zu address(es), %s %zu", o->dry_run ? "would add" : "added",
+			 json_array_size(added), o->dry_run ? "would remove" : "removed",
+			 json_array_size(removed));
+	*report = json_pack("{s:s, s:b, s:b, s:o, s:o, s:o, s:o, s:s}", "node", o->node, "changed",
+			    changed && !o->dry_run, "dry_run", o->dry_run, "added", added, "removed",
+			    removed, "kept", kept, "missing_netdevs", missing, "message", msg);
+	free(w);
+	free(devs);
+	return rc;
+}
+
+/* ---------- netplan ---------- */
+
+struct nentry {
+	const char *netdev;
+	const char *addr;
+};
+
+static int nentry_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct nentry *)a)->netdev, ((const struct nentry *)b)->netdev);
+}
+
+int topo_addrplan_netplan(json_t *plan, const char *node, int mtu, char **yaml, char *err,
+			  size_t errlen)
+{
+	char dummy[8];
+	if (!err) {
+		err = dummy;
+		errlen = sizeof dummy;
+	}
+	err[0] = '\0';
+	if (!yaml || !node)
+		return -EINVAL;
+	*yaml = NULL;
+	json_t *mine = json_object_get(json_object_get(plan, "nodes"), node);
+	size_t n = json_array_size(mine);
+	if (!n) {
+		snprintf(err, errlen, "the plan gives node %s no address", node);
+		return -EINVAL;
+	}
+	struct nentry *e = calloc(n, sizeof *e);
+	if (!e)
+		return -ENOMEM;
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		json_t *x = json_array_get(mine, i);
+		if (!jstr(x, "netdev") || !jstr(x, "address"))
+			continue;
+		e[k].netdev = jstr(x, "netdev");
+		e[k].addr = jstr(x, "address");
+		k++;
+	}
+	qsort(e, k, sizeof e[0], nentry_cmp);
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	if (!f) {
+		free(e);
+		return -ENOMEM;
+	}
+	fprintf(f,
+		"# %s: fabric addresses of %s, written by sparkctl\n"
+		"# (%s plan from pool %s). Apply with `netplan apply`. After recabling,\n"
+		"# run `sparkctl topo validate` and write this file again. Remove other files\n"
+		"# that configure these netdevs (NVIDIA's 40-cx7.yaml): netplan merges them.\n"
+		"network:\n"
+		"  version: 2\n"
+		"  ethernets:\n",
+		TOPO_NETPLAN_PATH, node, jstr(plan, "class") ? jstr(plan, "class") : "?",
+		jstr(plan, "pool") ? jstr(plan, "pool") : "?");
+	for (size_t i = 0; i < k; i++) {
+		if (i > 0 && strcmp(e[i].netdev, e[i - 1].netdev) == 0) {
+			fprintf(f, "        - %s\n", e[i].addr);
+			continue;
+		}
+		fprintf(f, "    %s:\n      dhcp4: false\n      dhcp6: false\n      optional: true\n",
+			e[i].netdev);
+		if (mtu > 0)
+			fprintf(f, "      mtu: %d\n", mtu);
+		fprintf(f, "      addresses:\n        - %s\n", e[i].addr);
+	}
+	fclose(f);
+	free(e);
+	*yaml = buf;
+	return 0;
+}
+
+int topo_addrplan_write_netplan(const char *path, const char *yaml)
+{
+	if (!path || !yaml)
+		return -EINVAL;
+	return util_write_file(path, yaml, strlen(yaml), 0600);
+}

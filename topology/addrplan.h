@@ -1,0 +1,80 @@
+/* addrplan: IPv4 addressing of the fabric, from a classified cable map.
+ *
+ * CONTRACT
+ * - topo_addrplan_make() is pure: verdict (classify.h) + pool -> plan.
+ *   ring/pair: one subnet per twin per direct cable, end "a" .1, end "b" .2
+ *   (a = the lower of the two "node:port" names). switch: one subnet per twin
+ *   rail (twin 0 of every node in one subnet, twin 1 in another), one host
+ *   number per node. Every twin gets its own subnet, so routing is never
+ *   ambiguous (SPARK-FACTS.md).
+ * - Deterministic and stable: a cable's subnet is chosen by a hash of its two
+ *   ends and twin (linear probing on a collision, cables taken in name
+ *   order), a node's host number by a hash of its name; so recabling one
+ *   cable leaves every other cable's addresses alone. The pool's first and
+ *   last subnets are never used (169.254.0.0/24 and .255.0/24 are reserved
+ *   by RFC 3927).
+ * - Pools: TOPO_ADDR_DEFAULT_POOL for real clusters (fabric.pool overrides);
+ *   the simulator and tests pass "169.254.0.0/16" explicitly.
+ * - topo_addrplan_apply() (libnl-route-3) makes this node's netdevs match the
+ *   plan: adds missing addresses, removes addresses INSIDE THE POOL that the
+ *   plan does not give that netdev (sparkctl owns the pool), leaves every other
+ *   address alone. Re-running with unchanged cabling changes nothing and says
+ *   so ("changed":false). Needs CAP_NET_ADMIN in the node's namespace.
+ * - topo_addrplan_netplan() renders /etc/netplan/40-sparkctl.yaml for one node
+ *   without applying it; topo_addrplan_write_netplan() writes it mode 0600.
+ *
+ * PLAN: {"pool","prefix","class",
+ *   "subnets":[{"subnet":"169.254.7.0/24","twin":0,"cable":"spark-1:0-spark-2:1"|null,
+ *               "rail":0|null,"members":[{"node","port","netdev","address"}]}],
+ *   "nodes":{"spark-1":[{"netdev","port","twin","address":"169.254.7.1/24",
+ *                        "subnet","peers":["169.254.7.2"]}]}}
+ * APPLY REPORT: {"node","changed":bool,"dry_run":bool,"added":[{"netdev","address"}],
+ *   "removed":[...],"kept":[...],"missing_netdevs":[...],"message"}
+ */
+#ifndef SPARK_TOPO_ADDRPLAN_H
+#define SPARK_TOPO_ADDRPLAN_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* RFC 1918, rarely used by home or office networks. */
+#define TOPO_ADDR_DEFAULT_POOL "10.77.0.0/16"
+#define TOPO_ADDR_SIM_POOL "169.254.0.0/16"
+#define TOPO_ADDR_DEFAULT_PREFIX 24
+#define TOPO_NETPLAN_PATH "/etc/netplan/40-sparkctl.yaml"
+
+struct topo_addrplan_opts {
+	const char *pool; /* NULL = TOPO_ADDR_DEFAULT_POOL */
+	int prefix;       /* subnet length, 0 = 24; must leave >= 4 subnets in the pool */
+};
+
+/* 0 with *plan, or -EINVAL (err filled): bad pool/prefix, a verdict without
+ * class or cables, class "unknown", or more subnets/hosts than fit. */
+int topo_addrplan_make(json_t *verdict, const struct topo_addrplan_opts *o, json_t **plan, char *err,
+		       size_t errlen);
+
+struct topo_addrplan_apply_opts {
+	const char *node; /* this node's name in the plan */
+	/* This node's fabric netdevs; stale pool addresses are removed from all
+	 * of them (a port whose cable went away loses its old address). NULL =
+	 * the netdevs the plan names for this node. */
+	const char *const *netdevs;
+	size_t n_netdevs;
+	bool dry_run; /* report what would change, touch nothing */
+};
+
+/* 0 with *report, or negative errno (err filled): -EINVAL bad plan/node,
+ * -EIO netlink failure (the report, when set, lists what was done before). */
+int topo_addrplan_apply(json_t *plan, const struct topo_addrplan_apply_opts *o, json_t **report,
+			char *err, size_t errlen);
+
+/* YAML text for one node (caller frees). mtu > 0 adds "mtu:" to every netdev.
+ * 0, or -EINVAL when the plan has nothing for that node. */
+int topo_addrplan_netplan(json_t *plan, const char *node, int mtu, char **yaml, char *err,
+			  size_t errlen);
+
+/* Write yaml to path (TOPO_NETPLAN_PATH on DGX OS) atomically, mode 0600. */
+int topo_addrplan_write_netplan(const char *path, const char *yaml);
+
+#endif
