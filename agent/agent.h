@@ -4,6 +4,8 @@
  *   head.c     the head role: cluster CA, cluster.db, joins, heartbeats, liveness
  *   worker.c   the worker role: join, mutual-TLS session to the head, heartbeats,
  *              reconnect with backoff, forwarding cluster requests to the head
+ *   fabric.c   this node's fabric (topology/): discovery at start and on netlink
+ *              changes, sent to the head; the head stores reports in cluster.db
  * A node with no identity is "unjoined": it answers version/status locally and
  * waits for `init` or `join`. */
 #ifndef SPARK_AGENT_H
@@ -54,6 +56,7 @@ struct identity {
 };
 
 struct forward; /* worker.c: a CLI request waiting for the head's answer */
+struct fabric;  /* fabric.c: discovery options, last report, watcher */
 
 struct agent {
 	uv_loop_t *loop;
@@ -66,6 +69,8 @@ struct agent {
 	uv_signal_t sigterm, sigint;
 	bool stopping;
 	int64_t started_at;
+	json_t *cfg;              /* the loaded config tree, NULL without a config file */
+	struct fabric *fabric;
 
 	struct identity id;
 	SSL_CTX *srv_ctx;         /* our listener: our cert, verifies peers against the CA */
@@ -140,6 +145,22 @@ void worker_handle_join(struct agent *a, conn *c, const json_t *req);
 void worker_handle_leave(struct agent *a, conn *c, const json_t *req);
 void worker_forward(struct agent *a, conn *c, const json_t *req);
 void worker_cli_gone(struct agent *a, conn *c);   /* drop forwards for a closed CLI */
+
+/* fabric.c. Frame worker -> head: {"type":"fabric","id":0,"discovery":{...}}
+ * (topology/discover.h JSON), after each hello and each fabric change; no answer,
+ * a malformed one is answered with an error and the session closed. */
+int fabric_init(struct agent *a, char *err, size_t errlen); /* options from a->cfg */
+int fabric_start(struct agent *a);   /* first discovery, watcher, publish (after the role started) */
+void fabric_publish(struct agent *a); /* head: store own report; worker: send it */
+void fabric_stop(struct agent *a);
+void fabric_free(struct agent *a);   /* after the loop has ended */
+/* Head: findings with fabric.mtu, report, port rows and change events to cluster.db. */
+int fabric_store(struct agent *a, const char *node_id, json_t *discovery);
+void fabric_on_frame(struct agent *a, conn *c, const char *node_id, const json_t *msg);
+/* Head: a node's summary {ports_up, ports_total, speed_mbps, mtu, findings...}
+ * and full report {updated_at, discovery, findings}; JSON null if none. */
+json_t *fabric_summary_json(struct agent *a, const char *node_id);
+json_t *fabric_report_json(struct agent *a, const char *node_id);
 
 /* main.c */
 void agent_shutdown(struct agent *a);

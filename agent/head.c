@@ -67,6 +67,7 @@ static json_t *node_json(struct agent *a, const db_node *n, const char *origin)
 			      "drained", n->drained, "local",
 			      origin && strcmp(origin, n->id) == 0);
 	json_object_set_new(o, "age_s", json_integer(now - n->joined_at));
+	json_object_set_new(o, "fabric", fabric_summary_json(a, n->id));
 	return o;
 }
 
@@ -163,6 +164,7 @@ static void r_node_show(struct agent *a, conn *c, const json_t *req, const char 
 		free(ev);
 	}
 	json_object_set_new(o, "events", events);
+	json_object_set_new(o, "fabric_report", fabric_report_json(a, n.id));
 	control_reply(c, req, o);
 }
 
@@ -569,6 +571,8 @@ static void on_session_frame(conn *c, json_t *msg)
 		}
 	} else if (strcmp(t, "hello") == 0) {
 		handle_hello(a, s, msg);
+	} else if (strcmp(t, "fabric") == 0) {
+		fabric_on_frame(a, c, s->node_id, msg);
 	} else if (strcmp(t, "leave") == 0) {
 		handle_leave(a, s, msg);
 	} else if (strcmp(t, "forward") == 0) {
@@ -852,6 +856,7 @@ void head_handle_init(struct agent *a, conn *c, const json_t *req)
 	}
 	start_timers(a);
 	db_event_add(a->db, util_now(), head.id, "init", cl.name);
+	fabric_publish(a);
 	log_info("cluster_init", "cluster=%s id=%s head=%s addr=%s", cl.name, cl.id, head.name,
 		 head.address);
 	char cmd[400];

@@ -38,9 +38,10 @@ static void usage(FILE *f)
 static const char *const config_keys[] = {"state_dir", "socket", "listen", "name", "log_level",
 					  "fabric", "discovery", "probes", NULL};
 
-/* Apply config values for keys the command line did not set. */
+/* Apply config values for keys the command line did not set. The tree is kept
+ * in *cfg for the modules that read their own keys (fabric.c). */
 static int apply_config(struct agent_opts *o, const char *path, bool explicit_path,
-			const bool set[5], char *err, size_t errlen)
+			const bool set[5], json_t **cfg, char *err, size_t errlen)
 {
 	json_t *root = NULL;
 	int r = cfg_load(path, &root, err, errlen);
@@ -73,11 +74,14 @@ static int apply_config(struct agent_opts *o, const char *path, bool explicit_pa
 			o->log_level = lvl;
 		}
 	}
-	json_decref(root);
+	if (r == 0)
+		*cfg = root;
+	else
+		json_decref(root);
 	return r;
 }
 
-static int parse_args(struct agent_opts *o, int argc, char **argv)
+static int parse_args(struct agent_opts *o, json_t **cfg, int argc, char **argv)
 {
 	enum { O_STATE = 1, O_SOCKET, O_LISTEN, O_NAME, O_CONFIG, O_LOG, O_VERSION };
 	static const struct option lo[] = {
@@ -158,7 +162,7 @@ static int parse_args(struct agent_opts *o, int argc, char **argv)
 		return 2;
 	}
 	char err[512];
-	if (apply_config(o, o->config, explicit_config, set, err, sizeof err) < 0) {
+	if (apply_config(o, o->config, explicit_config, set, cfg, err, sizeof err) < 0) {
 		fprintf(stderr, "sparkd: %s\n", err);
 		return 2;
 	}
@@ -222,6 +226,7 @@ void agent_shutdown(struct agent *a)
 	if (a->stopping)
 		return;
 	a->stopping = true;
+	fabric_stop(a);
 	worker_stop(a);
 	head_stop(a);
 	agent_close_listener(a);
@@ -235,7 +240,7 @@ void agent_shutdown(struct agent *a)
 int main(int argc, char **argv)
 {
 	static struct agent a;
-	int r = parse_args(&a.opts, argc, argv);
+	int r = parse_args(&a.opts, &a.cfg, argc, argv);
 	if (r)
 		return r;
 	log_set_level(a.opts.log_level);
@@ -244,6 +249,11 @@ int main(int argc, char **argv)
 	a.started_at = util_now();
 	a.loop = uv_default_loop();
 	char err[512];
+	if (fabric_init(&a, err, sizeof err) < 0) {
+		fprintf(stderr, "sparkd: %s; fix the config file\n", err);
+		json_decref(a.cfg);
+		return 2;
+	}
 	if (util_mkdirs(a.opts.state_dir, 0700) < 0) {
 		fprintf(stderr, "sparkd: cannot create state dir %s: %s\n", a.opts.state_dir,
 			strerror(errno));
@@ -286,6 +296,10 @@ int main(int argc, char **argv)
 			agent_shutdown(&a);
 		}
 	}
+	/* After the role started (the head's cluster.db is open): discover, store
+	 * or send. A failure is logged; the node then works without live changes. */
+	if (!a.stopping)
+		fabric_start(&a);
 	uv_run(a.loop, UV_RUN_DEFAULT);
 	uv_walk(a.loop, close_walk, NULL);
 	uv_run(a.loop, UV_RUN_DEFAULT);
@@ -300,6 +314,8 @@ int main(int argc, char **argv)
 		EVP_PKEY_free(a.ca_key);
 	if (a.db)
 		db_close(a.db);
+	fabric_free(&a);
+	json_decref(a.cfg);
 	char lock[512];
 	snprintf(lock, sizeof lock, "%s/sparkd.lock", a.opts.state_dir);
 	if (a.lock_fd >= 0)

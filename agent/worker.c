@@ -508,6 +508,7 @@ static void on_head_frame(conn *c, json_t *msg)
 			log_info("head_connected", "head=%s", a->id.head_addr);
 			uv_timer_start(&a->hb_timer, on_heartbeat, AGENT_HEARTBEAT_MS, AGENT_HEARTBEAT_MS);
 			flush_queued(a);
+			fabric_publish(a);
 		}
 	} else if (f->kind == FWD_LEAVE) {
 		conn *cli = f->cli;

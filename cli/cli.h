@@ -55,4 +55,9 @@ int cli_call_raw(struct cli_ctx *ctx, const char *type, json_t *args, json_t **d
 /* Print JSON to stdout (indented, newline). */
 void cli_print_json(const json_t *j);
 
+/* A discovery object (topology/discover.h) as a table, one row per twin
+ * grouped by physical port, then its notes and findings (cmd_discover.c;
+ * `discover` and `node show` share it). */
+void cli_print_fabric(json_t *discovery, json_t *findings);
+
 #endif

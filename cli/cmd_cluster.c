@@ -176,11 +176,47 @@ int cmd_leave(struct cli_ctx *ctx, int argc, char **argv)
 
 /* ---- status / nodes ------------------------------------------------------ */
 
+static void fmt_gbps(long long mbps, char *buf, size_t len)
+{
+	if (mbps % 1000 == 0)
+		snprintf(buf, len, "%lldG", mbps / 1000);
+	else
+		snprintf(buf, len, "%.1fG", (double)mbps / 1000.0);
+}
+
+/* A node's fabric summary in a few words: "2/2 up 200G mtu9000", "-" when the
+ * node never reported. */
+static void fmt_fabric(json_t *f, char *buf, size_t len)
+{
+	if (!json_is_object(f)) {
+		snprintf(buf, len, "-");
+		return;
+	}
+	if (num(f, "ports_total") == 0) {
+		snprintf(buf, len, "no ports");
+		return;
+	}
+	char sp[24] = "", mtu[32] = "";
+	json_t *s = json_object_get(f, "speed_mbps"), *m = json_object_get(f, "mtu"),
+	       *mx = json_object_get(f, "mtu_max");
+	if (json_is_integer(s)) {
+		sp[0] = ' ';
+		fmt_gbps((long long)json_integer_value(s), sp + 1, sizeof sp - 1);
+	}
+	if (json_is_integer(m) && json_is_integer(mx) &&
+	    json_integer_value(mx) != json_integer_value(m))
+		snprintf(mtu, sizeof mtu, " mtu%lld-%lld", (long long)json_integer_value(m),
+			 (long long)json_integer_value(mx));
+	else if (json_is_integer(m))
+		snprintf(mtu, sizeof mtu, " mtu%lld", (long long)json_integer_value(m));
+	snprintf(buf, len, "%lld/%lld up%s%s", num(f, "ports_up"), num(f, "ports_total"), sp, mtu);
+}
+
 static void print_nodes(json_t *nodes)
 {
-	static const char *const hdr[] = {"NAME", "STATE", "ROLE", "ADDRESS", "LAST SEEN", "AGE",
-					  "VERSION"};
-	out_table *t = out_table_new(7, hdr);
+	static const char *const hdr[] = {"NAME", "STATE", "ROLE",   "ADDRESS",  "LAST SEEN",
+					  "AGE",  "FABRIC", "FINDINGS", "VERSION"};
+	out_table *t = out_table_new(9, hdr);
 	size_t i;
 	json_t *n;
 	json_array_foreach(nodes, i, n) {
@@ -194,8 +230,13 @@ static void print_nodes(json_t *nodes)
 			strncat(seen, " ago", sizeof seen - strlen(seen) - 1);
 		}
 		util_fmt_age(num(n, "age_s"), age, sizeof age);
+		json_t *f = json_object_get(n, "fabric");
+		char fab[64], nf[16] = "-";
+		fmt_fabric(f, fab, sizeof fab);
+		if (json_is_object(f))
+			snprintf(nf, sizeof nf, "%lld", num(f, "findings"));
 		const char *row[] = {name, str(n, "state"), str(n, "role"), str(n, "address"), seen, age,
-				     str(n, "version")};
+				     fab,  nf,		str(n, "version")};
 		out_table_row(t, row);
 	}
 	out_table_print(t, stdout);
@@ -278,6 +319,23 @@ static int node_arg(struct cli_ctx *ctx, int argc, char **argv, const char **nod
 	return 0;
 }
 
+/* node show: the summary line, the twins grouped by port, the findings. */
+static void print_fabric_report(json_t *d)
+{
+	json_t *f = json_object_get(d, "fabric"), *rep = json_object_get(d, "fabric_report");
+	if (!json_is_object(f) || !json_is_object(rep)) {
+		printf("Fabric:      not reported yet\n");
+		return;
+	}
+	char sum[64], ago[32];
+	fmt_fabric(f, sum, sizeof sum);
+	long long age = (long long)time(NULL) - num(rep, "updated_at");
+	util_fmt_age(age > 0 ? age : 0, ago, sizeof ago);
+	printf("Fabric:      %s, %lld finding%s (reported %s ago)\n\n", sum, num(f, "findings"),
+	       num(f, "findings") == 1 ? "" : "s", ago);
+	cli_print_fabric(json_object_get(rep, "discovery"), json_object_get(rep, "findings"));
+}
+
 int cmd_node_show(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *node = NULL;
@@ -300,6 +358,7 @@ int cmd_node_show(struct cli_ctx *ctx, int argc, char **argv)
 		       str(d, "version"), joined, seen,
 		       json_is_true(json_object_get(d, "connected")) ? "yes" : "no",
 		       str(d, "cert_serial"));
+		print_fabric_report(d);
 		json_t *ev = json_object_get(d, "events");
 		if (json_array_size(ev)) {
 			printf("\nRecent events:\n");

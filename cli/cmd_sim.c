@@ -35,7 +35,8 @@ int cmd_sim_up(struct cli_ctx *ctx, int argc, char **argv)
 		{"nodes", required_argument, NULL, 'n'}, {"topology", required_argument, NULL, 't'},
 		{"name", required_argument, NULL, 'N'},  {"mtu", required_argument, NULL, 'm'},
 		{"root", required_argument, NULL, 'r'},  {"port", required_argument, NULL, 'p'},
-		{"no-agents", no_argument, NULL, 'A'},   {NULL, 0, NULL, 0}};
+		{"no-agents", no_argument, NULL, 'A'},   {"bare", required_argument, NULL, 'b'},
+		{NULL, 0, NULL, 0}};
 	struct sim_opts o = {.nodes = 4, .port = -1};
 	const char *topo = NULL;
 	int c;
@@ -59,13 +60,18 @@ int cmd_sim_up(struct cli_ctx *ctx, int argc, char **argv)
 				return cli_usage(ctx, "--port takes 0 or 1");
 			break;
 		case 'A': o.no_agents = true; break;
+		case 'b':
+			if (parse_num(optarg, &o.bare) < 0 || o.bare > SIM_MAX_NODES - 1)
+				return cli_usage(ctx, "--bare takes a number from 0 to %d",
+						 SIM_MAX_NODES - 1);
+			break;
 		default: return cli_usage(ctx, "unknown option '%s'", argv[optind - 1]);
 		}
 	}
 	if (optind < argc)
 		return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
 	if (!topo)
-		topo = o.nodes == 2 ? "pair" : "ring";
+		topo = o.nodes + o.bare == 2 ? "pair" : "ring";
 	if (sim_parse_topo(topo, &o.topo) < 0)
 		return cli_usage(ctx, "unknown topology '%s' (pair, ring or switch)", topo);
 	char err[512] = "";
@@ -96,8 +102,19 @@ int cmd_sim_up(struct cli_ctx *ctx, int argc, char **argv)
 		}
 		return 0;
 	}
-	printf("sim %s is up: %d nodes, %s, %s\n", prefix, o.nodes, sim_topo_name(o.topo),
-	       o.no_agents ? "no agents" : "a sparkd on each node");
+	int total = o.nodes + o.bare;
+	if (o.bare == 0)
+		printf("sim %s is up: %d nodes, %s, %s\n", prefix, total, sim_topo_name(o.topo),
+		       o.no_agents ? "no agents" : "a sparkd on each node");
+	else if (o.bare == 1)
+		printf("sim %s is up: %d nodes, %s, %s; %s-%d is bare (no sparkd)\n", prefix, total,
+		       sim_topo_name(o.topo), o.no_agents ? "no agents" : "a sparkd on the others",
+		       prefix, total);
+	else
+		printf("sim %s is up: %d nodes, %s, %s; %s-%d to %s-%d are bare (no sparkd)\n",
+		       prefix, total, sim_topo_name(o.topo),
+		       o.no_agents ? "no agents" : "a sparkd on the others", prefix, o.nodes + 1,
+		       prefix, total);
 	printf("Next: sparkctl sim ls --name %s; sparkctl sim exec %s-1 -- sparkctl status; "
 	       "sparkctl sim down --name %s\n",
 	       prefix, prefix, prefix);
@@ -250,11 +267,12 @@ int cmd_sim_ls(struct cli_ctx *ctx, int argc, char **argv)
 		json_t *n;
 		json_array_foreach(json_object_get(d, "nodes"), j, n) {
 			json_t *row = json_pack(
-			    "{s:O, s:s, s:O, s:O, s:O, s:O, s:O}", "name", json_object_get(n, "name"),
+			    "{s:O, s:s, s:O, s:O, s:O, s:O, s:O, s:b}", "name", json_object_get(n, "name"),
 			    "sim", json_string_value(v), "namespace", json_object_get(n, "namespace"),
 			    "agent_pid", json_object_get(n, "agent_pid"), "state",
 			    json_object_get(n, "agent_state"), "address", json_object_get(n, "address"),
-			    "socket", json_object_get(n, "socket"));
+			    "socket", json_object_get(n, "socket"), "bare",
+			    json_is_true(json_object_get(n, "bare")));
 			if (row)
 				json_array_append_new(rows, row);
 		}

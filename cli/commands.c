@@ -71,6 +71,8 @@ const struct cli_cmd cli_commands[] = {
 	 "                     switch: the port of every node on the switch (default 1)\n"
 	 "  --root DIR         state dirs, sockets, logs, sim.json (default /run/sparkctl-sim/PREFIX)\n"
 	 "  --no-agents        network only, no sparkd (start one later with 'sim fault start')\n"
+	 "  --bare K           K more nodes (PREFIX-N+1..N+K), wired like the others, without\n"
+	 "                     sparkd: fresh machines to provision ('sim fault start' adds one)\n"
 	 "Needs root. sparkd is found by env SPARKD, next to sparkctl, in ../agent/, or on PATH.\n"},
 	{"sim", "down", cmd_sim_down, "sim down [--name PREFIX | --all] [--root DIR]",
 	 "remove a simulated cluster: processes, namespaces, bridges, dirs (safe to repeat)",

@@ -76,14 +76,43 @@ static const char *const migrations[] = {
 	"  kind    TEXT NOT NULL CHECK (length(kind) > 0),"
 	"  detail  TEXT NOT NULL DEFAULT ''"
 	") STRICT;",
+	/* 2: fabric reports (issue 4). node_fabric keeps each node's last discovery
+	 * and the head's findings over it as JSON text; fabric_ports has one row per
+	 * twin netdev (seq = order in the report) for queries and change events.
+	 * NULL is "unknown". Both go with their node. */
+	"CREATE TABLE node_fabric ("
+	"  node_id    TEXT PRIMARY KEY NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,"
+	"  updated_at INTEGER NOT NULL,"
+	"  discovery  TEXT NOT NULL CHECK (json_valid(discovery)),"
+	"  findings   TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(findings)),"
+	"  n_findings INTEGER NOT NULL DEFAULT 0 CHECK (n_findings >= 0)"
+	") STRICT;"
+	"CREATE TABLE fabric_ports ("
+	"  node_id     TEXT NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,"
+	"  netdev      TEXT NOT NULL CHECK (length(netdev) BETWEEN 1 AND 15),"
+	"  seq         INTEGER NOT NULL CHECK (seq >= 0),"
+	"  port        TEXT NOT NULL,"
+	"  twin        INTEGER NOT NULL CHECK (twin >= 0),"
+	"  present     INTEGER NOT NULL CHECK (present IN (0, 1)),"
+	"  carrier     INTEGER CHECK (carrier IN (0, 1)),"
+	"  operstate   TEXT NOT NULL DEFAULT '',"
+	"  speed_mbps  INTEGER,"
+	"  mtu         INTEGER,"
+	"  rdma_device TEXT NOT NULL DEFAULT '',"
+	"  rdma_state  TEXT NOT NULL DEFAULT '',"
+	"  gid_index   INTEGER,"
+	"  PRIMARY KEY (node_id, netdev)"
+	") STRICT;",
 };
 #define DB_SCHEMA_VERSION ((int)ARRAY_SIZE(migrations))
 
 /* ---------- statements ---------- */
 
 #define NODE_COLS "id, name, role, state, address, version, cert_serial, joined_at, last_seen, drained"
+#define FPORT_COLS \
+	"port, twin, netdev, present, carrier, operstate, speed_mbps, mtu, rdma_device, " \
+	"rdma_state, gid_index"
 #define TOKEN_COLS "id, secret_hash, description, created_at, expires_at, uses_left, uses, revoked"
-
 enum q {
 	Q_BEGIN, Q_COMMIT, Q_ROLLBACK,
 	Q_CLUSTER_INSERT, Q_CLUSTER_GET,
@@ -92,6 +121,7 @@ enum q {
 	Q_CERT_REVOKE, Q_CERT_REVOKED,
 	Q_TOKEN_INSERT, Q_TOKEN_LIST, Q_TOKEN_GET, Q_TOKEN_REVOKE, Q_TOKEN_USE,
 	Q_EVENT_ADD, Q_EVENT_LIST,
+	Q_FABRIC_SET, Q_FABRIC_GET, Q_FPORT_CLEAR, Q_FPORT_INSERT, Q_FPORT_LIST,
 	Q_COUNT
 };
 
@@ -136,6 +166,19 @@ static const char *const sql_text[Q_COUNT] = {
 	[Q_EVENT_LIST] =
 		"SELECT id, ts, node_id, kind, detail FROM events WHERE id > ?1 "
 		"ORDER BY id ASC LIMIT ?2",
+	[Q_FABRIC_SET] =
+		"INSERT INTO node_fabric (node_id, updated_at, discovery, findings, n_findings) "
+		"VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (node_id) DO UPDATE SET "
+		"updated_at = excluded.updated_at, discovery = excluded.discovery, "
+		"findings = excluded.findings, n_findings = excluded.n_findings",
+	[Q_FABRIC_GET] =
+		"SELECT updated_at, n_findings, discovery, findings FROM node_fabric WHERE node_id = ?1",
+	[Q_FPORT_CLEAR] = "DELETE FROM fabric_ports WHERE node_id = ?1",
+	[Q_FPORT_INSERT] =
+		"INSERT INTO fabric_ports (" FPORT_COLS ", node_id, seq) "
+		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+	[Q_FPORT_LIST] =
+		"SELECT " FPORT_COLS " FROM fabric_ports WHERE node_id = ?1 ORDER BY seq ASC",
 };
 
 struct db {
@@ -949,6 +992,159 @@ int db_event_list(db *d, int64_t since_id, size_t limit, db_event **out, size_t 
 	}
 	if (e == 0 && rc != SQLITE_DONE)
 		e = fail(d, rc, "event_list");
+	done(s);
+	if (e < 0) {
+		free(arr);
+		return e;
+	}
+	*out = arr;
+	*n = cnt;
+	return 0;
+}
+
+/* ---------- fabric reports ---------- */
+
+/* -1 (unknown) binds NULL. */
+static void bind_opt_int(sqlite3_stmt *s, int i, int64_t v)
+{
+	if (v < 0)
+		sqlite3_bind_null(s, i);
+	else
+		sqlite3_bind_int64(s, i, v);
+}
+
+static int64_t col_opt_int(sqlite3_stmt *s, int i)
+{
+	return sqlite3_column_type(s, i) == SQLITE_NULL ? -1 : sqlite3_column_int64(s, i);
+}
+
+static int fport_insert(db *d, const char *node_id, size_t seq, const db_fabric_port *p)
+{
+	if (!memchr(p->netdev, '\0', sizeof p->netdev) || !p->netdev[0])
+		return -EINVAL;
+	int e = 0;
+	sqlite3_stmt *s = stmt(d, Q_FPORT_INSERT, &e);
+	if (!s)
+		return e;
+	BIND_F(s, 1, p->port);
+	sqlite3_bind_int(s, 2, p->twin < 0 ? 0 : p->twin);
+	BIND_F(s, 3, p->netdev);
+	sqlite3_bind_int(s, 4, p->present ? 1 : 0);
+	bind_opt_int(s, 5, p->carrier < 0 ? -1 : p->carrier != 0);
+	BIND_F(s, 6, p->operstate);
+	bind_opt_int(s, 7, p->speed_mbps);
+	bind_opt_int(s, 8, p->mtu);
+	BIND_F(s, 9, p->rdma_device);
+	BIND_F(s, 10, p->rdma_state);
+	bind_opt_int(s, 11, p->gid_index);
+	bind_str(s, 12, node_id);
+	sqlite3_bind_int64(s, 13, (int64_t)seq);
+	return exec_stmt(d, s, "fabric_port_insert");
+}
+
+int db_fabric_set(db *d, const char *node_id, int64_t ts, const char *discovery_json,
+		  const char *findings_json, int64_t n_findings, const db_fabric_port *ports,
+		  size_t n)
+{
+	if (!d || is_empty(node_id) || !discovery_json || n_findings < 0 || (n && !ports))
+		return -EINVAL;
+	int e = tx_begin(d);
+	if (e < 0)
+		return e;
+	db_node node;
+	e = node_get(d, Q_NODE_GET, node_id, &node);
+	sqlite3_stmt *s = NULL;
+	if (e == 0 && (s = stmt(d, Q_FABRIC_SET, &e))) {
+		bind_str(s, 1, node_id);
+		sqlite3_bind_int64(s, 2, ts);
+		bind_str(s, 3, discovery_json);
+		bind_str(s, 4, findings_json ? findings_json : "[]");
+		sqlite3_bind_int64(s, 5, n_findings);
+		e = exec_stmt(d, s, "fabric_set");
+	}
+	if (e == 0 && (s = stmt(d, Q_FPORT_CLEAR, &e))) {
+		bind_str(s, 1, node_id);
+		e = exec_stmt(d, s, "fabric_ports_clear");
+	}
+	for (size_t i = 0; e == 0 && i < n; i++)
+		e = fport_insert(d, node_id, i, &ports[i]);
+	return tx_end(d, e);
+}
+
+static char *col_dup(sqlite3_stmt *s, int i)
+{
+	const unsigned char *v = sqlite3_column_text(s, i);
+	return strdup(v ? (const char *)v : "");
+}
+
+int db_fabric_get(db *d, const char *node_id, db_fabric *out)
+{
+	if (!d || !node_id || !out)
+		return -EINVAL;
+	memset(out, 0, sizeof *out);
+	int e = 0;
+	sqlite3_stmt *s = stmt(d, Q_FABRIC_GET, &e);
+	if (!s)
+		return e;
+	bind_str(s, 1, node_id);
+	int rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW) {
+		out->updated_at = sqlite3_column_int64(s, 0);
+		out->n_findings = sqlite3_column_int64(s, 1);
+		out->discovery = col_dup(s, 2);
+		out->findings = col_dup(s, 3);
+		if (!out->discovery || !out->findings) {
+			db_fabric_free(out);
+			e = -ENOMEM;
+		}
+	} else {
+		e = rc == SQLITE_DONE ? -ENOENT : fail(d, rc, "fabric_get");
+	}
+	done(s);
+	return e;
+}
+
+void db_fabric_free(db_fabric *f)
+{
+	if (!f)
+		return;
+	free(f->discovery);
+	free(f->findings);
+	f->discovery = f->findings = NULL;
+}
+
+int db_fabric_ports(db *d, const char *node_id, db_fabric_port **out, size_t *n)
+{
+	if (!d || !node_id || !out || !n)
+		return -EINVAL;
+	*out = NULL;
+	*n = 0;
+	int e = 0, rc;
+	sqlite3_stmt *s = stmt(d, Q_FPORT_LIST, &e);
+	if (!s)
+		return e;
+	bind_str(s, 1, node_id);
+	db_fabric_port *arr = NULL;
+	size_t cnt = 0, cap = 0;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if ((e = grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0)
+			break;
+		db_fabric_port *p = &arr[cnt++];
+		memset(p, 0, sizeof *p);
+		COL_F(s, 0, p->port);
+		p->twin = sqlite3_column_int(s, 1);
+		COL_F(s, 2, p->netdev);
+		p->present = sqlite3_column_int(s, 3) != 0;
+		p->carrier = (int)col_opt_int(s, 4);
+		COL_F(s, 5, p->operstate);
+		p->speed_mbps = col_opt_int(s, 6);
+		p->mtu = col_opt_int(s, 7);
+		COL_F(s, 8, p->rdma_device);
+		COL_F(s, 9, p->rdma_state);
+		p->gid_index = (int)col_opt_int(s, 10);
+	}
+	if (e == 0 && rc != SQLITE_DONE)
+		e = fail(d, rc, "fabric_ports");
 	done(s);
 	if (e < 0) {
 		free(arr);

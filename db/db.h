@@ -89,6 +89,41 @@ int db_token_revoke(db *d, const char *id);
 int db_join_commit(db *d, const char *token_id, const char *secret_hash, int64_t now,
 		   const db_node *node);
 
+/* Fabric reports (issue 4): the last discovery of each node, as JSON text, the
+ * head's findings over it, and one row per twin netdev for queries. Rows go
+ * with their node (ON DELETE CASCADE). */
+typedef struct db_fabric_port {
+	char port[16];        /* physical port name ("0", "1"...) */
+	int twin;             /* order within the port, 0-based */
+	char netdev[16];
+	bool present;
+	int carrier;          /* 1, 0, -1 unknown */
+	char operstate[20];   /* "" unknown */
+	int64_t speed_mbps;   /* -1 unknown */
+	int64_t mtu;          /* -1 unknown */
+	char rdma_device[32]; /* "" none */
+	char rdma_state[16];  /* "active", "down"...; "" none */
+	int gid_index;        /* RoCE v2 GID index, -1 none */
+} db_fabric_port;
+
+typedef struct db_fabric {
+	int64_t updated_at;
+	int64_t n_findings;
+	char *discovery;      /* JSON text (malloc'd; free with db_fabric_free) */
+	char *findings;       /* JSON array text (malloc'd) */
+} db_fabric;
+
+/* Replace a node's report and its port rows in one transaction. -ENOENT if the
+ * node does not exist. */
+int db_fabric_set(db *d, const char *node_id, int64_t ts, const char *discovery_json,
+		  const char *findings_json, int64_t n_findings, const db_fabric_port *ports,
+		  size_t n);
+/* The stored report; -ENOENT when the node never reported. */
+int db_fabric_get(db *d, const char *node_id, db_fabric *out);
+void db_fabric_free(db_fabric *f);
+/* A node's port rows, ordered by port then twin (empty when none). */
+int db_fabric_ports(db *d, const char *node_id, db_fabric_port **out, size_t *n);
+
 /* Events log (newest last). */
 int db_event_add(db *d, int64_t ts, const char *node_id, const char *kind, const char *detail);
 int db_event_list(db *d, int64_t since_id, size_t limit, db_event **out, size_t *n);

@@ -369,7 +369,12 @@ int sim_up(const struct sim_opts *o, char *err, size_t errlen)
 		return sim_errf(err, errlen, -EINVAL,
 				"--name '%s' is not valid: use 1-%d of a-z, 0-9 and '-', starting with a letter",
 				prefix, SIM_PREFIX_MAX);
-	if (o->nodes < SIM_MIN_NODES || o->nodes > SIM_MAX_NODES)
+	if (o->bare < 0 || (o->bare > 0 && (o->nodes < 1 || o->nodes + o->bare > SIM_MAX_NODES ||
+					     o->nodes + o->bare < SIM_MIN_NODES)))
+		return sim_errf(err, errlen, -EINVAL,
+				"--nodes N --bare K: N must be at least 1 and N + K from %d to %d",
+				SIM_MIN_NODES, SIM_MAX_NODES);
+	if (o->bare == 0 && (o->nodes < SIM_MIN_NODES || o->nodes > SIM_MAX_NODES))
 		return sim_errf(err, errlen, -EINVAL, "--nodes must be from %d to %d", SIM_MIN_NODES,
 				SIM_MAX_NODES);
 	if ((unsigned)o->topo > SIM_SWITCH)
@@ -433,6 +438,8 @@ int sim_up(const struct sim_opts *o, char *err, size_t errlen)
 	if (s->agents) {
 		unsigned mask = 0;
 		for (int k = 1; k <= s->nnodes; k++) {
+			if (s->nodes[k - 1].bare)
+				continue;
 			if ((r = sima_spawn(s, k, err, errlen)) < 0)
 				goto fail;
 			mask |= 1u << (k - 1);
@@ -507,14 +514,21 @@ int sim_exec(const char *prefix, const char *ns, char *const argv[], char *err, 
 	if (!s)
 		return -ENOMEM;
 	char sock[PATH_MAX] = "";
+	bool bare = false;
 	if (simm_load(prefix, s, NULL, 0) == 0)
 		for (int k = 1; k <= s->nnodes; k++)
-			if (strcmp(s->nodes[k - 1].name, ns) == 0)
+			if (strcmp(s->nodes[k - 1].name, ns) == 0) {
 				simm_node_dir(s, k, "sparkd.sock", sock, sizeof sock);
+				bare = s->nodes[k - 1].bare;
+			}
 	free(s);
 	if ((r = simns_enter_full(ns)) < 0)
 		return sim_errf(err, errlen, r, "cannot enter %s: %s", ns, strerror(-r));
-	if (sock[0])
+	/* A bare node is a fresh machine: its sparkd, if one is installed
+	 * there later, has its own socket. */
+	if (bare)
+		unsetenv("SPARKCTL_SOCKET");
+	else if (sock[0])
 		setenv("SPARKCTL_SOCKET", sock, 1);
 	setenv("SPARK_SIM_NODE", ns, 1);
 	setenv("SPARK_SIM", prefix, 1);

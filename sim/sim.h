@@ -6,7 +6,9 @@
  * lo. Cables are veth pairs, one per twin. "PREFIX-mgmt" holds the management
  * bridge and the loose ends of unplugged ports; "PREFIX-switch" (switch
  * topology) holds the fabric bridge. Everything is made with libnl-route-3 and
- * setns(2). Each node runs a real sparkd (unless no_agents). The sim is
+ * setns(2). Each node runs a real sparkd (unless no_agents), except the last
+ * `bare` nodes: wired like the others, with no sparkd (a fresh machine to
+ * provision; `sim fault start` can still start one there). The sim is
  * described by ROOT/sim.json; ROOT defaults to /run/sparkctl-sim/PREFIX, and a
  * custom ROOT is registered there by a symlink, so PREFIX alone finds a sim.
  *
@@ -33,7 +35,9 @@ enum sim_topo { SIM_PAIR = 0, SIM_RING = 1, SIM_SWITCH = 2 };
 struct sim_opts {
 	const char *prefix; /* NULL: "spark" */
 	const char *root;   /* NULL: SIM_RUN_DIR/PREFIX */
-	int nodes;          /* 2..8 */
+	int nodes;          /* 2..8; 1..7 with bare */
+	int bare;           /* K more nodes (nodes+1..nodes+K), wired like the others,
+			     * without sparkd; nodes + bare <= 8 */
 	enum sim_topo topo;
 	int mtu;            /* fabric MTU, 0: 1500 */
 	int port;           /* pair: port cabled on both nodes (default 0);
@@ -59,7 +63,7 @@ int sim_up(const struct sim_opts *o, char *err, size_t errlen);
  * sim.json; 0 when nothing was there. root may be NULL (found from PREFIX). */
 int sim_down(const char *prefix, const char *root, char *err, size_t errlen);
 
-/* sim.json of PREFIX with each node's "agent_state" refreshed (running|stopped).
+/* sim.json of PREFIX with each node's "agent_state" refreshed (running|stopped|bare).
  * -ENOENT if no such sim. Caller decrefs. */
 int sim_describe(const char *prefix, json_t **out, char *err, size_t errlen);
 /* Prefixes of every sim registered under SIM_RUN_DIR, sorted (JSON array). */

@@ -101,12 +101,30 @@ static void sleep_ms(int ms)
 	nanosleep(&ts, NULL);
 }
 
+/* The node's sparkd.yaml: veths have no PCI function, so discovery is told
+ * which netdevs are the fabric and how they pair into ports (the fabric.ports
+ * map), and the sim's fabric MTU (fabric.mtu, the cluster MTU on the head). */
+static int write_config(const struct sim *s, const char *path)
+{
+	char buf[512];
+	int n = snprintf(buf, sizeof buf,
+			 "# made by sparkctl sim: a simulated Spark's fabric netdevs\n"
+			 "fabric:\n"
+			 "  ports:\n"
+			 "    \"0\": [enp1s0f0np0, enP2p1s0f0np0]\n"
+			 "    \"1\": [enp1s0f1np1, enP2p1s0f1np1]\n"
+			 "  mtu: %d\n",
+			 s->mtu > 0 ? s->mtu : 1500);
+	return util_write_file(path, buf, (size_t)n, 0644);
+}
+
 int sima_spawn(struct sim *s, int k, char *err, size_t errlen)
 {
 	struct sim_node *n = &s->nodes[k - 1];
 	char dir[PATH_MAX], state[PATH_MAX], sock[PATH_MAX], logp[PATH_MAX], pidp[PATH_MAX];
-	char listen[64];
+	char listen[64], cfg[PATH_MAX];
 	simm_node_dir(s, k, NULL, dir, sizeof dir);
+	simm_node_dir(s, k, "sparkd.yaml", cfg, sizeof cfg);
 	simm_node_dir(s, k, "state", state, sizeof state);
 	simm_node_dir(s, k, "sparkd.sock", sock, sizeof sock);
 	simm_node_dir(s, k, "sparkd.log", logp, sizeof logp);
@@ -121,6 +139,8 @@ int sima_spawn(struct sim *s, int k, char *err, size_t errlen)
 	int r = util_mkdirs(state, 0700);
 	if (r < 0)
 		return sim_errf(err, errlen, r, "cannot make %s: %s", state, strerror(-r));
+	if ((r = write_config(s, cfg)) < 0)
+		return sim_errf(err, errlen, r, "cannot write %s: %s", cfg, strerror(-r));
 	unlink(sock);
 	int pfd[2];
 	if (pipe2(pfd, O_CLOEXEC) < 0)
@@ -158,7 +178,8 @@ int sima_spawn(struct sim *s, int k, char *err, size_t errlen)
 				setenv("SPARK_SIM_NODE", n->name, 1);
 				setenv("SPARK_SIM", s->prefix, 1);
 				char *argv[] = {s->sparkd, "--state-dir", state, "--socket", sock,
-						"--listen", listen, "--name", n->name, NULL};
+						"--listen", listen, "--name", n->name,
+						"--config", cfg, NULL};
 				execv(s->sparkd, argv);
 				e = errno;
 			}

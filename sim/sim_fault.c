@@ -191,6 +191,7 @@ static int do_start(struct fctx *f, int k)
 	int r = sima_spawn(s, k, f->err, f->errlen);
 	if (r < 0)
 		return r;
+	s->nodes[k - 1].bare = false; /* the sim runs its sparkd from now on */
 	const char *t = getenv("SPARK_SIM_AGENT_TIMEOUT_MS");
 	int tmo = t && atoi(t) > 0 ? atoi(t) : 15000;
 	s->agents = true;

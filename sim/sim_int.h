@@ -47,6 +47,7 @@ struct sim_node {
 	char name[SIM_NS_MAX]; /* = namespace name, PREFIX-K */
 	char addr[16];         /* management address, 169.254.100.K */
 	pid_t pid;             /* sparkd, 0 when none was started */
+	bool bare;             /* made without sparkd (sim up --bare); cleared by start */
 };
 
 struct sim {

@@ -158,10 +158,11 @@ void simm_plan(struct sim *s, const struct sim_opts *o)
 	s->port = o->port >= 0 ? o->port : (o->topo == SIM_SWITCH ? 1 : o->topo == SIM_PAIR ? 0 : -1);
 	s->agents = !o->no_agents;
 	s->created_at = (long long)time(NULL);
-	s->nnodes = o->nodes;
+	s->nnodes = o->nodes + (o->bare > 0 ? o->bare : 0);
 	for (int k = 1; k <= s->nnodes; k++) {
 		struct sim_node *n = &s->nodes[k - 1];
 		n->index = k;
+		n->bare = k > o->nodes;
 		char prefix[sizeof s->prefix];
 		memcpy(prefix, s->prefix, sizeof prefix); /* gcc -Wrestrict under sanitizers */
 		snprintf(n->name, sizeof n->name, "%s-%d", prefix, k);
@@ -260,8 +261,9 @@ json_t *simm_to_json(const struct sim *s)
 		simm_node_dir(s, k, "sparkd.log", buf, sizeof buf);
 		json_object_set_new(o, "log", json_string(buf));
 		json_object_set_new(o, "agent_pid", n->pid > 0 ? json_integer(n->pid) : json_null());
-		json_object_set_new(o, "agent_state",
-				    json_string(sima_running(s, k) ? "running" : "stopped"));
+		const char *ast = sima_running(s, k) ? "running" : n->bare ? "bare" : "stopped";
+		json_object_set_new(o, "agent_state", json_string(ast));
+		json_object_set_new(o, "bare", json_boolean(n->bare));
 		json_array_append_new(nodes, o);
 	}
 	json_array_append_new(nss, json_string(mgmt));
@@ -281,6 +283,10 @@ json_t *simm_to_json(const struct sim *s)
 	json_object_set_new(j, "root", json_string(s->root));
 	json_object_set_new(j, "topology", json_string(sim_topo_name(s->topo)));
 	json_object_set_new(j, "size", json_integer(s->nnodes));
+	int nbare = 0;
+	for (int k = 1; k <= s->nnodes; k++)
+		nbare += s->nodes[k - 1].bare;
+	json_object_set_new(j, "bare", json_integer(nbare));
 	json_object_set_new(j, "mtu", json_integer(s->mtu));
 	json_object_set_new(j, "port", s->port >= 0 ? json_integer(s->port) : json_null());
 	json_object_set_new(j, "agents", json_boolean(s->agents));
@@ -347,6 +353,7 @@ int simm_from_json(const json_t *j, struct sim *s)
 			return -EINVAL;
 		str_get(v, "address", n->addr, sizeof n->addr);
 		n->pid = (pid_t)json_integer_value(json_object_get(v, "agent_pid"));
+		n->bare = json_is_true(json_object_get(v, "bare"));
 		s->nnodes++;
 	}
 	json_t *links = json_object_get(j, "links");

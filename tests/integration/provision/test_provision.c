@@ -1,13 +1,18 @@
-/* Integration: sparkctl provision against a real OpenSSH server.
+/* Integration: sparkctl provision against a real OpenSSH server, on the simulator.
  *
- * Per test: two network namespaces made here (sprvH-PID-N runs the head's sparkd
- * and sparkctl provision; sprvT-PID-N is the fresh target with its own UTS
- * namespace, host name prov-target, and /usr/sbin/sshd on a private config, host
- * key, PidFile and authorized_keys), one veth between them, 169.254.77.1/16 and
- * 169.254.77.2/16. Everything lives in a temp dir; the target installs under
- * --prefix there. Cleanup (every process in both namespaces, the namespaces, the
- * dir) runs after every test, pass or fail; namespaces left by a crashed run are
- * swept at the next start (their names carry the dead test's PID). */
+ * Per test: a sim (tests/integration/sim harness, unique prefix P) made with
+ * `sim up --nodes 1 --bare 1`: P-1 is the head (the sim's sparkd, `init` done),
+ * P-2 a bare node on the same management net (169.254.100.1 and .2, enP7s7)
+ * with nothing running. In P-2 the test starts /usr/sbin/sshd (private config,
+ * temporary host key, PidFile, AuthorizedKeysFile) through `sparkctl sim exec`,
+ * in its own UTS namespace whose host name is P-2, as a real node's would be.
+ * Provision runs on the head exactly as a user would: `sparkctl sim exec P-1 --
+ * sparkctl provision 169.254.100.2 ...`; the target installs under --prefix in a
+ * temp dir. Cleanup after every test, pass or fail: sim down (every process in
+ * the sim's namespaces, the namespaces, the sim root) and the temp dir; the
+ * harness's guard runs sim down if this process dies first. */
+#include "sim_harness.h"
+
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
@@ -24,19 +29,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#define HEAD_IP "169.254.77.1"
-#define TARGET_IP "169.254.77.2"
-#define TARGET_NAME "prov-target"
-#define NS_PREFIX_H "sprvH-"
-#define NS_PREFIX_T "sprvT-"
+#define HEAD_IP "169.254.100.1"
+#define TARGET_IP "169.254.100.2"
 
 struct env {
-	bool up;
+	struct sh_sim sim;
 	char root[256];
-	char nsh[64], nst[64];
+	char head[48], target[48]; /* node (and namespace) names; target = its host name */
 	char prefix[320], kh[320], key[320], hostkey[320], sshd_conf[320], sshd_pid[320];
-	char head_sock[320], head_state[320], head_log[320];
-	pid_t head_pid, sshd;
+	char head_sock[320];
+	pid_t sshd;
 };
 static struct env E;
 
@@ -95,6 +97,7 @@ static struct res sh(const char *fmt, ...)
 	snprintf(o, sizeof o, "%s/.out.%d", dir, (int)getpid());
 	snprintf(e, sizeof e, "%s/.err.%d", dir, (int)getpid());
 	struct res r = {.rc = -1};
+	fflush(NULL);
 	pid_t p = fork();
 	if (p == 0) {
 		int fo = open(o, O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -130,75 +133,47 @@ static int lines(const char *s)
 	return n;
 }
 
-/* Kill every process in a namespace, then remove it. */
-static void ns_remove(const char *ns)
+/* Pids whose network namespace is ns (at most max), by the namespace's inode. */
+static int ns_pids(const char *ns, pid_t *pids, int max)
 {
-	for (int round = 0; round < 3; round++) {
-		struct res r = sh("ip netns pids %s 2>/dev/null", ns);
-		bool any = false;
-		char *save = NULL;
-		for (char *l = strtok_r(r.out, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
-			pid_t p = (pid_t)atoi(l);
-			if (p > 1 && p != getpid()) {
-				kill(p, SIGKILL);
-				any = true;
-			}
-		}
-		rfree(&r);
-		if (!any)
-			break;
-		usleep(50000);
-	}
-	struct res r = sh("ip netns del %s 2>/dev/null", ns);
-	rfree(&r);
-}
-
-/* Namespaces of test processes that no longer exist. */
-static void sweep_stale(void)
-{
-	DIR *d = opendir("/run/netns");
-	if (!d)
-		return;
-	struct dirent *de;
-	char stale[32][64];
+	char p[300];
+	snprintf(p, sizeof p, "/run/netns/%s", ns);
+	struct stat want;
+	if (stat(p, &want) < 0)
+		return 0;
 	int n = 0;
-	while ((de = readdir(d)) && n < 32) {
-		if (strncmp(de->d_name, NS_PREFIX_H, 6) && strncmp(de->d_name, NS_PREFIX_T, 6))
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	while (d && (e = readdir(d)) && n < max) {
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
 			continue;
-		pid_t p = (pid_t)atoi(de->d_name + 6);
-		if (p > 0 && kill(p, 0) < 0 && errno == ESRCH)
-			snprintf(stale[n++], sizeof stale[0], "%s", de->d_name);
+		struct stat st;
+		snprintf(p, sizeof p, "/proc/%s/ns/net", e->d_name);
+		if (stat(p, &st) == 0 && st.st_ino == want.st_ino && st.st_dev == want.st_dev)
+			pids[n++] = (pid_t)atoi(e->d_name);
 	}
-	closedir(d);
-	for (int i = 0; i < n; i++)
-		ns_remove(stale[i]);
+	if (d)
+		closedir(d);
+	return n;
 }
 
 static void cleanup(void)
 {
-	if (!E.root[0])
-		return;
-	if (E.head_pid > 0)
-		kill(E.head_pid, SIGKILL);
-	if (E.sshd > 0)
-		kill(E.sshd, SIGKILL);
-	ns_remove(E.nst);
-	ns_remove(E.nsh);
-	if (E.head_pid > 0)
-		waitpid(E.head_pid, NULL, 0);
+	sh_down(&E.sim); /* every process in the sim's namespaces too: sshd, sparkd */
 	if (E.sshd > 0)
 		waitpid(E.sshd, NULL, 0);
-	if (!getenv("SPARK_KEEP_TEST_DIRS")) {
+	if (E.root[0] && !getenv("SPARK_KEEP_TEST_DIRS")) {
 		struct res r = sh("rm -rf '%s'", E.root);
 		rfree(&r);
 	}
 	memset(&E, 0, sizeof E);
 }
 
-/* Fork a child that dies with us and execs argv inside namespace ns. */
+/* Fork a child that dies with us and execs argv, output to log. */
 static pid_t spawn(const char *log, char *const argv[])
 {
 	pid_t parent = getpid();
+	fflush(NULL);
 	pid_t p = fork();
 	cr_assert(p >= 0);
 	if (p == 0) {
@@ -217,14 +192,16 @@ static pid_t spawn(const char *log, char *const argv[])
 	return p;
 }
 
+/* sshd in the bare node, with the node's name as its host name. */
 static void start_sshd(void)
 {
 	char cmd[1024], log[400];
 	snprintf(log, sizeof log, "%s/sshd.log", E.root);
 	unlink(E.sshd_pid);
-	snprintf(cmd, sizeof cmd, "hostname %s && exec /usr/sbin/sshd -D -f %s", TARGET_NAME,
+	snprintf(cmd, sizeof cmd, "hostname %s && exec /usr/sbin/sshd -D -f %s", E.target,
 		 E.sshd_conf);
-	char *argv[] = {"ip", "netns", "exec", E.nst, "unshare", "--uts", "sh", "-c", cmd, NULL};
+	char *argv[] = {(char *)bin("sparkctl"), "sim", "exec", E.target, "--", "unshare", "--uts",
+			"sh", "-c", cmd, NULL};
 	E.sshd = spawn(log, argv);
 	long t0 = now_ms();
 	while (access(E.sshd_pid, F_OK) != 0) {
@@ -235,11 +212,13 @@ static void start_sshd(void)
 	}
 }
 
+/* Kill sshd and every session process: everything in the target's namespace. */
 static void stop_sshd(void)
 {
-	/* the listener and every session process: all of the target namespace */
-	struct res r = sh("for p in $(ip netns pids %s); do kill -9 $p; done", E.nst);
-	rfree(&r);
+	pid_t pids[256];
+	int n = ns_pids(E.target, pids, 256);
+	for (int i = 0; i < n; i++)
+		kill(pids[i], SIGKILL);
 	if (E.sshd > 0)
 		waitpid(E.sshd, NULL, 0);
 	E.sshd = 0;
@@ -247,38 +226,38 @@ static void stop_sshd(void)
 
 static void setup(void)
 {
-	sweep_stale();
+	sh_require_root();
+	if (access("/usr/sbin/sshd", X_OK) != 0)
+		cr_skip_test("no /usr/sbin/sshd (Debian's openssh-server)");
 	memset(&E, 0, sizeof E);
-	static int seq;
+	struct sim_opts o = {.nodes = 1, .bare = 1, .topo = SIM_PAIR, .port = -1,
+			     .sparkd = bin("sparkd")};
+	int rc = sh_up(&E.sim, "prov", &o);
+	cr_assert_eq(rc, 0, "sim up --nodes 1 --bare 1: %s", E.sim.err);
+	snprintf(E.head, sizeof E.head, "%s", sh_ns(&E.sim, 1));
+	snprintf(E.target, sizeof E.target, "%s", sh_ns(&E.sim, 2));
+	json_t *d = sh_describe(&E.sim);
+	cr_assert(d);
+	json_t *n1 = json_array_get(json_object_get(d, "nodes"), 0);
+	snprintf(E.head_sock, sizeof E.head_sock, "%s",
+		 json_string_value(json_object_get(n1, "socket")));
+	json_decref(d);
 	snprintf(E.root, sizeof E.root, "/tmp/sparkctl-prov-XXXXXX");
 	cr_assert(mkdtemp(E.root), "mkdtemp");
-	snprintf(E.nsh, sizeof E.nsh, NS_PREFIX_H "%d-%d", (int)getpid(), seq);
-	snprintf(E.nst, sizeof E.nst, NS_PREFIX_T "%d-%d", (int)getpid(), seq++);
 	snprintf(E.prefix, sizeof E.prefix, "%s/target", E.root);
 	snprintf(E.kh, sizeof E.kh, "%s/known_hosts", E.root);
 	snprintf(E.key, sizeof E.key, "%s/client_key", E.root);
 	snprintf(E.hostkey, sizeof E.hostkey, "%s/host_key", E.root);
 	snprintf(E.sshd_conf, sizeof E.sshd_conf, "%s/sshd_config", E.root);
 	snprintf(E.sshd_pid, sizeof E.sshd_pid, "%s/sshd.pid", E.root);
-	snprintf(E.head_sock, sizeof E.head_sock, "%s/head.sock", E.root);
-	snprintf(E.head_state, sizeof E.head_state, "%s/head", E.root);
-	snprintf(E.head_log, sizeof E.head_log, "%s/head.log", E.root);
 	mkdir(E.prefix, 0755);
-	struct res r = sh(
-		"set -e; mkdir -p -m0755 /run/sshd\n"
-		"ip netns add %s; ip netns add %s\n"
-		"ip -n %s link add name eth0 type veth peer name eth0 netns %s\n"
-		"ip -n %s addr add " HEAD_IP "/16 dev eth0\n"
-		"ip -n %s addr add " TARGET_IP "/16 dev eth0\n"
-		"for n in %s %s; do ip -n $n link set lo up; ip -n $n link set eth0 up; done\n"
-		"ssh-keygen -q -t ed25519 -N '' -C host -f %s\n"
-		"ssh-keygen -q -t ed25519 -N '' -C client -f %s\n"
-		"cp %s.pub %s/authorized_keys\n",
-		E.nsh, E.nst, E.nsh, E.nst, E.nsh, E.nst, E.nsh, E.nst, E.hostkey, E.key, E.key,
-		E.root);
-	cr_assert_eq(r.rc, 0, "namespace setup failed: %s", r.err);
+	struct res r = sh("set -e; mkdir -p -m0755 /run/sshd\n"
+			  "ssh-keygen -q -t ed25519 -N '' -C host -f %s\n"
+			  "ssh-keygen -q -t ed25519 -N '' -C client -f %s\n"
+			  "cp %s.pub %s/authorized_keys\n",
+			  E.hostkey, E.key, E.key, E.root);
+	cr_assert_eq(r.rc, 0, "key setup failed: %s", r.err);
 	rfree(&r);
-	E.up = true;
 	FILE *f = fopen(E.sshd_conf, "w");
 	cr_assert(f);
 	fprintf(f,
@@ -289,36 +268,32 @@ static void setup(void)
 		E.hostkey, E.sshd_pid, E.root);
 	fclose(f);
 	start_sshd();
-	/* the head: sparkd in its namespace, a fresh cluster */
-	char listen[64];
-	snprintf(listen, sizeof listen, HEAD_IP ":7300");
-	char *argv[] = {"ip", "netns", "exec", E.nsh, (char *)bin("sparkd"), "--state-dir",
-			E.head_state, "--socket", E.head_sock, "--listen", listen, "--name", "head",
-			"--config", "/dev/null", NULL};
-	E.head_pid = spawn(E.head_log, argv);
-	long t0 = now_ms();
-	for (;;) {
-		r = sh("%s --socket %s version -o json", bin("sparkctl"), E.head_sock);
-		bool ok = strstr(r.out, "sparkd_version") != NULL;
-		rfree(&r);
-		if (ok)
-			break;
-		cr_assert(now_ms() - t0 < 5000, "head sparkd did not start; see %s", E.head_log);
-		usleep(50000);
-	}
-	r = sh("%s --socket %s init --name provtest", bin("sparkctl"), E.head_sock);
+	/* a fresh cluster on the head */
+	r = sh("%s sim exec %s -- %s init --name provtest", bin("sparkctl"), E.head,
+	       bin("sparkctl"));
 	cr_assert_eq(r.rc, 0, "init failed: %s", r.err);
 	rfree(&r);
 }
 
 TestSuite(prov, .init = setup, .fini = cleanup, .timeout = 90);
 
-/* sparkctl provision on the head, against the target. extra: more flags. */
+/* sparkctl provision HOSTS, run on the head node as a user would. */
+static struct res provision_as(const char *hosts, const char *identity, const char *extra)
+{
+	return sh("%s sim exec %s -- %s provision %s --user root --identity %s --known-hosts %s "
+		  "--prefix %s %s",
+		  bin("sparkctl"), E.head, bin("sparkctl"), hosts, identity, E.kh, E.prefix, extra);
+}
+
 static struct res provision(const char *extra)
 {
-	return sh("ip netns exec %s %s --socket %s provision " TARGET_IP " --user root --identity %s "
-		  "--known-hosts %s --prefix %s %s",
-		  E.nsh, bin("sparkctl"), E.head_sock, E.key, E.kh, E.prefix, extra);
+	return provision_as(TARGET_IP, E.key, extra);
+}
+
+/* sparkctl ARGS talking to the head's sparkd (from outside the sim: a Unix socket). */
+static struct res head_ctl(const char *args)
+{
+	return sh("%s --socket %s %s", bin("sparkctl"), E.head_sock, args);
 }
 
 static char *fingerprint(const char *pubkey)
@@ -343,7 +318,7 @@ static bool wait_node(const char *name, const char *state, long timeout_ms)
 {
 	long t0 = now_ms();
 	do {
-		struct res r = sh("%s --socket %s status -o json", bin("sparkctl"), E.head_sock);
+		struct res r = head_ctl("status -o json");
 		json_t *j = json_loads(r.out, 0, NULL);
 		rfree(&r);
 		size_t i;
@@ -365,7 +340,7 @@ static bool wait_node(const char *name, const char *state, long timeout_ms)
 
 static int token_count(void)
 {
-	struct res r = sh("%s --socket %s token ls -o json", bin("sparkctl"), E.head_sock);
+	struct res r = head_ctl("token ls -o json");
 	json_t *j = json_loads(r.out, 0, NULL);
 	rfree(&r);
 	int n = (int)json_array_size(json_object_get(j, "tokens"));
@@ -405,7 +380,9 @@ static bool step_line(const char *out, const char *step, const char *result)
 
 Test(prov, prov_full_provision_ready)
 {
+	long t0 = now_ms();
 	struct res r = provision("--accept-new-host-key");
+	long t1 = now_ms();
 	cr_assert_eq(r.rc, 0, "provision failed:\n%s\n%s", r.out, r.err);
 	cr_expect(step_line(r.out, "check", "ok"), "%s", r.out);
 	cr_expect(step_line(r.out, "upload", "changed"), "%s", r.out);
@@ -417,7 +394,18 @@ Test(prov, prov_full_provision_ready)
 	cr_expect(step_line(r.out, "join", "changed"), "%s", r.out);
 	cr_expect(strstr(r.out, "provisioned"), "%s", r.out);
 	rfree(&r);
-	cr_assert(wait_node(TARGET_NAME, "ready", 15000), "node not ready on the head");
+	cr_assert(wait_node(E.target, "ready", 15000), "node not ready on the head");
+	cr_log_info("provision %ld ms, then ready after %ld ms", t1 - t0, now_ms() - t1);
+	/* as a user sees it, on the head: the bare node is now a ready member */
+	r = sh("%s sim exec %s -- %s status", bin("sparkctl"), E.head, bin("sparkctl"));
+	cr_expect_eq(r.rc, 0, "%s", r.err);
+	bool listed = false;
+	char *save = NULL;
+	for (char *l = strtok_r(r.out, "\n", &save); l; l = strtok_r(NULL, "\n", &save))
+		if (strstr(l, E.target) && strstr(l, "ready") && strstr(l, TARGET_IP))
+			listed = true;
+	cr_expect(listed, "status does not show %s ready at " TARGET_IP, E.target);
+	rfree(&r);
 	/* what landed on the target */
 	char p[600];
 	snprintf(p, sizeof p, "%s/usr/sbin/sparkd", E.prefix);
@@ -426,7 +414,9 @@ Test(prov, prov_full_provision_ready)
 	cr_expect_eq(access(p, X_OK), 0);
 	snprintf(p, sizeof p, "%s/etc/sparkctl/sparkd.yaml", E.prefix);
 	char *conf = slurp(p);
-	cr_expect(strstr(conf, "name: " TARGET_NAME "\n"), "%s", conf);
+	char want[96];
+	snprintf(want, sizeof want, "name: %s\n", E.target);
+	cr_expect(strstr(conf, want), "%s", conf);
 	cr_expect(strstr(conf, "listen: 0.0.0.0:7300\n"), "%s", conf);
 	free(conf);
 	snprintf(p, sizeof p, "%s/etc/systemd/system/sparkd.service", E.prefix);
@@ -434,7 +424,7 @@ Test(prov, prov_full_provision_ready)
 	cr_expect(strstr(unit, E.prefix), "unit without prefixed paths: %s", unit);
 	free(unit);
 	/* single-use token, consumed */
-	r = sh("%s --socket %s token ls -o json", bin("sparkctl"), E.head_sock);
+	r = head_ctl("token ls -o json");
 	cr_expect(strstr(r.out, "provision " TARGET_IP), "%s", r.out);
 	rfree(&r);
 	/* the client's private key never left this machine (sparkd's own node.key is made
@@ -500,9 +490,7 @@ Test(prov, prov_wrong_client_key_refused)
 	cr_assert_eq(r.rc, 0);
 	rfree(&r);
 	trust_host_key();
-	r = sh("ip netns exec %s %s --socket %s provision " TARGET_IP " --user root --identity %s "
-	       "--known-hosts %s --prefix %s",
-	       E.nsh, bin("sparkctl"), E.head_sock, wrong, E.kh, E.prefix);
+	r = provision_as(TARGET_IP, wrong, "");
 	cr_assert_eq(r.rc, 1, "%s\n%s", r.out, r.err);
 	cr_expect_eq(lines(r.err), 1, "want one line on stderr, got:\n%s", r.err);
 	cr_expect(strstr(r.err, "refused authentication"), "%s", r.err);
@@ -514,8 +502,8 @@ Test(prov, prov_sshd_killed_during_upload)
 {
 	trust_host_key();
 	/* slow the head -> target direction so the upload takes about a second */
-	struct res r = sh("tc -n %s qdisc add dev eth0 root tbf rate 3mbit burst 32kb latency 500ms",
-			  E.nsh);
+	struct res r = sh("tc -n %s qdisc add dev enP7s7 root tbf rate 3mbit burst 32kb latency 500ms",
+			  E.head);
 	bool shaped = r.rc == 0;
 	rfree(&r);
 	char out[400], err[400], cmd[2048], stage[600], dest[600];
@@ -524,9 +512,9 @@ Test(prov, prov_sshd_killed_during_upload)
 	snprintf(stage, sizeof stage, "%s/usr/sbin/sparkd.sparkctl-new", E.prefix);
 	snprintf(dest, sizeof dest, "%s/usr/sbin/sparkd", E.prefix);
 	snprintf(cmd, sizeof cmd,
-		 "exec ip netns exec %s %s --socket %s provision " TARGET_IP " --user root "
+		 "exec %s sim exec %s -- %s provision " TARGET_IP " --user root "
 		 "--identity %s --known-hosts %s --prefix %s >%s 2>%s",
-		 E.nsh, bin("sparkctl"), E.head_sock, E.key, E.kh, E.prefix, out, err);
+		 bin("sparkctl"), E.head, bin("sparkctl"), E.key, E.kh, E.prefix, out, err);
 	pid_t p = fork();
 	cr_assert(p >= 0);
 	if (p == 0) {
@@ -561,14 +549,14 @@ Test(prov, prov_sshd_killed_during_upload)
 	free(o);
 	free(e);
 	/* sshd back, full speed: a rerun completes */
-	r = sh("tc -n %s qdisc del dev eth0 root 2>/dev/null; true", E.nsh);
+	r = sh("tc -n %s qdisc del dev enP7s7 root 2>/dev/null; true", E.head);
 	rfree(&r);
 	start_sshd();
 	r = provision("");
 	cr_assert_eq(r.rc, 0, "rerun failed:\n%s\n%s", r.out, r.err);
 	cr_expect(step_line(r.out, "upload", "changed"), "%s", r.out);
 	rfree(&r);
-	cr_assert(wait_node(TARGET_NAME, "ready", 15000), "node not ready after the rerun");
+	cr_assert(wait_node(E.target, "ready", 15000), "node not ready after the rerun");
 	cr_expect_neq(access(stage, F_OK), 0, "staging file left behind after a good run");
 }
 
@@ -604,7 +592,7 @@ Test(prov, prov_second_run_unchanged)
 	struct res r = provision("--accept-new-host-key");
 	cr_assert_eq(r.rc, 0, "first run failed:\n%s\n%s", r.out, r.err);
 	rfree(&r);
-	cr_assert(wait_node(TARGET_NAME, "ready", 15000));
+	cr_assert(wait_node(E.target, "ready", 15000));
 	char pidf[600];
 	snprintf(pidf, sizeof pidf, "%s/run/sparkctl/sparkd.pid", E.prefix);
 	char *pid1 = slurp(pidf);
@@ -654,10 +642,8 @@ Test(prov, prov_second_run_unchanged)
 Test(prov, prov_failed_host_does_not_stop_others)
 {
 	/* the second host is a closed port on the head's own address: refused at once */
-	struct res r = sh("ip netns exec %s %s --socket %s provision " TARGET_IP " " HEAD_IP
-			  ":2 --parallel 2 --user root --identity %s --known-hosts %s --prefix %s "
-			  "--accept-new-host-key -o json",
-			  E.nsh, bin("sparkctl"), E.head_sock, E.key, E.kh, E.prefix);
+	struct res r = provision_as(TARGET_IP " " HEAD_IP ":2", E.key,
+				    "--parallel 2 --accept-new-host-key -o json");
 	cr_assert_eq(r.rc, 1, "%s\n%s", r.out, r.err);
 	cr_expect_eq(lines(r.err), 1, "one line per failed host, got:\n%s", r.err);
 	cr_expect(strstr(r.err, HEAD_IP ":2"), "%s", r.err);
@@ -672,7 +658,7 @@ Test(prov, prov_failed_host_does_not_stop_others)
 	cr_expect_eq(json_integer_value(json_object_get(j, "failed")), 1);
 	json_decref(j);
 	rfree(&r);
-	cr_expect(wait_node(TARGET_NAME, "ready", 15000), "the good host is not ready");
+	cr_expect(wait_node(E.target, "ready", 15000), "the good host is not ready");
 }
 
 Test(prov, prov_failed_join_is_undone)
@@ -682,10 +668,10 @@ Test(prov, prov_failed_join_is_undone)
 	snprintf(sock2, sizeof sock2, "%s/head2.sock", E.root);
 	snprintf(state2, sizeof state2, "%s/head2", E.root);
 	snprintf(log2, sizeof log2, "%s/head2.log", E.root);
-	char *argv[] = {"ip", "netns", "exec", E.nsh, (char *)bin("sparkd"), "--state-dir", state2,
-			"--socket", sock2, "--listen", HEAD_IP ":7301", "--name", "other", "--config",
-			"/dev/null", NULL};
-	spawn(log2, argv); /* dies with its namespace in cleanup() */
+	char *argv[] = {(char *)bin("sparkctl"), "sim", "exec", E.head, "--", (char *)bin("sparkd"),
+			"--state-dir", state2, "--socket", sock2, "--listen", HEAD_IP ":7301",
+			"--name", "other", "--config", "/dev/null", NULL};
+	spawn(log2, argv); /* in the head's namespace: sim down ends it */
 	struct res r;
 	long t0 = now_ms();
 	do {
@@ -724,11 +710,17 @@ Test(prov, prov_failed_join_is_undone)
 	char *c = slurp(conf);
 	cr_expect_str_eq(c, "# from before\n", "config not restored");
 	free(c);
-	r = sh("ip netns pids %s | xargs -r -n1 sh -c 'readlink /proc/$0/exe' | grep -c sparkd",
-	       E.nst);
-	cr_expect_eq(atoi(r.out), 0, "sparkd still runs on the target");
-	rfree(&r);
-	r = sh("%s --socket %s token ls -o json", bin("sparkctl"), E.head_sock);
+	pid_t pids[256];
+	int np = ns_pids(E.target, pids, 256), nsparkd = 0;
+	for (int i = 0; i < np; i++) {
+		char lk[64], exe[512];
+		snprintf(lk, sizeof lk, "/proc/%d/exe", (int)pids[i]);
+		ssize_t n = readlink(lk, exe, sizeof exe - 1);
+		exe[n > 0 ? n : 0] = 0;
+		nsparkd += strstr(exe, "sparkd") != NULL;
+	}
+	cr_expect_eq(nsparkd, 0, "sparkd still runs on the target");
+	r = head_ctl("token ls -o json");
 	cr_expect(strstr(r.out, "\"revoked\""), "token not revoked: %s", r.out);
 	rfree(&r);
 	r = sh("find %s -name '*.sparkctl-*'", E.prefix);

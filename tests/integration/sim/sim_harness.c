@@ -108,7 +108,7 @@ int sh_up(struct sh_sim *s, const char *tag, const struct sim_opts *o)
 		snprintf(s->root, sizeof s->root, "%s", o->root);
 	else
 		snprintf(s->root, sizeof s->root, "%s/%s", SIM_RUN_DIR, s->prefix);
-	s->nodes = o->nodes;
+	s->nodes = o->nodes + o->bare;
 	s->topo = o->topo;
 	prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
 	int p[2];

@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
@@ -12,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -114,8 +117,8 @@ static void up_timed(struct sh_sim *s, const char *tag, struct sim_opts *o)
 	uint64_t t0 = sh_now_us();
 	int r = sh_up(s, tag, o);
 	cr_assert_eq(r, 0, "sim_up: %s (%d)", s->err, r);
-	cr_log_info("%s: up (%d nodes, %s) in %.1f ms", s->prefix, o->nodes, sim_topo_name(o->topo),
-		    (double)(sh_now_us() - t0) / 1000.0);
+	cr_log_info("%s: up (%d nodes, %s) in %.1f ms", s->prefix, o->nodes + o->bare,
+		    sim_topo_name(o->topo), (double)(sh_now_us() - t0) / 1000.0);
 }
 
 Test(sim, sim_pair_up_down, .timeout = 60)
@@ -446,6 +449,119 @@ Test(sim, sim_fault_kill_start, .timeout = 60)
 	json_decref(d);
 	cr_expect_eq(sim_fault("start", 1, args, NULL, err, sizeof err), -EALREADY);
 	check_down(&s);
+}
+
+/* Processes whose network namespace is ns. */
+static int procs_in_ns(const char *ns)
+{
+	char p[300];
+	snprintf(p, sizeof p, "/run/netns/%s", ns);
+	struct stat want;
+	if (stat(p, &want) < 0)
+		return -1;
+	int n = 0;
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		struct stat st;
+		snprintf(p, sizeof p, "/proc/%s/ns/net", e->d_name);
+		if (stat(p, &st) == 0 && st.st_ino == want.st_ino && st.st_dev == want.st_dev)
+			n++;
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* --bare K: K more nodes wired like the others, with no sparkd until started. */
+Test(sim, sim_bare_nodes, .timeout = 60)
+{
+	sh_require_root();
+	const char *sparkd = sh_bin("sparkd");
+	if (!sparkd)
+		cr_skip_test("sparkd is not built");
+	struct sh_sim s;
+	struct sim_opts o = {.nodes = 2, .bare = 1, .topo = SIM_RING, .port = -1, .sparkd = sparkd};
+	up_timed(&s, "bare", &o);
+	cr_assert_eq(s.nodes, 3);
+	check_netdevs(&s);
+	static bool want[NE][NE];
+	ring_map(3, want);
+	expect_map(&s, want);
+	json_t *d = sh_describe(&s);
+	cr_assert(d);
+	cr_expect_eq(json_integer_value(json_object_get(d, "size")), 3);
+	cr_expect_eq(json_integer_value(json_object_get(d, "bare")), 1);
+	for (int k = 1; k <= 3; k++) {
+		json_t *n = json_array_get(json_object_get(d, "nodes"), (size_t)k - 1);
+		const char *st = json_string_value(json_object_get(n, "agent_state"));
+		cr_expect_str_eq(st, k == 3 ? "bare" : "running", "node %d", k);
+		cr_expect_eq(json_is_true(json_object_get(n, "bare")), k == 3, "node %d", k);
+		if (k == 3)
+			cr_expect(json_is_null(json_object_get(n, "agent_pid")));
+	}
+	json_decref(d);
+	/* Nothing runs in the bare node, it has no sim socket, and it reaches
+	 * node 1 over the management net, as a fresh machine on the LAN would. */
+	cr_expect_eq(procs_in_ns(sh_ns(&s, 3)), 0, "a process runs in the bare node");
+	cr_expect_gt(procs_in_ns(sh_ns(&s, 1)), 0, "no sparkd in node 1");
+	char *out = NULL;
+	int rc = sh_sh(&s, 3, "echo SOCK=${SPARKCTL_SOCKET-unset}", &out);
+	cr_expect_eq(rc, 0);
+	cr_expect(out && strstr(out, "SOCK=unset"), "a bare node has no sim socket: %s", out);
+	free(out);
+	int saved;
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(7399)};
+	inet_pton(AF_INET, "169.254.100.1", &sa.sin_addr);
+	cr_assert_eq(sim_enter_ns(sh_ns(&s, 1), &saved), 0);
+	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert_eq(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0, "%s", strerror(errno));
+	cr_assert_eq(listen(lfd, 1), 0);
+	sim_leave_ns(saved);
+	cr_assert_eq(sim_enter_ns(sh_ns(&s, 3), &saved), 0);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_expect_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0,
+		     "the bare node cannot reach node 1 over enP7s7: %s", strerror(errno));
+	close(fd);
+	close(lfd);
+	sim_leave_ns(saved);
+	const char *ctl = sh_bin("sparkctl");
+	if (ctl) {
+		char cmd[512];
+		snprintf(cmd, sizeof cmd, "%s sim ls --name %s", ctl, s.prefix);
+		FILE *p = popen(cmd, "r");
+		cr_assert(p);
+		char line[256];
+		bool seen = false;
+		while (fgets(line, sizeof line, p))
+			if (strstr(line, sh_ns(&s, 3)) && strstr(line, "bare"))
+				seen = true;
+		cr_expect_eq(pclose(p), 0);
+		cr_expect(seen, "sim ls does not show %s as bare", sh_ns(&s, 3));
+	}
+	/* sim fault start gives it a sparkd after all. */
+	char err[512] = "", a[64];
+	snprintf(a, sizeof a, "%s", sh_ns(&s, 3));
+	char *args[] = {a};
+	cr_assert_eq(sim_fault("start", 1, args, NULL, err, sizeof err), 0, "%s", err);
+	d = sh_describe(&s);
+	json_t *n3 = json_array_get(json_object_get(d, "nodes"), 2);
+	cr_expect_str_eq(json_string_value(json_object_get(n3, "agent_state")), "running");
+	cr_expect(json_is_false(json_object_get(n3, "bare")));
+	json_decref(d);
+	check_down(&s);
+
+	/* Limits: at least one node with an agent, at most 8 in all. */
+	char prefix[32];
+	sh_unique_prefix(prefix, sizeof prefix, "bad");
+	struct sim_opts b = {.prefix = prefix, .nodes = 0, .bare = 2, .port = -1, .no_agents = true};
+	cr_expect_eq(sim_up(&b, err, sizeof err), -EINVAL);
+	b.nodes = 7;
+	cr_expect_eq(sim_up(&b, err, sizeof err), -EINVAL);
+	cr_expect(strstr(err, "--bare"), "%s", err);
+	cr_expect_str_empty(sh_leftovers(prefix, NULL));
 }
 
 Test(sim, sim_two_sims_isolated, .timeout = 60)

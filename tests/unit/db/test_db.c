@@ -146,19 +146,22 @@ static size_t node_count(void)
 Test(db, fresh_open_creates_schema_and_reopen_is_noop)
 {
 	open_db();
-	cr_assert_eq(db_schema_version(D), 1);
+	/* Every migration ran (later ones may add more than fabric's 2). */
+	int v = db_schema_version(D);
+	cr_assert_geq(v, 2);
 	cr_assert_eq(db_integrity_check(D), 0);
 	init_cluster();
 	db_close(D);
 	D = NULL;
 
-	cr_assert_eq(raw_int("PRAGMA user_version"), 1);
+	cr_assert_eq(raw_int("PRAGMA user_version"), v);
 	cr_assert_eq(raw_int("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
-			     "('cluster', 'nodes', 'tokens', 'revoked_certs', 'events')"), 5);
+			     "('cluster', 'nodes', 'tokens', 'revoked_certs', 'events', 'node_fabric', "
+			     "'fabric_ports')"), 7);
 	int objects = raw_int("SELECT count(*) FROM sqlite_master");
 
 	open_db();
-	cr_assert_eq(db_schema_version(D), 1);
+	cr_assert_eq(db_schema_version(D), v);
 	db_cluster c;
 	cr_assert_eq(db_cluster_get(D, &c), 0);
 	cr_assert_str_eq(c.name, "lab");
@@ -166,7 +169,7 @@ Test(db, fresh_open_creates_schema_and_reopen_is_noop)
 	db_close(D);
 	D = NULL;
 	cr_assert_eq(raw_int("SELECT count(*) FROM sqlite_master"), objects);
-	cr_assert_eq(raw_int("PRAGMA user_version"), 1);
+	cr_assert_eq(raw_int("PRAGMA user_version"), v);
 
 	/* WAL is persistent in the file header. */
 	sqlite3 *h;
@@ -700,4 +703,172 @@ Test(db, crash_mid_join_leaves_no_half_join, .timeout = 55)
 	/* And the database is still writable. */
 	db_node n = mknode("after", "spark-after", "worker", NOW);
 	cr_assert_eq(db_join_commit(D, CRASH_TOKEN, HASH_A, NOW, &n), 0);
+}
+
+/* ---------- fabric reports (migration 2) ---------- */
+
+static db_fabric_port mkport(const char *port, int twin, const char *netdev, int carrier)
+{
+	db_fabric_port p;
+	memset(&p, 0, sizeof p);
+	snprintf(p.port, sizeof p.port, "%s", port);
+	p.twin = twin;
+	snprintf(p.netdev, sizeof p.netdev, "%s", netdev);
+	p.present = true;
+	p.carrier = carrier;
+	snprintf(p.operstate, sizeof p.operstate, "%s", carrier ? "up" : "down");
+	p.speed_mbps = carrier ? 200000 : -1;
+	p.mtu = 9000;
+	snprintf(p.rdma_device, sizeof p.rdma_device, "roce%s", netdev);
+	snprintf(p.rdma_state, sizeof p.rdma_state, "active");
+	p.gid_index = 3;
+	return p;
+}
+
+Test(db, fabric_report_roundtrip_and_replace)
+{
+	open_db();
+	init_cluster();
+	db_fabric f;
+	cr_assert_eq(db_fabric_get(D, "head-id", &f), -ENOENT);
+	db_fabric_port ports[3] = {mkport("0", 0, "enp1s0f0np0", 1), mkport("0", 1, "enP2p1s0f0np0", 0),
+				   mkport("1", 0, "enp1s0f1np1", -1)};
+	ports[2].present = false;
+	ports[2].mtu = -1;
+	ports[2].gid_index = -1;
+	ports[2].rdma_device[0] = '\0';
+	cr_assert_eq(db_fabric_set(D, "head-id", NOW, "{\"ports\":[]}", "[{\"code\":\"twin_down\"}]", 1,
+				   ports, 3), 0);
+	cr_assert_eq(db_fabric_get(D, "head-id", &f), 0);
+	cr_expect_eq(f.updated_at, NOW);
+	cr_expect_eq(f.n_findings, 1);
+	cr_expect_str_eq(f.discovery, "{\"ports\":[]}");
+	cr_expect_str_eq(f.findings, "[{\"code\":\"twin_down\"}]");
+	db_fabric_free(&f);
+	db_fabric_free(&f); /* safe to repeat */
+
+	db_fabric_port *got = NULL;
+	size_t n = 0;
+	cr_assert_eq(db_fabric_ports(D, "head-id", &got, &n), 0);
+	cr_assert_eq(n, 3);
+	cr_expect_str_eq(got[0].netdev, "enp1s0f0np0");
+	cr_expect_eq(got[0].carrier, 1);
+	cr_expect_eq(got[0].speed_mbps, 200000);
+	cr_expect_eq(got[0].gid_index, 3);
+	cr_expect_str_eq(got[1].netdev, "enP2p1s0f0np0");
+	cr_expect_eq(got[1].twin, 1);
+	cr_expect_eq(got[1].carrier, 0);
+	cr_expect_eq(got[1].speed_mbps, -1);
+	cr_expect_str_eq(got[2].port, "1");
+	cr_expect(!got[2].present);
+	cr_expect_eq(got[2].carrier, -1);
+	cr_expect_eq(got[2].mtu, -1);
+	cr_expect_eq(got[2].gid_index, -1);
+	cr_expect_str_eq(got[2].rdma_device, "");
+	free(got);
+
+	/* A new report replaces the old one, rows included. */
+	cr_assert_eq(db_fabric_set(D, "head-id", NOW + 5, "{\"ports\":[1]}", NULL, 0, ports + 1, 1), 0);
+	cr_assert_eq(db_fabric_get(D, "head-id", &f), 0);
+	cr_expect_eq(f.updated_at, NOW + 5);
+	cr_expect_eq(f.n_findings, 0);
+	cr_expect_str_eq(f.findings, "[]");
+	db_fabric_free(&f);
+	cr_assert_eq(db_fabric_ports(D, "head-id", &got, &n), 0);
+	cr_assert_eq(n, 1);
+	cr_expect_str_eq(got[0].netdev, "enP2p1s0f0np0");
+	free(got);
+	cr_assert_eq(db_integrity_check(D), 0);
+}
+
+Test(db, fabric_report_refusals_change_nothing)
+{
+	open_db();
+	init_cluster();
+	db_fabric_port p = mkport("0", 0, "enp1s0f0np0", 1);
+	cr_assert_eq(db_fabric_set(D, "head-id", NOW, "{}", "[]", 0, &p, 1), 0);
+	char before[256], after[256];
+	snapshot(before, sizeof before);
+	int rows = raw_int("SELECT count(*) FROM fabric_ports");
+	cr_expect_eq(db_fabric_set(D, "nobody", NOW, "{}", "[]", 0, &p, 1), -ENOENT);
+	cr_expect_eq(db_fabric_set(D, "head-id", NOW, "{not json", "[]", 0, &p, 1), -EINVAL);
+	cr_expect_eq(db_fabric_set(D, "head-id", NOW, "{}", "[", 0, &p, 1), -EINVAL);
+	cr_expect_eq(db_fabric_set(D, "head-id", NOW, "{}", "[]", -1, &p, 1), -EINVAL);
+	cr_expect_eq(db_fabric_set(D, NULL, NOW, "{}", "[]", 0, &p, 1), -EINVAL);
+	db_fabric_port dup[2] = {p, p}; /* one netdev twice */
+	cr_expect_eq(db_fabric_set(D, "head-id", NOW + 1, "{}", "[]", 0, dup, 2), -EEXIST);
+	db_fabric_port bad = p;
+	memset(bad.netdev, 'x', sizeof bad.netdev); /* unterminated */
+	cr_expect_eq(db_fabric_set(D, "head-id", NOW + 1, "{}", "[]", 0, &bad, 1), -EINVAL);
+	snapshot(after, sizeof after);
+	cr_expect_str_eq(after, before);
+	cr_expect_eq(raw_int("SELECT count(*) FROM fabric_ports"), rows);
+	db_fabric f;
+	cr_assert_eq(db_fabric_get(D, "head-id", &f), 0);
+	cr_expect_eq(f.updated_at, NOW);
+	db_fabric_free(&f);
+	db_fabric_port *got = NULL;
+	size_t n = 9;
+	cr_expect_eq(db_fabric_ports(D, "nobody", &got, &n), 0);
+	cr_expect_eq(n, 0);
+	free(got);
+}
+
+Test(db, fabric_report_goes_with_its_node)
+{
+	open_db();
+	init_cluster();
+	add_token("0123456789abcdef", HASH_A, 0, -1);
+	db_node w = mknode("w1", "spark-2", "worker", NOW + 1);
+	cr_assert_eq(db_join_commit(D, "0123456789abcdef", HASH_A, NOW + 1, &w), 0);
+	db_fabric_port p[2] = {mkport("0", 0, "enp1s0f0np0", 1), mkport("0", 1, "enP2p1s0f0np0", 1)};
+	cr_assert_eq(db_fabric_set(D, "w1", NOW + 2, "{}", "[]", 0, p, 2), 0);
+	cr_assert_eq(db_fabric_set(D, "head-id", NOW + 2, "{}", "[]", 0, p, 2), 0);
+	cr_assert_eq(db_node_remove(D, "w1", NOW + 3), 0);
+	db_fabric f;
+	cr_expect_eq(db_fabric_get(D, "w1", &f), -ENOENT);
+	cr_expect_eq(raw_int("SELECT count(*) FROM fabric_ports WHERE node_id = 'w1'"), 0);
+	cr_expect_eq(raw_int("SELECT count(*) FROM fabric_ports WHERE node_id = 'head-id'"), 2);
+	cr_assert_eq(db_integrity_check(D), 0);
+}
+
+Test(db, migration_from_version_1_keeps_data)
+{
+	open_db();
+	init_cluster();
+	db_close(D);
+	D = NULL;
+	int latest = raw_int("PRAGMA user_version");
+	/* Make the file a version-1 database again: drop every later table. */
+	sqlite3 *h;
+	cr_assert_eq(sqlite3_open_v2(path, &h, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+	cr_assert_eq(sqlite3_exec(h, "PRAGMA foreign_keys = OFF", NULL, NULL, NULL), SQLITE_OK);
+	for (;;) {
+		sqlite3_stmt *st;
+		cr_assert_eq(sqlite3_prepare_v2(h,
+						"SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT IN "
+						"('cluster', 'nodes', 'tokens', 'revoked_certs', 'events', "
+						"'sqlite_sequence') LIMIT 1",
+						-1, &st, NULL),
+			     SQLITE_OK);
+		char drop[160] = "";
+		if (sqlite3_step(st) == SQLITE_ROW)
+			snprintf(drop, sizeof drop, "DROP TABLE \"%s\"", sqlite3_column_text(st, 0));
+		sqlite3_finalize(st);
+		if (!drop[0])
+			break;
+		cr_assert_eq(sqlite3_exec(h, drop, NULL, NULL, NULL), SQLITE_OK, "%s: %s", drop,
+			     sqlite3_errmsg(h));
+	}
+	cr_assert_eq(sqlite3_exec(h, "PRAGMA user_version = 1", NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(h);
+	open_db();
+	cr_assert_eq(db_schema_version(D), latest);
+	cr_assert_eq(node_count(), 1);
+	db_cluster c;
+	cr_assert_eq(db_cluster_get(D, &c), 0);
+	cr_expect_str_eq(c.name, "lab");
+	db_fabric_port p = mkport("0", 0, "enp1s0f0np0", 1);
+	cr_expect_eq(db_fabric_set(D, "head-id", NOW, "{}", "[]", 0, &p, 1), 0);
+	cr_assert_eq(db_integrity_check(D), 0);
 }
