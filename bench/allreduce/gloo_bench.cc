@@ -1,6 +1,7 @@
 // Gloo peer benchmark: ring (gloo::allreduce, the path torch.distributed uses)
-// and halving-doubling (AllreduceHalvingDoubling), TCP transport on loopback,
-// file-store rendezvous. One JSON line per size from rank 0.
+// and halving-doubling (AllreduceHalvingDoubling), TCP transport on loopback
+// (or on GLOO_BENCH_ADDR), file-store rendezvous. One JSON line per size from
+// rank 0.
 // usage: gloo_bench RANK SIZE STOREDIR ring|hd SIZES ITERS WARMUP ITER_BYTES
 #include <gloo/allreduce.h>
 #include <gloo/allreduce_halving_doubling.h>
@@ -42,8 +43,11 @@ int main(int argc, char **argv)
 	for (int i = 0; i < ns; i++)
 		maxb = std::max(maxb, sizes[i]);
 
+	// GLOO_BENCH_ADDR: the address this rank listens on and gives its peers
+	// (sim.sh: the node's fabric address); loopback otherwise.
+	const char *addr = getenv("GLOO_BENCH_ADDR");
 	gloo::transport::tcp::attr attr;
-	attr.hostname = "127.0.0.1";
+	attr.hostname = addr && *addr ? addr : "127.0.0.1";
 	attr.ai_family = AF_INET;
 	auto dev = gloo::transport::tcp::CreateDevice(attr);
 	gloo::rendezvous::FileStore fstore(argv[3]);

@@ -6,11 +6,15 @@
 #
 #   bench/allreduce/run.sh [--ranks "2 4 8"] [--sizes LIST] [--iters N]
 #                          [--rounds R] [--build DIR] [--out FILE]
+#                          [--sim [--sim-ranks "2 4"] | --sim-only]
+#
+# --sim also runs the same programs across the nodes of a simulated 4-node
+# ring and 4-node switch (sim.sh, needs root), one more table each;
+# --sim-only runs only those.
 #
 # Needs: a meson build dir with spark-bench (built if missing), mpicc/mpirun
 # (openmpi-bin, libopenmpi-dev), g++ and libgloo-dev. A peer that cannot be
 # built is reported and left out of the table.
-# Not yet: the simulated ring and switch runs (needs `sparkctl sim`).
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -22,6 +26,9 @@ rounds=2
 iter_bytes=$((64 << 20))
 build="${SPARK_BUILD_DIR:-$top/build}"
 out=""
+sim=0
+loopback=1
+sim_ranks="2 4"
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--ranks) ranks="$2"; shift 2 ;;
@@ -31,7 +38,10 @@ while [ $# -gt 0 ]; do
 	--iter-bytes) iter_bytes="$2"; shift 2 ;;
 	--build) build="$2"; shift 2 ;;
 	--out) out="$2"; shift 2 ;;
-	-h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+	--sim) sim=1; shift ;;
+	--sim-only) sim=1; loopback=0; shift ;;
+	--sim-ranks) sim_ranks="$2"; shift 2 ;;
+	-h|--help) sed -n '2,16p' "$0"; exit 0 ;;
 	*) echo "run.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
 	esac
 done
@@ -111,6 +121,7 @@ run_gloo() { # n algo
 }
 
 round=1
+[ "$loopback" = 1 ] || round=$((rounds + 1))
 while [ "$round" -le "$rounds" ]; do
 	for n in $ranks; do
 		echo "run.sh: round $round/$rounds, $n ranks" >&2
@@ -122,7 +133,22 @@ while [ "$round" -le "$rounds" ]; do
 	round=$((round + 1))
 done
 
-echo "# all-reduce on loopback TCP, $(nproc) cores, $(uname -m), $(date -u +%Y-%m-%dT%H:%MZ)"
+if [ "$sim" = 1 ]; then
+	mb=""
+	gb=""
+	[ "$have_mpi" = 1 ] && mb="$work/mpi_bench"
+	[ "$have_gloo" = 1 ] && gb="$work/gloo_bench"
+	MPI_BENCH="$mb" GLOO_BENCH="$gb" "$here/sim.sh" --ranks "$sim_ranks" --sizes "$sizes" \
+		--iters "$iters" --rounds "$rounds" --iter-bytes "$iter_bytes" --build "$build" \
+		--results "$res" || echo "run.sh: sim.sh failed" >&2
+fi
+
+if [ "$loopback" = 1 ]; then
+	echo "# all-reduce on loopback TCP, $(nproc) cores, $(uname -m), $(date -u +%Y-%m-%dT%H:%MZ)"
+fi
+if [ "$sim" = 1 ]; then
+	echo "# all-reduce across simulated 4-node clusters (sparkctl sim: a namespace per node, veth cables), $(nproc) cores, $(uname -m), $(date -u +%Y-%m-%dT%H:%MZ)"
+fi
 echo "# spark-bench auto/oneshot/ring vs Open MPI $(mpirun --version 2>/dev/null | head -1 | sed 's/.*) //') (btl tcp) and Gloo (tcp)"
 python3 "$here/table.py" "$res"
 [ -z "$out" ] || cp "$res" "$out"

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Turn the JSON lines of run.sh into one side-by-side table with ratios and a
-target check. Input: lines of {"impl","n","bytes","time_us"} (min over rounds)."""
+"""Turn the JSON lines of run.sh (and sim.sh) into side-by-side tables with
+ratios and a target check. Input: lines of {"impl","n","bytes","time_us"}
+(min over rounds), optionally "where" (loopback when absent; sim.sh writes
+sim-ring and sim-switch): one table per place, loopback first."""
 import json
 import sys
 from collections import defaultdict
@@ -8,21 +10,47 @@ from collections import defaultdict
 IMPLS = ["sc_auto", "sc_oneshot", "sc_ring", "mpi", "gloo_ring", "gloo_hd"]
 
 
+TITLES = {
+    "sim-ring": "simulated 4-node ring (sparkctl sim, veth cables; rank r on node r+1). "
+                "spark-bench: neighbours only, as on a real ring; Open MPI and Gloo: "
+                "non-neighbours through IP forwarding in a neighbour",
+    "sim-switch": "simulated 4-node switch (sparkctl sim, veth to one bridge; rank r on node r+1)",
+}
+
+
 def main(path):
-    t = defaultdict(lambda: float("inf"))
-    wrong = defaultdict(int)
-    algo = {}
+    groups = defaultdict(list)
     for line in open(path):
         line = line.strip()
         if not line.startswith("{"):
             continue
         r = json.loads(line)
+        groups[r.get("where", "loopback")].append(r)
+    order = sorted(groups, key=lambda w: (w != "loopback", w))
+    rc = 0
+    for i, where in enumerate(order):
+        if len(order) > 1:
+            if i:
+                print()
+            print("## %s: %s" % (where, TITLES.get(where, "loopback TCP on this machine")))
+        rc |= table(groups[where])
+    return rc
+
+
+def table(records):
+    t = defaultdict(lambda: float("inf"))
+    wrong = defaultdict(int)
+    algo = {}
+    decision = {}
+    for r in records:
         k = (r["impl"], r["n"], r["bytes"])
         if r["time_us"] < t[k]:
             t[k] = r["time_us"]
             if "algo" in r:
                 algo[k] = r["algo"]
         wrong[k] += r.get("wrong", 0)
+        if r["impl"] == "sc_auto" and "decision" in r:
+            decision[r["n"]] = r["decision"]
     ns = sorted({k[1] for k in t})
     sizes = sorted({k[2] for k in t})
 
@@ -75,6 +103,8 @@ def main(path):
         print("  ".join(c.rjust(w[i]) for i, c in enumerate(r)))
     bad = [k for k, v in wrong.items() if v]
     print()
+    for n in sorted(decision):
+        print("spark-bench, %d ranks: %s" % (n, decision[n]))
     print("times: microseconds per all-reduce (f32 sum), min over rounds; busbw in GB/s = bytes/time*2(n-1)/n")
     if bad:
         print("WRONG RESULTS:", ", ".join("%s n=%d %dB" % k for k in bad))
