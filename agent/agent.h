@@ -6,6 +6,8 @@
  *              reconnect with backoff, forwarding cluster requests to the head
  *   fabric.c   this node's fabric (topology/): discovery at start and on netlink
  *              changes, sent to the head; the head stores reports in cluster.db
+ *   jobs*.c    groups, jobs and exec (issue 6): see jobs.h; ranks run under
+ *              `sparkd --rank-shim` and outlive sparkd
  * A node with no identity is "unjoined": it answers version/status locally and
  * waits for `init` or `join`. */
 #ifndef SPARK_AGENT_H
@@ -57,6 +59,8 @@ struct identity {
 
 struct forward; /* worker.c: a CLI request waiting for the head's answer */
 struct fabric;  /* fabric.c: discovery options, last report, watcher */
+struct jobs;    /* jobs*.c: groups, jobs, exec */
+struct topo_agent; /* topo*.c: neighbour discovery and topology validation */
 
 struct agent {
 	uv_loop_t *loop;
@@ -71,6 +75,8 @@ struct agent {
 	int64_t started_at;
 	json_t *cfg;              /* the loaded config tree, NULL without a config file */
 	struct fabric *fabric;
+	struct jobs *jobs;
+	struct topo_agent *topo;
 
 	struct identity id;
 	SSL_CTX *srv_ctx;         /* our listener: our cert, verifies peers against the CA */
@@ -161,6 +167,35 @@ void fabric_on_frame(struct agent *a, conn *c, const char *node_id, const json_t
  * and full report {updated_at, discovery, findings}; JSON null if none. */
 json_t *fabric_summary_json(struct agent *a, const char *node_id);
 json_t *fabric_report_json(struct agent *a, const char *node_id);
+/* This node's last discovery (borrowed; NULL before the first one or after a failure). */
+json_t *fabric_discovery(struct agent *a);
+
+/* jobs*.c (issue 6, agent/jobs.h). Hooks: */
+int jobs_shim_main(int argc, char **argv);   /* main: `sparkd --rank-shim DIR` */
+int jobs_init(struct agent *a);              /* main, after the role started: adopt ranks */
+void jobs_stop(struct agent *a);             /* shutdown: exec sessions end, ranks keep running */
+void jobs_free(struct agent *a);             /* after the loop has ended */
+bool jobs_control(struct agent *a, conn *c, const json_t *req); /* control.c: true if handled */
+void jobs_cli_gone(struct agent *a, conn *c);                   /* control.c: CLI closed */
+bool jobs_session_frame(struct agent *a, struct session *s, const json_t *msg); /* head.c */
+void jobs_session_closed(struct agent *a, struct session *s);                   /* head.c */
+bool jobs_head_frame(struct agent *a, const json_t *msg); /* worker.c, before forwards */
+void jobs_head_up(struct agent *a);          /* worker.c: hello answered */
+void jobs_head_lost(struct agent *a);        /* worker.c: session to the head closed */
+json_t *jobs_node_groups(struct agent *a, const char *node_id); /* head.c: node's groups */
+
+/* topo.c, topo_head.c (issue 5, agent/topo.h, docs/topology.md): L2 neighbour
+ * discovery on every node; topology show/validate/addresses served by the head,
+ * which asks the nodes with "topo_req" frames ("topo_reply" answers). Hooks: */
+int topoval_init(struct agent *a, char *err, size_t errlen); /* main: config, before the loop */
+void topoval_fabric_changed(struct agent *a, unsigned changes); /* fabric.c: TOPO_CHG_* bits */
+void topoval_on_head_frame(struct agent *a, const json_t *msg); /* worker.c: a topo_req */
+void topoval_on_node_frame(struct agent *a, const char *node_id, const json_t *msg); /* head.c */
+void topoval_request(struct agent *a, conn *c, const json_t *req, const char *origin); /* head.c */
+void topoval_conn_gone(struct agent *a, conn *c); /* control.c, head.c: a connection closed */
+json_t *topoval_status_json(struct agent *a); /* head.c status: the last run, or JSON null */
+void topoval_stop(struct agent *a);           /* shutdown */
+void topoval_free(struct agent *a);           /* after the loop has ended */
 
 /* main.c */
 void agent_shutdown(struct agent *a);

@@ -121,6 +121,9 @@ static const struct ctl_handler handlers[] = {
 	{"token_create", h_cluster},
 	{"token_ls", h_cluster},
 	{"token_revoke", h_cluster},
+	{"topo_show", h_cluster},
+	{"topo_validate", h_cluster},
+	{"topo_addresses", h_cluster},
 	{NULL, NULL},
 };
 
@@ -140,6 +143,10 @@ static void on_ctl_frame(conn *c, json_t *msg)
 			return;
 		}
 	}
+	if (jobs_control(a, c, msg)) { /* groups, jobs, exec */
+		json_decref(msg);
+		return;
+	}
 	control_error(c, msg, "unknown_type",
 		      "unknown request type \"%s\"; is sparkctl newer than sparkd %s?",
 		      type, SPARK_VERSION);
@@ -151,8 +158,11 @@ static void on_ctl_close(conn *c, int err)
 {
 	struct agent *a = conn_data(c);
 	(void)err;
-	if (a)
+	if (a) {
 		worker_cli_gone(a, c);
+		jobs_cli_gone(a, c);
+		topoval_conn_gone(a, c);
+	}
 }
 
 static void on_ctl_ready(conn *c, int status)

@@ -345,6 +345,7 @@ void fabric_publish(struct agent *a)
 	struct fabric *f = a->fabric;
 	if (!f || !f->report || a->stopping)
 		return;
+	topoval_fabric_changed(a, 0); /* neighbour discovery follows identity and netdevs */
 	if (a->id.role == ROLE_HEAD && a->db) {
 		fabric_store(a, a->id.node_id, f->report);
 	} else if (a->id.role == ROLE_WORKER && a->head && a->head_up) {
@@ -359,9 +360,17 @@ void fabric_publish(struct agent *a)
 static void on_debounce(uv_timer_t *t)
 {
 	struct fabric *f = t->data;
+	unsigned changes = f->pending;
 	f->pending = 0;
-	if (rediscover(f, "change") == 0)
+	if (rediscover(f, "change") == 0) {
+		topoval_fabric_changed(f->a, changes);
 		fabric_publish(f->a);
+	}
+}
+
+json_t *fabric_discovery(struct agent *a)
+{
+	return a->fabric ? a->fabric->report : NULL;
 }
 
 /* Is this netdev one of the fabric twins of the last report? */

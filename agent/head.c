@@ -68,6 +68,7 @@ static json_t *node_json(struct agent *a, const db_node *n, const char *origin)
 			      origin && strcmp(origin, n->id) == 0);
 	json_object_set_new(o, "age_s", json_integer(now - n->joined_at));
 	json_object_set_new(o, "fabric", fabric_summary_json(a, n->id));
+	json_object_set_new(o, "groups", jobs_node_groups(a, n->id));
 	return o;
 }
 
@@ -120,6 +121,7 @@ static void r_status(struct agent *a, conn *c, const json_t *req, const char *or
 			      "name", cl.name, "created_at", (json_int_t)cl.created_at, "head",
 			      head ? head : json_null(), "node_count", (json_int_t)n, "ready_count",
 			      (json_int_t)ready, "nodes", arr);
+	json_object_set_new(d, "topology", topoval_status_json(a));
 	free(nodes);
 	control_reply(c, req, d);
 }
@@ -328,6 +330,8 @@ void head_handle_request(struct agent *a, conn *c, const json_t *req, const char
 		r_token_ls(a, c, req);
 	else if (strcmp(t, "token_revoke") == 0)
 		r_token_revoke(a, c, req);
+	else if (strncmp(t, "topo_", 5) == 0)
+		topoval_request(a, c, req, origin); /* topo show|validate|addresses (topo_head.c) */
 	else
 		control_error(c, req, "unknown_type", "the head does not serve \"%s\"", t);
 }
@@ -573,6 +577,10 @@ static void on_session_frame(conn *c, json_t *msg)
 		handle_hello(a, s, msg);
 	} else if (strcmp(t, "fabric") == 0) {
 		fabric_on_frame(a, c, s->node_id, msg);
+	} else if (strncmp(t, "topo_", 5) == 0) {
+		topoval_on_node_frame(a, s->node_id, msg); /* topology requests' answers (topo*.c) */
+	} else if (jobs_session_frame(a, s, msg)) {
+		/* groups, jobs, exec (jobs*.c) */
 	} else if (strcmp(t, "leave") == 0) {
 		handle_leave(a, s, msg);
 	} else if (strcmp(t, "forward") == 0) {
@@ -624,7 +632,9 @@ static void on_session_close(conn *c, int err)
 	struct agent *a = s->a;
 	if (s->authed)
 		log_info("node_disconnected", "node_id=%s err=%d", s->node_id, err);
+	topoval_conn_gone(a, c);
 	session_unlink(a, s);
+	jobs_session_closed(a, s);
 	free(s);
 }
 

@@ -226,6 +226,8 @@ void agent_shutdown(struct agent *a)
 	if (a->stopping)
 		return;
 	a->stopping = true;
+	topoval_stop(a);
+	jobs_stop(a);
 	fabric_stop(a);
 	worker_stop(a);
 	head_stop(a);
@@ -240,6 +242,8 @@ void agent_shutdown(struct agent *a)
 int main(int argc, char **argv)
 {
 	static struct agent a;
+	if (argc == 3 && strcmp(argv[1], "--rank-shim") == 0)
+		return jobs_shim_main(argc, argv); /* a rank's supervisor (jobs_shim.c) */
 	int r = parse_args(&a.opts, &a.cfg, argc, argv);
 	if (r)
 		return r;
@@ -252,6 +256,10 @@ int main(int argc, char **argv)
 	if (fabric_init(&a, err, sizeof err) < 0) {
 		fprintf(stderr, "sparkd: %s; fix the config file\n", err);
 		json_decref(a.cfg);
+		return 2;
+	}
+	if (topoval_init(&a, err, sizeof err) < 0) { /* fabric.pool/prefix, probes.* */
+		fprintf(stderr, "sparkd: %s; fix the config file\n", err);
 		return 2;
 	}
 	if (util_mkdirs(a.opts.state_dir, 0700) < 0) {
@@ -300,6 +308,8 @@ int main(int argc, char **argv)
 	 * or send. A failure is logged; the node then works without live changes. */
 	if (!a.stopping)
 		fabric_start(&a);
+	if (!a.stopping && jobs_init(&a) < 0)
+		log_warn("jobs_init_failed", "action=%s", log_q("jobs are unavailable on this node"));
 	uv_run(a.loop, UV_RUN_DEFAULT);
 	uv_walk(a.loop, close_walk, NULL);
 	uv_run(a.loop, UV_RUN_DEFAULT);
@@ -315,6 +325,8 @@ int main(int argc, char **argv)
 	if (a.db)
 		db_close(a.db);
 	fabric_free(&a);
+	jobs_free(&a);
+	topoval_free(&a);
 	json_decref(a.cfg);
 	char lock[512];
 	snprintf(lock, sizeof lock, "%s/sparkd.lock", a.opts.state_dir);

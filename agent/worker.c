@@ -484,6 +484,15 @@ static void on_head_frame(conn *c, json_t *msg)
 	const char *t = proto_type(msg);
 	json_int_t id = proto_id(msg);
 	a->head_last_ok_ms = util_now_ms();
+	if (jobs_head_frame(a, msg)) { /* groups, jobs, exec (jobs*.c) */
+		json_decref(msg);
+		return;
+	}
+	if (strcmp(t, "topo_req") == 0) { /* the head's topology requests (topo.c) */
+		topoval_on_head_frame(a, msg);
+		json_decref(msg);
+		return;
+	}
 	struct forward *f = id ? fwd_take(a, id) : NULL;
 	if (!f) {
 		if (strcmp(t, "error") == 0) {
@@ -509,6 +518,7 @@ static void on_head_frame(conn *c, json_t *msg)
 			uv_timer_start(&a->hb_timer, on_heartbeat, AGENT_HEARTBEAT_MS, AGENT_HEARTBEAT_MS);
 			flush_queued(a);
 			fabric_publish(a);
+			jobs_head_up(a);
 		}
 	} else if (f->kind == FWD_LEAVE) {
 		conn *cli = f->cli;
@@ -566,6 +576,7 @@ static void on_head_close(conn *c, int err)
 	snprintf(why, sizeof why, "lost the connection to the head at %s (%s); try again", a->id.head_addr,
 		 a->head_error);
 	fail_forwards_if(a, why, true);
+	jobs_head_lost(a);
 	if (was_up)
 		log_warn("head_lost", "head=%s reason=%s", a->id.head_addr, log_q(a->head_error));
 	if (!a->stopping && a->id.role == ROLE_WORKER && !a->id.removed)

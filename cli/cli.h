@@ -60,4 +60,8 @@ void cli_print_json(const json_t *j);
  * `discover` and `node show` share it). */
 void cli_print_fabric(json_t *discovery, json_t *findings);
 
+/* status: "Topology: ring(4) PASS 2m ago" from status's "topology" object
+ * (or "not validated" when it is null) (cmd_topo.c). */
+void cli_topo_status_line(json_t *topology);
+
 #endif

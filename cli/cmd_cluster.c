@@ -214,9 +214,9 @@ static void fmt_fabric(json_t *f, char *buf, size_t len)
 
 static void print_nodes(json_t *nodes)
 {
-	static const char *const hdr[] = {"NAME", "STATE", "ROLE",   "ADDRESS",  "LAST SEEN",
-					  "AGE",  "FABRIC", "FINDINGS", "VERSION"};
-	out_table *t = out_table_new(9, hdr);
+	static const char *const hdr[] = {"NAME", "STATE",  "ROLE",     "ADDRESS", "LAST SEEN",
+					  "AGE",  "FABRIC", "FINDINGS", "GROUP",   "VERSION"};
+	out_table *t = out_table_new(10, hdr);
 	size_t i;
 	json_t *n;
 	json_array_foreach(nodes, i, n) {
@@ -235,8 +235,15 @@ static void print_nodes(json_t *nodes)
 		fmt_fabric(f, fab, sizeof fab);
 		if (json_is_object(f))
 			snprintf(nf, sizeof nf, "%lld", num(f, "findings"));
+		/* groups (issue 6): "a,b", "-" when in none */
+		char grp[128] = "";
+		size_t gi;
+		json_t *gv;
+		json_array_foreach(json_object_get(n, "groups"), gi, gv)
+			snprintf(grp + strlen(grp), sizeof grp - strlen(grp), "%s%s", gi ? "," : "",
+				 json_string_value(gv) ?: "");
 		const char *row[] = {name, str(n, "state"), str(n, "role"), str(n, "address"), seen, age,
-				     fab,  nf,		str(n, "version")};
+				     fab,  nf, grp[0] ? grp : "-", str(n, "version")};
 		out_table_row(t, row);
 	}
 	out_table_print(t, stdout);
@@ -257,7 +264,9 @@ int cmd_status(struct cli_ctx *ctx, int argc, char **argv)
 		json_t *cl = json_object_get(d, "cluster"), *head = json_object_get(d, "head");
 		printf("Cluster:  %s (%s)\n", str(cl, "name"), str(cl, "id"));
 		printf("Head:     %s at %s\n", str(head, "name"), str(head, "address"));
-		printf("Nodes:    %lld, %lld ready\n\n", num(d, "node_count"), num(d, "ready_count"));
+		printf("Nodes:    %lld, %lld ready\n", num(d, "node_count"), num(d, "ready_count"));
+		cli_topo_status_line(json_object_get(d, "topology"));
+		printf("\n");
 		print_nodes(json_object_get(d, "nodes"));
 	}
 	json_decref(d);

@@ -27,6 +27,22 @@ int cmd_sim_fault(struct cli_ctx *, int, char **);
 int cmd_discover(struct cli_ctx *, int, char **);
 /* cmd_provision.c */
 int cmd_provision(struct cli_ctx *, int, char **);
+/* cmd_jobs.c */
+int cmd_group_create(struct cli_ctx *, int, char **);
+int cmd_group_ls(struct cli_ctx *, int, char **);
+int cmd_group_show(struct cli_ctx *, int, char **);
+int cmd_group_rm(struct cli_ctx *, int, char **);
+int cmd_run(struct cli_ctx *, int, char **);
+int cmd_exec(struct cli_ctx *, int, char **);
+int cmd_job_ls(struct cli_ctx *, int, char **);
+int cmd_job_show(struct cli_ctx *, int, char **);
+int cmd_job_logs(struct cli_ctx *, int, char **);
+int cmd_job_cancel(struct cli_ctx *, int, char **);
+int cmd_bench_allreduce(struct cli_ctx *, int, char **);
+/* cmd_topo.c */
+int cmd_topo_show(struct cli_ctx *, int, char **);
+int cmd_topo_validate(struct cli_ctx *, int, char **);
+int cmd_topo_addresses(struct cli_ctx *, int, char **);
 /* @@extern-decls: areas add their handler declarations above this line */
 
 const struct cli_cmd cli_commands[] = {
@@ -127,6 +143,85 @@ const struct cli_cmd cli_commands[] = {
 	 "Steps: check, upload, install, netplan, start, token, join; each says changed, unchanged\n"
 	 "or skipped, so a second run changes nothing. A failed host gets this run's steps undone.\n"
 	 "Exit 1 if any host failed. See docs/provision.md.\n"},
+	{"group", "create", cmd_group_create,
+	 "group create NAME (--nodes A,B,C | --size N) [--shared] [-o table|json]",
+	 "make a group of nodes for jobs (one model per group, training beside serving...)",
+	 "  --nodes A,B,C   these nodes (on a ring, ranks follow ring order)\n"
+	 "  --size N        let the planner pick N free nodes: a contiguous arc on a ring\n"
+	 "                  (it says what a chain costs), any free nodes on a switch\n"
+	 "  --shared        the nodes may also be in other shared groups\n"
+	 "A node is in at most one group unless every group holding it is shared.\n"
+	 "'all' is a built-in group of every node. See docs/jobs.md.\n"},
+	{"group", "ls", cmd_group_ls, "group ls [-o table|json]", "list groups and their running jobs",
+	 NULL},
+	{"group", "show", cmd_group_show, "group show NAME [-o table|json]",
+	 "one group: its nodes in rank order, shape and jobs", NULL},
+	{"group", "rm", cmd_group_rm, "group rm NAME [--force]",
+	 "remove a group (refused while a job runs on it)",
+	 "  --force   cancel the group's running jobs first\n"},
+	{NULL, "run", cmd_run,
+	 "run --group G [--name N] [--launcher native|torchrun|mpi] [--ranks-per-node K]\n"
+	 "         [--env K=V]... [--workdir DIR] [--timeout D] [--detach] -- CMD [ARGS...]",
+	 "run a job on a group, each rank with the environment of its own node's fabric",
+	 "  --group G            a group ('sparkctl group ls'), or all\n"
+	 "  --name N             the job's name (default: the command's name)\n"
+	 "  --launcher L         native: CMD once per rank (default); torchrun: torchrun on every\n"
+	 "                       node (--nnodes/--node_rank/--nproc_per_node/--master_addr/port);\n"
+	 "                       mpi: mpirun on rank 0's node, reaching the others through\n"
+	 "                       'sparkctl exec' (no SSH keys needed)\n"
+	 "  --ranks-per-node K   ranks (native, mpi) or workers (torchrun) per node (default 1)\n"
+	 "  --env K=V            set or override a variable in every rank (repeatable)\n"
+	 "  --workdir DIR        run there (default: this directory if it exists on the node,\n"
+	 "                       else the user's home)\n"
+	 "  --timeout D          cancel the job after D (90s, 30m, 2h)\n"
+	 "  --detach             print the job id and return; the job runs on\n"
+	 "In the foreground, output is streamed with a rank prefix and the exit code is the\n"
+	 "failing rank's (128+N for signal N). Ctrl-C cancels the job; closing the terminal\n"
+	 "does not. Ranks run as you (the same user name on every node). Environment: see\n"
+	 "docs/jobs.md (SPARK_*, RANK, MASTER_ADDR, NCCL_*, GLOO_SOCKET_IFNAME...).\n"},
+	{NULL, "exec", cmd_exec, "exec NODE [--shell] -- CMD [ARGS...]",
+	 "run one command on one node, stream its output and return its exit code",
+	 "  NODE      a node name, or one of its addresses (agent or fabric)\n"
+	 "  --shell   join the words and run them with /bin/sh -c (Open MPI's remote launcher)\n"
+	 "Inside a job (SPARK_JOB_ID set) the command gets that node's job environment.\n"},
+	{"job", "ls", cmd_job_ls, "job ls [--running] [--limit N] [-o table|json]",
+	 "your jobs, newest first (root: everyone's)",
+	 "  --running   only jobs still starting or running\n"
+	 "  --limit N   at most N jobs (default 50, 0 = all)\n"},
+	{"job", "show", cmd_job_show, "job show JOB [-o table|json]",
+	 "one job: state, reason, network, every rank with its node, pid and exit code", NULL},
+	{"job", "logs", cmd_job_logs, "job logs JOB [-f] [--rank R]",
+	 "a job's output, kept on each rank's node",
+	 "  -f, --follow   keep streaming until the job ends\n"
+	 "  --rank R       only rank R (without a prefix)\n"},
+	{"job", "cancel", cmd_job_cancel, "job cancel JOB",
+	 "stop a job: SIGTERM to every rank, SIGKILL after 3 s", NULL},
+	{"bench", "allreduce", cmd_bench_allreduce,
+	 "bench allreduce --group G [--ranks-per-node K] [--timeout D] [SPARK-BENCH OPTIONS]",
+	 "all-reduce bandwidth and latency of a group: spark-bench (libsparkcoll) as a job",
+	 "  --group G            the group to measure (or all)\n"
+	 "  --ranks-per-node K   ranks per node (default 1)\n"
+	 "  --timeout D          give up after D (default 10m)\n"
+	 "Other options go to 'spark-bench allreduce' (-b 8 -e 64M -f 2, --algo all, -o json...);\n"
+	 "rank 0's table is printed. spark-bench is found by env SPARK_BENCH, next to sparkctl,\n"
+	 "in ../runtime/, or on PATH, at the same path on every node.\n"},
+	{"topo", "show", cmd_topo_show, "topo show [-o table|json]",
+	 "the fabric's cable map as found now: a table and a picture of the ring or switch",
+	 "Asks every node for its neighbours (no probes; nothing is stored).\n"},
+	{"topo", "validate", cmd_topo_validate,
+	 "topo validate [--expect pair|ring|switch] [--quick] [-o table|json]",
+	 "check the cabling and probe every cable: PASS, WARN or FAIL with each finding and its fix",
+	 "  --expect CLASS  fail unless the fabric is this: pair, ring or switch\n"
+	 "  --quick         short probes (switch: each node with its neighbour only)\n"
+	 "Exit 0 only on PASS. The run is stored; 'sparkctl status' shows the last one.\n"
+	 "See docs/topology.md for every finding and fix.\n"},
+	{"topo", "addresses", cmd_topo_addresses,
+	 "topo addresses [--apply] [--netplan FILE] [-o table|json]",
+	 "the fabric's IPv4 plan (one subnet per twin); --apply sets it on every node",
+	 "  --apply         add the missing addresses on every node (netlink; a second run\n"
+	 "                  with the same cabling changes nothing)\n"
+	 "  --netplan FILE  also write this node's netplan file (e.g. /etc/netplan/40-sparkctl.yaml)\n"
+	 "Pool and subnet size: fabric.pool (default 10.77.0.0/16) and fabric.prefix in sparkd.yaml.\n"},
 	/* @@table-entries: areas add their rows above this line */
 	{NULL, NULL, NULL, NULL, NULL, NULL},
 };

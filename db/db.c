@@ -103,6 +103,112 @@ static const char *const migrations[] = {
 	"  gid_index   INTEGER,"
 	"  PRIMARY KEY (node_id, netdev)"
 	") STRICT;",
+	/* 3: groups and jobs (issue 6). A group is an ordered set of nodes (seq =
+	 * rank order); members go with their node. Jobs and their ranks are history:
+	 * they keep the group and node names as text and outlive both. spec holds
+	 * what every node needs to start its ranks (argv, env overrides, workdir,
+	 * launcher plan, net) as JSON. exit_code NULL = not known yet. */
+	"CREATE TABLE groups ("
+	"  name       TEXT PRIMARY KEY NOT NULL CHECK (length(name) BETWEEN 1 AND 63),"
+	"  shared     INTEGER NOT NULL DEFAULT 0 CHECK (shared IN (0, 1)),"
+	"  topology   TEXT NOT NULL DEFAULT '',"
+	"  shape      TEXT NOT NULL DEFAULT '',"
+	"  note       TEXT NOT NULL DEFAULT '',"
+	"  created_by TEXT NOT NULL DEFAULT '',"
+	"  created_at INTEGER NOT NULL"
+	") STRICT;"
+	"CREATE TABLE group_members ("
+	"  group_name TEXT NOT NULL REFERENCES groups(name) ON DELETE CASCADE,"
+	"  node_id    TEXT NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,"
+	"  seq        INTEGER NOT NULL CHECK (seq >= 0),"
+	"  PRIMARY KEY (group_name, node_id),"
+	"  UNIQUE (group_name, seq)"
+	") STRICT;"
+	"CREATE INDEX group_members_node ON group_members(node_id);"
+	"CREATE TABLE jobs ("
+	"  id             INTEGER PRIMARY KEY AUTOINCREMENT,"
+	"  name           TEXT NOT NULL CHECK (length(name) BETWEEN 1 AND 63),"
+	"  group_name     TEXT NOT NULL CHECK (length(group_name) > 0),"
+	"  owner          TEXT NOT NULL CHECK (length(owner) > 0),"
+	"  uid            INTEGER NOT NULL,"
+	"  launcher       TEXT NOT NULL CHECK (launcher IN ('native', 'torchrun', 'mpi')),"
+	"  ranks_per_node INTEGER NOT NULL CHECK (ranks_per_node >= 1),"
+	"  world_size     INTEGER NOT NULL CHECK (world_size >= 1),"
+	"  command        TEXT NOT NULL DEFAULT '',"
+	"  spec           TEXT NOT NULL CHECK (json_valid(spec)),"
+	"  state          TEXT NOT NULL CHECK (state IN ('starting', 'running', 'succeeded',"
+	"                 'failed', 'cancelled')),"
+	"  reason         TEXT NOT NULL DEFAULT '',"
+	"  exit_code      INTEGER,"
+	"  timeout_s      INTEGER NOT NULL DEFAULT 0 CHECK (timeout_s >= 0),"
+	"  created_at     INTEGER NOT NULL,"
+	"  started_at     INTEGER NOT NULL DEFAULT 0,"
+	"  ended_at       INTEGER NOT NULL DEFAULT 0"
+	") STRICT;"
+	"CREATE INDEX jobs_state ON jobs(state);"
+	"CREATE TABLE job_ranks ("
+	"  job_id     INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+	"  rank       INTEGER NOT NULL CHECK (rank >= 0),"
+	"  node_id    TEXT NOT NULL,"
+	"  node_name  TEXT NOT NULL,"
+	"  local_rank INTEGER NOT NULL DEFAULT 0 CHECK (local_rank >= 0),"
+	"  state      TEXT NOT NULL CHECK (state IN ('pending', 'running', 'exited', 'failed',"
+	"             'killed', 'lost')),"
+	"  pid        INTEGER NOT NULL DEFAULT 0,"
+	"  exit_code  INTEGER,"
+	"  signal     INTEGER NOT NULL DEFAULT 0,"
+	"  started_at INTEGER NOT NULL DEFAULT 0,"
+	"  ended_at   INTEGER NOT NULL DEFAULT 0,"
+	"  PRIMARY KEY (job_id, rank)"
+	") STRICT;"
+	"CREATE INDEX job_ranks_node ON job_ranks(node_id);",
+	/* 4: topology validation runs (issue 5). A run keeps its whole verdict as
+	 * JSON; topo_cables and topo_probes are its cables and probe results as
+	 * rows for queries. They are history: node names are text, no foreign key
+	 * to nodes. Only the newest DB_TOPO_KEEP_RUNS runs are kept. */
+	"CREATE TABLE topo_runs ("
+	"  id          INTEGER PRIMARY KEY AUTOINCREMENT,"
+	"  started_at  INTEGER NOT NULL,"
+	"  finished_at INTEGER NOT NULL,"
+	"  duration_ms INTEGER NOT NULL DEFAULT 0 CHECK (duration_ms >= 0),"
+	"  expect      TEXT NOT NULL DEFAULT '',"
+	"  quick       INTEGER NOT NULL DEFAULT 0 CHECK (quick IN (0, 1)),"
+	"  class       TEXT NOT NULL CHECK (length(class) > 0),"
+	"  result      TEXT NOT NULL CHECK (result IN ('pass', 'warn', 'fail')),"
+	"  n_nodes     INTEGER NOT NULL CHECK (n_nodes >= 0),"
+	"  n_findings  INTEGER NOT NULL DEFAULT 0 CHECK (n_findings >= 0),"
+	"  verdict     TEXT NOT NULL CHECK (json_valid(verdict))"
+	") STRICT;"
+	"CREATE TABLE topo_cables ("
+	"  run_id    INTEGER NOT NULL REFERENCES topo_runs(id) ON DELETE CASCADE,"
+	"  seq       INTEGER NOT NULL CHECK (seq >= 0),"
+	"  kind      TEXT NOT NULL CHECK (kind IN ('direct', 'self', 'switch')),"
+	"  a_node    TEXT NOT NULL,"
+	"  a_port    TEXT NOT NULL,"
+	"  b_node    TEXT NOT NULL DEFAULT '',"
+	"  b_port    TEXT NOT NULL DEFAULT '',"
+	"  twins_ok  INTEGER NOT NULL DEFAULT 0 CHECK (twins_ok >= 0),"
+	"  mtu_ok    INTEGER NOT NULL DEFAULT 1 CHECK (mtu_ok IN (0, 1)),"
+	"  same_port INTEGER NOT NULL DEFAULT 0 CHECK (same_port IN (0, 1)),"
+	"  PRIMARY KEY (run_id, seq)"
+	") STRICT;"
+	"CREATE TABLE topo_probes ("
+	"  run_id      INTEGER NOT NULL REFERENCES topo_runs(id) ON DELETE CASCADE,"
+	"  seq         INTEGER NOT NULL CHECK (seq >= 0),"
+	"  a_node      TEXT NOT NULL,"
+	"  a_netdev    TEXT NOT NULL,"
+	"  b_node      TEXT NOT NULL,"
+	"  b_netdev    TEXT NOT NULL,"
+	"  twin        INTEGER NOT NULL DEFAULT 0 CHECK (twin >= 0),"
+	"  transport   TEXT NOT NULL CHECK (transport IN ('tcp', 'rdma')),"
+	"  result      TEXT NOT NULL CHECK (result IN ('pass', 'warn', 'fail')),"
+	"  p50_us      REAL,"
+	"  p99_us      REAL,"
+	"  gbps        REAL,"
+	"  mtu_largest INTEGER,"
+	"  detail      TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(detail)),"
+	"  PRIMARY KEY (run_id, seq)"
+	") STRICT;",
 };
 #define DB_SCHEMA_VERSION ((int)ARRAY_SIZE(migrations))
 
@@ -113,6 +219,16 @@ static const char *const migrations[] = {
 	"port, twin, netdev, present, carrier, operstate, speed_mbps, mtu, rdma_device, " \
 	"rdma_state, gid_index"
 #define TOKEN_COLS "id, secret_hash, description, created_at, expires_at, uses_left, uses, revoked"
+#define GROUP_COLS \
+	"g.name, g.shared, g.topology, g.shape, g.note, g.created_by, g.created_at, " \
+	"(SELECT count(*) FROM group_members m WHERE m.group_name = g.name)"
+#define JOB_COLS \
+	"id, name, group_name, owner, uid, launcher, ranks_per_node, world_size, command, state, " \
+	"reason, exit_code, timeout_s, created_at, started_at, ended_at"
+#define RANK_COLS \
+	"job_id, rank, node_id, node_name, local_rank, state, pid, exit_code, signal, started_at, " \
+	"ended_at"
+
 enum q {
 	Q_BEGIN, Q_COMMIT, Q_ROLLBACK,
 	Q_CLUSTER_INSERT, Q_CLUSTER_GET,
@@ -122,6 +238,10 @@ enum q {
 	Q_TOKEN_INSERT, Q_TOKEN_LIST, Q_TOKEN_GET, Q_TOKEN_REVOKE, Q_TOKEN_USE,
 	Q_EVENT_ADD, Q_EVENT_LIST,
 	Q_FABRIC_SET, Q_FABRIC_GET, Q_FPORT_CLEAR, Q_FPORT_INSERT, Q_FPORT_LIST,
+	Q_GROUP_INSERT, Q_GROUP_MEMBER_INSERT, Q_GROUP_GET, Q_GROUP_LIST, Q_GROUP_MEMBERS,
+	Q_GROUP_DELETE, Q_GROUP_CONFLICT, Q_MEMBERSHIPS,
+	Q_JOB_INSERT, Q_JOB_RANK_INSERT, Q_JOB_GET, Q_JOB_BY_NAME, Q_JOB_LIST, Q_JOB_SPEC,
+	Q_JOB_STATE, Q_JOB_RANKS, Q_JOB_RANK_UPDATE, Q_JOB_ACTIVE_IN_GROUP,
 	Q_COUNT
 };
 
@@ -179,6 +299,50 @@ static const char *const sql_text[Q_COUNT] = {
 		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
 	[Q_FPORT_LIST] =
 		"SELECT " FPORT_COLS " FROM fabric_ports WHERE node_id = ?1 ORDER BY seq ASC",
+	[Q_GROUP_INSERT] =
+		"INSERT INTO groups (name, shared, topology, shape, note, created_by, created_at) "
+		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+	[Q_GROUP_MEMBER_INSERT] =
+		"INSERT INTO group_members (group_name, node_id, seq) VALUES (?1, ?2, ?3)",
+	[Q_GROUP_GET] = "SELECT " GROUP_COLS " FROM groups g WHERE g.name = ?1",
+	[Q_GROUP_LIST] = "SELECT " GROUP_COLS " FROM groups g ORDER BY g.created_at, g.name",
+	[Q_GROUP_MEMBERS] =
+		"SELECT m.node_id, n.name, m.seq FROM group_members m JOIN nodes n ON n.id = m.node_id "
+		"WHERE m.group_name = ?1 ORDER BY m.seq",
+	[Q_GROUP_DELETE] = "DELETE FROM groups WHERE name = ?1",
+	/* Another group holding the node that a new group (shared = ?2) may not share it with. */
+	[Q_GROUP_CONFLICT] =
+		"SELECT g.name FROM group_members m JOIN groups g ON g.name = m.group_name "
+		"WHERE m.node_id = ?1 AND (?2 = 0 OR g.shared = 0) ORDER BY g.name LIMIT 1",
+	[Q_MEMBERSHIPS] =
+		"SELECT m.group_name, m.node_id, g.shared FROM group_members m "
+		"JOIN groups g ON g.name = m.group_name ORDER BY m.group_name, m.seq",
+	[Q_JOB_INSERT] =
+		"INSERT INTO jobs (name, group_name, owner, uid, launcher, ranks_per_node, world_size, "
+		"command, spec, state, timeout_s, created_at) "
+		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'starting', ?10, ?11)",
+	[Q_JOB_RANK_INSERT] =
+		"INSERT INTO job_ranks (job_id, rank, node_id, node_name, local_rank, state) "
+		"VALUES (?1, ?2, ?3, ?4, ?5, 'pending')",
+	[Q_JOB_GET] = "SELECT " JOB_COLS " FROM jobs WHERE id = ?1",
+	[Q_JOB_BY_NAME] =
+		"SELECT " JOB_COLS " FROM jobs WHERE name = ?1 AND (?2 IS NULL OR owner = ?2) "
+		"ORDER BY id DESC LIMIT 1",
+	[Q_JOB_LIST] =
+		"SELECT " JOB_COLS " FROM jobs WHERE (?1 IS NULL OR owner = ?1) "
+		"AND (?2 = 0 OR state IN ('starting', 'running')) ORDER BY id DESC LIMIT ?3",
+	[Q_JOB_SPEC] = "SELECT spec FROM jobs WHERE id = ?1",
+	[Q_JOB_STATE] =
+		"UPDATE jobs SET state = ?2, reason = ?3, exit_code = ?4, started_at = ?5, "
+		"ended_at = ?6 WHERE id = ?1",
+	[Q_JOB_RANKS] =
+		"SELECT " RANK_COLS " FROM job_ranks WHERE job_id = ?1 ORDER BY rank",
+	[Q_JOB_RANK_UPDATE] =
+		"UPDATE job_ranks SET state = ?3, pid = ?4, exit_code = ?5, signal = ?6, "
+		"started_at = ?7, ended_at = ?8 WHERE job_id = ?1 AND rank = ?2",
+	[Q_JOB_ACTIVE_IN_GROUP] =
+		"SELECT id FROM jobs WHERE group_name = ?1 AND state IN ('starting', 'running') "
+		"ORDER BY id",
 };
 
 struct db {
@@ -1146,6 +1310,758 @@ int db_fabric_ports(db *d, const char *node_id, db_fabric_port **out, size_t *n)
 	if (e == 0 && rc != SQLITE_DONE)
 		e = fail(d, rc, "fabric_ports");
 	done(s);
+	if (e < 0) {
+		free(arr);
+		return e;
+	}
+	*out = arr;
+	*n = cnt;
+	return 0;
+}
+
+/* ---------- groups and jobs (issue 6) ---------- */
+
+static void group_row(sqlite3_stmt *s, db_group *g)
+{
+	memset(g, 0, sizeof *g);
+	COL_F(s, 0, g->name);
+	g->shared = sqlite3_column_int(s, 1) != 0;
+	COL_F(s, 2, g->topology);
+	COL_F(s, 3, g->shape);
+	COL_F(s, 4, g->note);
+	COL_F(s, 5, g->created_by);
+	g->created_at = sqlite3_column_int64(s, 6);
+	g->n_members = sqlite3_column_int(s, 7);
+}
+
+int db_group_create(db *d, const db_group *g, const char *const *node_ids, size_t n,
+		    char *conflict_node, char *conflict_group)
+{
+	if (conflict_node)
+		conflict_node[0] = '\0';
+	if (conflict_group)
+		conflict_group[0] = '\0';
+	if (!d || !g || is_empty(g->name) || (n && !node_ids))
+		return -EINVAL;
+	int e = tx_begin(d);
+	if (e < 0)
+		return e;
+	sqlite3_stmt *s = stmt(d, Q_GROUP_GET, &e);
+	if (s) { /* the name first: it is the caller's first mistake to report */
+		bind_str(s, 1, g->name);
+		int rc = sqlite3_step(s);
+		e = rc == SQLITE_ROW ? -EEXIST : rc == SQLITE_DONE ? 0 : fail(d, rc, "group_get");
+		done(s);
+	}
+	/* Membership rules before any insert, so a refused group leaves nothing behind. */
+	for (size_t i = 0; e == 0 && i < n; i++) {
+		db_node node;
+		if ((e = node_get(d, Q_NODE_GET, node_ids[i], &node)) < 0) {
+			if (conflict_node)
+				util_strlcpy(conflict_node, node_ids[i], 64);
+			break;
+		}
+		if (!(s = stmt(d, Q_GROUP_CONFLICT, &e)))
+			break;
+		bind_str(s, 1, node_ids[i]);
+		sqlite3_bind_int(s, 2, g->shared ? 1 : 0);
+		int rc = sqlite3_step(s);
+		if (rc == SQLITE_ROW) {
+			if (conflict_node)
+				util_strlcpy(conflict_node, node.name, 64);
+			if (conflict_group)
+				col_str(s, 0, conflict_group, 64);
+			e = -EBUSY;
+		} else if (rc != SQLITE_DONE) {
+			e = fail(d, rc, "group_conflict");
+		}
+		done(s);
+	}
+	if (e == 0 && (s = stmt(d, Q_GROUP_INSERT, &e))) {
+		BIND_F(s, 1, g->name);
+		sqlite3_bind_int(s, 2, g->shared ? 1 : 0);
+		BIND_F(s, 3, g->topology);
+		BIND_F(s, 4, g->shape);
+		BIND_F(s, 5, g->note);
+		BIND_F(s, 6, g->created_by);
+		sqlite3_bind_int64(s, 7, g->created_at);
+		e = exec_stmt(d, s, "group_insert");
+	}
+	for (size_t i = 0; e == 0 && i < n; i++) {
+		if (!(s = stmt(d, Q_GROUP_MEMBER_INSERT, &e)))
+			break;
+		BIND_F(s, 1, g->name);
+		bind_str(s, 2, node_ids[i]);
+		sqlite3_bind_int64(s, 3, (int64_t)i);
+		e = exec_stmt(d, s, "group_member_insert");
+		if (e == -EEXIST && conflict_node) /* the same node twice */
+			util_strlcpy(conflict_node, node_ids[i], 64);
+	}
+	return tx_end(d, e);
+}
+
+int db_group_get(db *d, const char *name, db_group *out)
+{
+	if (!d || !name || !out)
+		return -EINVAL;
+	int e = 0;
+	sqlite3_stmt *s = stmt(d, Q_GROUP_GET, &e);
+	if (!s)
+		return e;
+	bind_str(s, 1, name);
+	int rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		group_row(s, out);
+	else
+		e = rc == SQLITE_DONE ? -ENOENT : fail(d, rc, "group_get");
+	done(s);
+	return e;
+}
+
+int db_group_list(db *d, db_group **out, size_t *n)
+{
+	if (!d || !out || !n)
+		return -EINVAL;
+	*out = NULL;
+	*n = 0;
+	int e = 0, rc;
+	sqlite3_stmt *s = stmt(d, Q_GROUP_LIST, &e);
+	if (!s)
+		return e;
+	db_group *arr = NULL;
+	size_t cnt = 0, cap = 0;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if ((e = grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0)
+			break;
+		group_row(s, &arr[cnt++]);
+	}
+	if (e == 0 && rc != SQLITE_DONE)
+		e = fail(d, rc, "group_list");
+	done(s);
+	if (e < 0) {
+		free(arr);
+		return e;
+	}
+	*out = arr;
+	*n = cnt;
+	return 0;
+}
+
+int db_group_members(db *d, const char *name, db_group_member **out, size_t *n)
+{
+	if (!d || !name || !out || !n)
+		return -EINVAL;
+	*out = NULL;
+	*n = 0;
+	int e = 0, rc;
+	sqlite3_stmt *s = stmt(d, Q_GROUP_MEMBERS, &e);
+	if (!s)
+		return e;
+	bind_str(s, 1, name);
+	db_group_member *arr = NULL;
+	size_t cnt = 0, cap = 0;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if ((e = grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0)
+			break;
+		db_group_member *m = &arr[cnt++];
+		memset(m, 0, sizeof *m);
+		COL_F(s, 0, m->node_id);
+		COL_F(s, 1, m->node_name);
+		m->seq = sqlite3_column_int(s, 2);
+	}
+	if (e == 0 && rc != SQLITE_DONE)
+		e = fail(d, rc, "group_members");
+	done(s);
+	if (e < 0) {
+		free(arr);
+		return e;
+	}
+	*out = arr;
+	*n = cnt;
+	return 0;
+}
+
+int db_group_remove(db *d, const char *name)
+{
+	if (!d || is_empty(name))
+		return -EINVAL;
+	int e = 0;
+	sqlite3_stmt *s = stmt(d, Q_GROUP_DELETE, &e);
+	if (!s)
+		return e;
+	bind_str(s, 1, name);
+	return update_one(d, s, "group_delete");
+}
+
+int db_group_memberships(db *d, db_membership **out, size_t *n)
+{
+	if (!d || !out || !n)
+		return -EINVAL;
+	*out = NULL;
+	*n = 0;
+	int e = 0, rc;
+	sqlite3_stmt *s = stmt(d, Q_MEMBERSHIPS, &e);
+	if (!s)
+		return e;
+	db_membership *arr = NULL;
+	size_t cnt = 0, cap = 0;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if ((e = grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0)
+			break;
+		db_membership *m = &arr[cnt++];
+		memset(m, 0, sizeof *m);
+		COL_F(s, 0, m->group_name);
+		COL_F(s, 1, m->node_id);
+		m->shared = sqlite3_column_int(s, 2) != 0;
+	}
+	if (e == 0 && rc != SQLITE_DONE)
+		e = fail(d, rc, "memberships");
+	done(s);
+	if (e < 0) {
+		free(arr);
+		return e;
+	}
+	*out = arr;
+	*n = cnt;
+	return 0;
+}
+
+static void job_row(sqlite3_stmt *s, db_job *j)
+{
+	memset(j, 0, sizeof *j);
+	j->id = sqlite3_column_int64(s, 0);
+	COL_F(s, 1, j->name);
+	COL_F(s, 2, j->group_name);
+	COL_F(s, 3, j->owner);
+	j->uid = sqlite3_column_int64(s, 4);
+	COL_F(s, 5, j->launcher);
+	j->ranks_per_node = sqlite3_column_int(s, 6);
+	j->world_size = sqlite3_column_int(s, 7);
+	COL_F(s, 8, j->command);
+	COL_F(s, 9, j->state);
+	COL_F(s, 10, j->reason);
+	j->exit_code = sqlite3_column_type(s, 11) == SQLITE_NULL ? -1 : sqlite3_column_int(s, 11);
+	j->timeout_s = sqlite3_column_int64(s, 12);
+	j->created_at = sqlite3_column_int64(s, 13);
+	j->started_at = sqlite3_column_int64(s, 14);
+	j->ended_at = sqlite3_column_int64(s, 15);
+}
+
+static void rank_row(sqlite3_stmt *s, db_job_rank *r)
+{
+	memset(r, 0, sizeof *r);
+	r->job_id = sqlite3_column_int64(s, 0);
+	r->rank = sqlite3_column_int(s, 1);
+	COL_F(s, 2, r->node_id);
+	COL_F(s, 3, r->node_name);
+	r->local_rank = sqlite3_column_int(s, 4);
+	COL_F(s, 5, r->state);
+	r->pid = sqlite3_column_int64(s, 6);
+	r->exit_code = sqlite3_column_type(s, 7) == SQLITE_NULL ? -1 : sqlite3_column_int(s, 7);
+	r->signal = sqlite3_column_int(s, 8);
+	r->started_at = sqlite3_column_int64(s, 9);
+	r->ended_at = sqlite3_column_int64(s, 10);
+}
+
+int db_job_create(db *d, db_job *j, const char *spec_json, const db_job_rank *ranks, size_t n)
+{
+	if (!d || !j || !spec_json || is_empty(j->name) || is_empty(j->group_name) ||
+	    is_empty(j->owner) || (n && !ranks))
+		return -EINVAL;
+	int e = tx_begin(d);
+	if (e < 0)
+		return e;
+	sqlite3_stmt *s = stmt(d, Q_JOB_INSERT, &e);
+	if (s) {
+		BIND_F(s, 1, j->name);
+		BIND_F(s, 2, j->group_name);
+		BIND_F(s, 3, j->owner);
+		sqlite3_bind_int64(s, 4, j->uid);
+		BIND_F(s, 5, j->launcher);
+		sqlite3_bind_int(s, 6, j->ranks_per_node);
+		sqlite3_bind_int(s, 7, j->world_size);
+		BIND_F(s, 8, j->command);
+		bind_str(s, 9, spec_json);
+		sqlite3_bind_int64(s, 10, j->timeout_s);
+		sqlite3_bind_int64(s, 11, j->created_at);
+		e = exec_stmt(d, s, "job_insert");
+	}
+	int64_t id = e == 0 ? sqlite3_last_insert_rowid(d->h) : 0;
+	for (size_t i = 0; e == 0 && i < n; i++) {
+		if (!(s = stmt(d, Q_JOB_RANK_INSERT, &e)))
+			break;
+		sqlite3_bind_int64(s, 1, id);
+		sqlite3_bind_int(s, 2, ranks[i].rank);
+		BIND_F(s, 3, ranks[i].node_id);
+		BIND_F(s, 4, ranks[i].node_name);
+		sqlite3_bind_int(s, 5, ranks[i].local_rank);
+		e = exec_stmt(d, s, "job_rank_insert");
+	}
+	e = tx_end(d, e);
+	if (e == 0) {
+		j->id = id;
+		util_strlcpy(j->state, "starting", sizeof j->state);
+		j->exit_code = -1;
+	}
+	return e;
+}
+
+static int job_get(db *d, enum q q, sqlite3_stmt *s, db_job *out)
+{
+	int rc = sqlite3_step(s);
+	int e = 0;
+	if (rc == SQLITE_ROW)
+		job_row(s, out);
+	else
+		e = rc == SQLITE_DONE ? -ENOENT : fail(d, rc, q == Q_JOB_GET ? "job_get" : "job_by_name");
+	done(s);
+	return e;
+}
+
+int db_job_get(db *d, int64_t id, db_job *out)
+{
+	if (!d || !out)
+		return -EINVAL;
+	int e = 0;
+	sqlite3_stmt *s = stmt(d, Q_JOB_GET, &e);
+	if (!s)
+		return e;
+	sqlite3_bind_int64(s, 1, id);
+	return job_get(d, Q_JOB_GET, s, out);
+}
+
+int db_job_get_by_name(db *d, const char *name, const char *owner, db_job *out)
+{
+	if (!d || !name || !out)
+		return -EINVAL;
+	int e = 0;
+	sqlite3_stmt *s = stmt(d, Q_JOB_BY_NAME, &e);
+	if (!s)
+		return e;
+	bind_str(s, 1, name);
+	bind_str(s, 2, owner);
+	return job_get(d, Q_JOB_BY_NAME, s, out);
+}
+
+int db_job_list(db *d, const char *owner, bool active_only, size_t limit, db_job **out,
+		size_t *n)
+{
+	if (!d || !out || !n)
+		return -EINVAL;
+	*out = NULL;
+	*n = 0;
+	int e = 0, rc;
+	sqlite3_stmt *s = stmt(d, Q_JOB_LIST, &e);
+	if (!s)
+		return e;
+	bind_str(s, 1, owner);
+	sqlite3_bind_int(s, 2, active_only ? 1 : 0);
+	sqlite3_bind_int64(s, 3, limit ? (int64_t)limit : -1);
+	db_job *arr = NULL;
+	size_t cnt = 0, cap = 0;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if ((e = grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0)
+			break;
+		job_row(s, &arr[cnt++]);
+	}
+	if (e == 0 && rc != SQLITE_DONE)
+		e = fail(d, rc, "job_list");
+	done(s);
+	if (e < 0) {
+		free(arr);
+		return e;
+	}
+	*out = arr;
+	*n = cnt;
+	return 0;
+}
+
+int db_job_spec(db *d, int64_t id, char **out)
+{
+	if (!d || !out)
+		return -EINVAL;
+	*out = NULL;
+	int e = 0;
+	sqlite3_stmt *s = stmt(d, Q_JOB_SPEC, &e);
+	if (!s)
+		return e;
+	sqlite3_bind_int64(s, 1, id);
+	int rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW) {
+		*out = col_dup(s, 0);
+		if (!*out)
+			e = -ENOMEM;
+	} else {
+		e = rc == SQLITE_DONE ? -ENOENT : fail(d, rc, "job_spec");
+	}
+	done(s);
+	return e;
+}
+
+int db_job_set_state(db *d, const db_job *j)
+{
+	if (!d || !j || is_empty(j->state))
+		return -EINVAL;
+	int e = 0;
+	sqlite3_stmt *s = stmt(d, Q_JOB_STATE, &e);
+	if (!s)
+		return e;
+	sqlite3_bind_int64(s, 1, j->id);
+	BIND_F(s, 2, j->state);
+	BIND_F(s, 3, j->reason);
+	bind_opt_int(s, 4, j->exit_code);
+	sqlite3_bind_int64(s, 5, j->started_at);
+	sqlite3_bind_int64(s, 6, j->ended_at);
+	return update_one(d, s, "job_state");
+}
+
+int db_job_ranks(db *d, int64_t id, db_job_rank **out, size_t *n)
+{
+	if (!d || !out || !n)
+		return -EINVAL;
+	*out = NULL;
+	*n = 0;
+	int e = 0, rc;
+	sqlite3_stmt *s = stmt(d, Q_JOB_RANKS, &e);
+	if (!s)
+		return e;
+	sqlite3_bind_int64(s, 1, id);
+	db_job_rank *arr = NULL;
+	size_t cnt = 0, cap = 0;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if ((e = grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0)
+			break;
+		rank_row(s, &arr[cnt++]);
+	}
+	if (e == 0 && rc != SQLITE_DONE)
+		e = fail(d, rc, "job_ranks");
+	done(s);
+	if (e < 0) {
+		free(arr);
+		return e;
+	}
+	*out = arr;
+	*n = cnt;
+	return 0;
+}
+
+int db_job_rank_update(db *d, const db_job_rank *r)
+{
+	if (!d || !r || is_empty(r->state))
+		return -EINVAL;
+	int e = 0;
+	sqlite3_stmt *s = stmt(d, Q_JOB_RANK_UPDATE, &e);
+	if (!s)
+		return e;
+	sqlite3_bind_int64(s, 1, r->job_id);
+	sqlite3_bind_int(s, 2, r->rank);
+	BIND_F(s, 3, r->state);
+	sqlite3_bind_int64(s, 4, r->pid);
+	bind_opt_int(s, 5, r->exit_code);
+	sqlite3_bind_int(s, 6, r->signal);
+	sqlite3_bind_int64(s, 7, r->started_at);
+	sqlite3_bind_int64(s, 8, r->ended_at);
+	return update_one(d, s, "job_rank_update");
+}
+
+int db_group_active_jobs(db *d, const char *group, int64_t **ids, size_t *n)
+{
+	if (!d || !group || !ids || !n)
+		return -EINVAL;
+	*ids = NULL;
+	*n = 0;
+	int e = 0, rc;
+	sqlite3_stmt *s = stmt(d, Q_JOB_ACTIVE_IN_GROUP, &e);
+	if (!s)
+		return e;
+	bind_str(s, 1, group);
+	int64_t *arr = NULL;
+	size_t cnt = 0, cap = 0;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if ((e = grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0)
+			break;
+		arr[cnt++] = sqlite3_column_int64(s, 0);
+	}
+	if (e == 0 && rc != SQLITE_DONE)
+		e = fail(d, rc, "group_active_jobs");
+	done(s);
+	if (e < 0) {
+		free(arr);
+		return e;
+	}
+	*ids = arr;
+	*n = cnt;
+	return 0;
+}
+
+/* ---------- topology validation runs (issue 5) ---------- */
+
+/* These statements run a few times per validation: prepared per call (not
+ * in the cached table) and finalized by the caller. */
+static sqlite3_stmt *tprep(db *d, const char *sql, int *err)
+{
+	sqlite3_stmt *s = NULL;
+	int rc = sqlite3_prepare_v2(d->h, sql, -1, &s, NULL);
+	if (rc != SQLITE_OK) {
+		*err = fail(d, rc, "topo_prepare");
+		sqlite3_finalize(s);
+		return NULL;
+	}
+	return s;
+}
+
+static int trun(db *d, sqlite3_stmt *s, const char *op)
+{
+	int rc;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW)
+		;
+	int e = rc == SQLITE_DONE ? 0 : fail(d, rc, op);
+	sqlite3_finalize(s);
+	return e;
+}
+
+static bool one_of(const char *s, const char *const *set, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(s, set[i]) == 0)
+			return true;
+	return false;
+}
+
+static void bind_opt_real(sqlite3_stmt *s, int i, double v)
+{
+	if (v < 0)
+		sqlite3_bind_null(s, i);
+	else
+		sqlite3_bind_double(s, i, v);
+}
+
+static double col_opt_real(sqlite3_stmt *s, int i)
+{
+	return sqlite3_column_type(s, i) == SQLITE_NULL ? -1 : sqlite3_column_double(s, i);
+}
+
+int db_topo_run_add(db *d, db_topo_run *r, const db_topo_cable *cables, size_t ncables,
+		    const db_topo_probe *probes, size_t nprobes)
+{
+	static const char *const results[] = {"pass", "warn", "fail"};
+	static const char *const kinds[] = {"direct", "self", "switch"};
+	static const char *const transports[] = {"tcp", "rdma"};
+	if (!d || !r || !r->verdict || !memchr(r->cls, '\0', sizeof r->cls) || !r->cls[0] ||
+	    !memchr(r->result, '\0', sizeof r->result) || !one_of(r->result, results, 3) ||
+	    (ncables && !cables) || (nprobes && !probes))
+		return -EINVAL;
+	for (size_t i = 0; i < ncables; i++)
+		if (!memchr(cables[i].kind, '\0', sizeof cables[i].kind) ||
+		    !one_of(cables[i].kind, kinds, 3))
+			return -EINVAL;
+	for (size_t i = 0; i < nprobes; i++)
+		if (!memchr(probes[i].transport, '\0', sizeof probes[i].transport) ||
+		    !one_of(probes[i].transport, transports, 2) ||
+		    !memchr(probes[i].result, '\0', sizeof probes[i].result) ||
+		    !one_of(probes[i].result, results, 3))
+			return -EINVAL;
+	int e = tx_begin(d);
+	if (e < 0)
+		return e;
+	sqlite3_stmt *s = tprep(d,
+				"INSERT INTO topo_runs (started_at, finished_at, duration_ms, expect, "
+				"quick, class, result, n_nodes, n_findings, verdict) "
+				"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+				&e);
+	if (s) {
+		sqlite3_bind_int64(s, 1, r->started_at);
+		sqlite3_bind_int64(s, 2, r->finished_at);
+		sqlite3_bind_int64(s, 3, r->duration_ms < 0 ? 0 : r->duration_ms);
+		BIND_F(s, 4, r->expect);
+		sqlite3_bind_int(s, 5, r->quick ? 1 : 0);
+		BIND_F(s, 6, r->cls);
+		BIND_F(s, 7, r->result);
+		sqlite3_bind_int(s, 8, r->n_nodes < 0 ? 0 : r->n_nodes);
+		sqlite3_bind_int(s, 9, r->n_findings < 0 ? 0 : r->n_findings);
+		bind_str(s, 10, r->verdict);
+		e = trun(d, s, "topo_run_add");
+	}
+	int64_t id = e == 0 ? sqlite3_last_insert_rowid(d->h) : 0;
+	for (size_t i = 0; e == 0 && i < ncables; i++) {
+		const db_topo_cable *c = &cables[i];
+		if (!(s = tprep(d,
+				"INSERT INTO topo_cables (run_id, seq, kind, a_node, a_port, b_node, "
+				"b_port, twins_ok, mtu_ok, same_port) "
+				"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+				&e)))
+			break;
+		sqlite3_bind_int64(s, 1, id);
+		sqlite3_bind_int64(s, 2, (int64_t)i);
+		BIND_F(s, 3, c->kind);
+		BIND_F(s, 4, c->a_node);
+		BIND_F(s, 5, c->a_port);
+		BIND_F(s, 6, c->b_node);
+		BIND_F(s, 7, c->b_port);
+		sqlite3_bind_int(s, 8, c->twins_ok < 0 ? 0 : c->twins_ok);
+		sqlite3_bind_int(s, 9, c->mtu_ok ? 1 : 0);
+		sqlite3_bind_int(s, 10, c->same_port ? 1 : 0);
+		e = trun(d, s, "topo_cable_add");
+	}
+	for (size_t i = 0; e == 0 && i < nprobes; i++) {
+		const db_topo_probe *p = &probes[i];
+		if (!(s = tprep(d,
+				"INSERT INTO topo_probes (run_id, seq, a_node, a_netdev, b_node, b_netdev, "
+				"twin, transport, result, p50_us, p99_us, gbps, mtu_largest, detail) "
+				"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+				&e)))
+			break;
+		sqlite3_bind_int64(s, 1, id);
+		sqlite3_bind_int64(s, 2, (int64_t)i);
+		BIND_F(s, 3, p->a_node);
+		BIND_F(s, 4, p->a_netdev);
+		BIND_F(s, 5, p->b_node);
+		BIND_F(s, 6, p->b_netdev);
+		sqlite3_bind_int(s, 7, p->twin < 0 ? 0 : p->twin);
+		BIND_F(s, 8, p->transport);
+		BIND_F(s, 9, p->result);
+		bind_opt_real(s, 10, p->p50_us);
+		bind_opt_real(s, 11, p->p99_us);
+		bind_opt_real(s, 12, p->gbps);
+		bind_opt_int(s, 13, p->mtu_largest);
+		bind_str(s, 14, p->detail ? p->detail : "{}");
+		e = trun(d, s, "topo_probe_add");
+	}
+	if (e == 0 && (s = tprep(d,
+				 "DELETE FROM topo_runs WHERE id NOT IN "
+				 "(SELECT id FROM topo_runs ORDER BY id DESC LIMIT ?1)",
+				 &e))) {
+		sqlite3_bind_int(s, 1, DB_TOPO_KEEP_RUNS);
+		e = trun(d, s, "topo_run_prune");
+	}
+	e = tx_end(d, e);
+	if (e == 0)
+		r->id = id;
+	return e;
+}
+
+int db_topo_run_latest(db *d, db_topo_run *out)
+{
+	if (!d || !out)
+		return -EINVAL;
+	memset(out, 0, sizeof *out);
+	int e = 0;
+	sqlite3_stmt *s = tprep(d,
+				"SELECT id, started_at, finished_at, duration_ms, expect, quick, class, "
+				"result, n_nodes, n_findings, verdict FROM topo_runs "
+				"ORDER BY id DESC LIMIT 1",
+				&e);
+	if (!s)
+		return e;
+	int rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW) {
+		out->id = sqlite3_column_int64(s, 0);
+		out->started_at = sqlite3_column_int64(s, 1);
+		out->finished_at = sqlite3_column_int64(s, 2);
+		out->duration_ms = sqlite3_column_int64(s, 3);
+		COL_F(s, 4, out->expect);
+		out->quick = sqlite3_column_int(s, 5) != 0;
+		COL_F(s, 6, out->cls);
+		COL_F(s, 7, out->result);
+		out->n_nodes = sqlite3_column_int(s, 8);
+		out->n_findings = sqlite3_column_int(s, 9);
+		out->verdict = col_dup(s, 10);
+		if (!out->verdict)
+			e = -ENOMEM;
+	} else {
+		e = rc == SQLITE_DONE ? -ENOENT : fail(d, rc, "topo_run_latest");
+	}
+	sqlite3_finalize(s);
+	return e;
+}
+
+void db_topo_run_free(db_topo_run *r)
+{
+	if (!r)
+		return;
+	free(r->verdict);
+	r->verdict = NULL;
+}
+
+int db_topo_cables(db *d, int64_t run_id, db_topo_cable **out, size_t *n)
+{
+	if (!d || !out || !n)
+		return -EINVAL;
+	*out = NULL;
+	*n = 0;
+	int e = 0, rc;
+	sqlite3_stmt *s = tprep(d,
+				"SELECT kind, a_node, a_port, b_node, b_port, twins_ok, mtu_ok, same_port "
+				"FROM topo_cables WHERE run_id = ?1 ORDER BY seq",
+				&e);
+	if (!s)
+		return e;
+	sqlite3_bind_int64(s, 1, run_id);
+	db_topo_cable *arr = NULL;
+	size_t cnt = 0, cap = 0;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if ((e = grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0)
+			break;
+		db_topo_cable *c = &arr[cnt++];
+		memset(c, 0, sizeof *c);
+		COL_F(s, 0, c->kind);
+		COL_F(s, 1, c->a_node);
+		COL_F(s, 2, c->a_port);
+		COL_F(s, 3, c->b_node);
+		COL_F(s, 4, c->b_port);
+		c->twins_ok = sqlite3_column_int(s, 5);
+		c->mtu_ok = sqlite3_column_int(s, 6) != 0;
+		c->same_port = sqlite3_column_int(s, 7) != 0;
+	}
+	if (e == 0 && rc != SQLITE_DONE)
+		e = fail(d, rc, "topo_cables");
+	sqlite3_finalize(s);
+	if (e < 0) {
+		free(arr);
+		return e;
+	}
+	*out = arr;
+	*n = cnt;
+	return 0;
+}
+
+int db_topo_probes(db *d, int64_t run_id, db_topo_probe **out, size_t *n)
+{
+	if (!d || !out || !n)
+		return -EINVAL;
+	*out = NULL;
+	*n = 0;
+	int e = 0, rc;
+	sqlite3_stmt *s = tprep(d,
+				"SELECT a_node, a_netdev, b_node, b_netdev, twin, transport, result, "
+				"p50_us, p99_us, gbps, mtu_largest FROM topo_probes WHERE run_id = ?1 "
+				"ORDER BY seq",
+				&e);
+	if (!s)
+		return e;
+	sqlite3_bind_int64(s, 1, run_id);
+	db_topo_probe *arr = NULL;
+	size_t cnt = 0, cap = 0;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if ((e = grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0)
+			break;
+		db_topo_probe *p = &arr[cnt++];
+		memset(p, 0, sizeof *p);
+		COL_F(s, 0, p->a_node);
+		COL_F(s, 1, p->a_netdev);
+		COL_F(s, 2, p->b_node);
+		COL_F(s, 3, p->b_netdev);
+		p->twin = sqlite3_column_int(s, 4);
+		COL_F(s, 5, p->transport);
+		COL_F(s, 6, p->result);
+		p->p50_us = col_opt_real(s, 7);
+		p->p99_us = col_opt_real(s, 8);
+		p->gbps = col_opt_real(s, 9);
+		p->mtu_largest = col_opt_int(s, 10);
+	}
+	if (e == 0 && rc != SQLITE_DONE)
+		e = fail(d, rc, "topo_probes");
+	sqlite3_finalize(s);
 	if (e < 0) {
 		free(arr);
 		return e;

@@ -128,4 +128,143 @@ int db_fabric_ports(db *d, const char *node_id, db_fabric_port **out, size_t *n)
 int db_event_add(db *d, int64_t ts, const char *node_id, const char *kind, const char *detail);
 int db_event_list(db *d, int64_t since_id, size_t limit, db_event **out, size_t *n);
 
+/* Groups and jobs (issue 6). A group is an ordered set of nodes (rank order).
+ * A node is in at most one group unless every group holding it is shared.
+ * Jobs and ranks are history: they keep names as text and outlive groups and
+ * nodes. exit_code -1 = not known (NULL). */
+typedef struct db_group {
+	char name[64];
+	bool shared;
+	char topology[16];    /* cluster topology when made: ring|switch|unknown */
+	char shape[16];       /* ring|chain|switch|single|scattered|unknown */
+	char note[256];       /* the planner's words (what a chain costs...) */
+	char created_by[64];
+	int64_t created_at;
+	int n_members;
+} db_group;
+
+typedef struct db_group_member {
+	char node_id[40];
+	char node_name[64];
+	int seq;              /* 0-based rank order */
+} db_group_member;
+
+typedef struct db_membership {
+	char group_name[64];
+	char node_id[40];
+	bool shared;
+} db_membership;
+
+/* Insert the group and its members (rank order = array order) in one
+ * transaction. -EEXIST: name taken (conflict_node "") or a node twice;
+ * -ENOENT: a node id unknown (conflict_node = that id); -EBUSY: a node is
+ * already in a group it may not share (conflict_node = its name,
+ * conflict_group = that group). Both buffers, if given, hold 64 bytes. */
+int db_group_create(db *d, const db_group *g, const char *const *node_ids, size_t n,
+		    char *conflict_node, char *conflict_group);
+int db_group_get(db *d, const char *name, db_group *out);
+int db_group_list(db *d, db_group **out, size_t *n);
+int db_group_members(db *d, const char *name, db_group_member **out, size_t *n);
+int db_group_remove(db *d, const char *name);
+/* Every (group, node) pair, by group then rank order. */
+int db_group_memberships(db *d, db_membership **out, size_t *n);
+
+typedef struct db_job {
+	int64_t id;
+	char name[64];
+	char group_name[64];
+	char owner[64];       /* user name; ranks run as this user on every node */
+	int64_t uid;          /* the owner's uid on the node that asked */
+	char launcher[16];    /* native|torchrun|mpi */
+	int ranks_per_node;
+	int world_size;
+	char command[256];    /* argv joined, for people */
+	char state[16];       /* starting|running|succeeded|failed|cancelled */
+	char reason[256];
+	int exit_code;        /* -1 unknown */
+	int64_t timeout_s;    /* 0 none */
+	int64_t created_at, started_at, ended_at;
+} db_job;
+
+typedef struct db_job_rank {
+	int64_t job_id;
+	int rank;
+	char node_id[40];
+	char node_name[64];
+	int local_rank;
+	char state[16];       /* pending|running|exited|failed|killed|lost */
+	int64_t pid;
+	int exit_code;        /* -1 unknown */
+	int signal;
+	int64_t started_at, ended_at;
+} db_job_rank;
+
+/* Insert a job ("starting") and its ranks ("pending") in one transaction;
+ * fills j->id. */
+int db_job_create(db *d, db_job *j, const char *spec_json, const db_job_rank *ranks, size_t n);
+int db_job_get(db *d, int64_t id, db_job *out);
+/* The newest job of that name (of owner, when owner is not NULL). */
+int db_job_get_by_name(db *d, const char *name, const char *owner, db_job *out);
+/* Newest first; owner NULL = everyone's; limit 0 = all. */
+int db_job_list(db *d, const char *owner, bool active_only, size_t limit, db_job **out,
+		size_t *n);
+int db_job_spec(db *d, int64_t id, char **out); /* malloc'd JSON text */
+/* state, reason, exit_code, started_at, ended_at of j->id. */
+int db_job_set_state(db *d, const db_job *j);
+int db_job_ranks(db *d, int64_t id, db_job_rank **out, size_t *n);
+/* state, pid, exit_code, signal, started_at, ended_at of (job_id, rank). */
+int db_job_rank_update(db *d, const db_job_rank *r);
+/* Ids of the group's starting or running jobs. */
+int db_group_active_jobs(db *d, const char *group, int64_t **ids, size_t *n);
+
+/* Topology validation runs (issue 5, docs/topology.md). A run is the whole
+ * verdict (JSON text) plus its cables and probe results as rows. History:
+ * names are text and outlive nodes. Adding a run keeps only the newest
+ * DB_TOPO_KEEP_RUNS. Optional numbers are negative when unknown (NULL). */
+#define DB_TOPO_KEEP_RUNS 50
+
+typedef struct db_topo_run {
+	int64_t id;
+	int64_t started_at, finished_at; /* Unix seconds */
+	int64_t duration_ms;
+	char expect[16];      /* "" or pair|ring|switch */
+	bool quick;
+	char cls[16];         /* pair|ring|switch|unknown */
+	char result[8];       /* pass|warn|fail */
+	int n_nodes;
+	int n_findings;
+	char *verdict;        /* JSON text (malloc'd; db_topo_run_free) */
+} db_topo_run;
+
+typedef struct db_topo_cable {
+	char kind[16];        /* direct|self|switch */
+	char a_node[64], a_port[16];
+	char b_node[64], b_port[16]; /* switch cables: b_node = the L2 domain ("l2-1"), b_port "" */
+	int twins_ok;
+	bool mtu_ok, same_port;
+} db_topo_cable;
+
+typedef struct db_topo_probe {
+	char a_node[64], a_netdev[16]; /* the client end */
+	char b_node[64], b_netdev[16]; /* the server end */
+	int twin;
+	char transport[8];    /* tcp|rdma */
+	char result[8];       /* pass|warn|fail */
+	double p50_us, p99_us, gbps; /* < 0 unknown */
+	int64_t mtu_largest;  /* < 0 unknown */
+	const char *detail;   /* add: JSON text of the result (NULL = {}); list: NULL */
+} db_topo_probe;
+
+/* Insert a run with its cables and probes in one transaction, fill r->id,
+ * then drop runs older than the newest DB_TOPO_KEEP_RUNS. r->verdict must be
+ * JSON text. -EINVAL for a bad class/result or missing verdict. */
+int db_topo_run_add(db *d, db_topo_run *r, const db_topo_cable *cables, size_t ncables,
+		    const db_topo_probe *probes, size_t nprobes);
+/* The newest run (verdict included); -ENOENT when there is none. */
+int db_topo_run_latest(db *d, db_topo_run *out);
+void db_topo_run_free(db_topo_run *r);
+/* A run's cables / probes, in the order they were added (empty when none). */
+int db_topo_cables(db *d, int64_t run_id, db_topo_cable **out, size_t *n);
+int db_topo_probes(db *d, int64_t run_id, db_topo_probe **out, size_t *n);
+
 #endif

@@ -38,6 +38,45 @@ say "sparkctl sim fault start $SIM-4; sleep 2; sparkctl status"
 sparkctl sim fault start "$SIM-4" >/dev/null
 sleep 2
 on 1 status
+# Groups and jobs (issue 6): two groups of neighbours, a torchrun job on one and
+# an Open MPI job on the other, each rank with its own node's environment.
+say "sparkctl group create train --size 2; sparkctl group create serve --size 2"
+on 1 group create train --size 2
+on 1 group create serve --size 2
+on 2 group ls
+JOBDIR=$(mktemp -d /tmp/sparkctl-demo-XXXXXX); chmod 755 "$JOBDIR"
+if [ -x /usr/bin/torchrun ]; then
+  cat > "$JOBDIR/allreduce.py" <<'PY'
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+print(f"rank {dist.get_rank()} of {dist.get_world_size()}: all_reduce = {t.item()}")
+PY
+  say "sparkctl run --group train --launcher torchrun -- allreduce.py"
+  on 3 run --group train --launcher torchrun --env PATH=/usr/sbin:/usr/bin:/sbin:/bin -- "$JOBDIR/allreduce.py"
+fi
+if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
+  cat > "$JOBDIR/hello.c" <<'C'
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(int c, char **v) { int r, n, x, s; MPI_Init(&c, &v);
+  MPI_Comm_rank(MPI_COMM_WORLD, &r); MPI_Comm_size(MPI_COMM_WORLD, &n); x = r + 1;
+  MPI_Allreduce(&x, &s, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  printf("MPI rank %d of %d on %s: sum = %d\n", r, n, getenv("SPARK_NODE"), s);
+  MPI_Finalize(); return 0; }
+C
+  mpicc -o "$JOBDIR/hello" "$JOBDIR/hello.c"
+  # simulated nodes share one host name and /dev/shm: keep Open MPI off shared memory
+  say "sparkctl run --group serve --launcher mpi --ranks-per-node 2 --env OMPI_MCA_btl=self,tcp -- hello"
+  on 4 run --group serve --launcher mpi --ranks-per-node 2 --env OMPI_MCA_btl=self,tcp -- "$JOBDIR/hello"
+fi
+say "sparkctl run --group all -- sh -c 'echo \$GLOO_SOCKET_IFNAME \$SPARK_FABRIC_NETDEVS'"
+on 1 run --group all -- sh -c 'echo $SPARK_NODE: GLOO_SOCKET_IFNAME=$GLOO_SOCKET_IFNAME SPARK_FABRIC_NETDEVS=$SPARK_FABRIC_NETDEVS'
+say "sparkctl job ls"
+on 1 job ls
+rm -rf "$JOBDIR"
 say "sparkctl sim down --name $SIM"
 sparkctl sim down --name "$SIM"
 trap - EXIT

@@ -3,7 +3,8 @@
 # normal build and again under ASan+UBSan, the daemons under valgrind, and a short
 # run of every fuzz target. Installs what is missing (Debian, as root).
 # The last line is the plain summary "N passed, N failed".
-# Env: SPARK_TEST_QUICK=1 skips the sanitizer build and fuzzing (for development).
+# Env: SPARK_TEST_QUICK=1 skips the sanitizer build and fuzzing (for development);
+#      SPARK_TEST_RDMA=0 skips the Soft-RoCE VM (tests/rdma/run.sh, ~3 min).
 #      FUZZ_SECONDS (default 15) per fuzz target.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -62,6 +63,19 @@ if [ "${SPARK_TEST_QUICK:-0}" != 1 ]; then
     else
       tail -30 build-fuzz.setup.log; extra_fail=$((extra_fail + 1))
     fi
+  fi
+fi
+
+# The verbs code for real: Soft-RoCE in Debian's kernel under qemu (tests/rdma/).
+if [ "${SPARK_TEST_RDMA:-1}" = 1 ] && [ -f tests/rdma/run.sh ]; then
+  echo "== rdma: Soft-RoCE VM (tests/rdma/run.sh)" >&2
+  tests/rdma/run.sh -B build-test >rdma.log 2>&1
+  cat rdma.log
+  if summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' rdma.log | tail -1) && [ -n "$summary" ]; then
+    extra_pass=$((extra_pass + ${summary%% passed*}))
+    f=${summary#*, }; extra_fail=$((extra_fail + ${f%% failed*}))
+  else
+    extra_fail=$((extra_fail + 1))
   fi
 fi
 

@@ -103,7 +103,10 @@ static void sleep_ms(int ms)
 
 /* The node's sparkd.yaml: veths have no PCI function, so discovery is told
  * which netdevs are the fabric and how they pair into ports (the fabric.ports
- * map), and the sim's fabric MTU (fabric.mtu, the cluster MTU on the head). */
+ * map), the sim's fabric MTU (fabric.mtu, the cluster MTU on the head), and
+ * the address pool of `sparkctl topo addresses` (fabric.pool: a sim uses only
+ * 169.254.0.0/16), and a TCP bandwidth floor for probes that suits veths on a
+ * busy machine (probes.tcp_min_gbps). */
 static int write_config(const struct sim *s, const char *path)
 {
 	char buf[512];
@@ -113,7 +116,10 @@ static int write_config(const struct sim *s, const char *path)
 			 "  ports:\n"
 			 "    \"0\": [enp1s0f0np0, enP2p1s0f0np0]\n"
 			 "    \"1\": [enp1s0f1np1, enP2p1s0f1np1]\n"
-			 "  mtu: %d\n",
+			 "  pool: 169.254.0.0/16\n"
+			 "  mtu: %d\n"
+			 "probes:\n"
+			 "  tcp_min_gbps: 0.1 # veths on shared CPUs; a real cluster keeps 1\n",
 			 s->mtu > 0 ? s->mtu : 1500);
 	return util_write_file(path, buf, (size_t)n, 0644);
 }

@@ -293,8 +293,14 @@ static void on_readable(uv_poll_t *h, int status, int events)
 {
 	struct l2if *f = h->data;
 	(void)events;
-	if (status < 0)
+	if (status < 0) {
+		/* libuv stops a poll handle on POLLERR, which a packet socket raises
+		 * when its netdev goes down (ENETDOWN) or away: reopen on the next tick,
+		 * or nothing would be received after the link comes back. */
+		snprintf(f->error, sizeof f->error, "poll: %s", uv_strerror(status));
+		if_close(f);
 		return;
+	}
 	uint8_t buf[2048];
 	uint64_t now = util_now_ms();
 	for (int i = 0; i < 256 && f->fd >= 0; i++) {

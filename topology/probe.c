@@ -113,12 +113,12 @@ int topo_probe_thresholds_from_config(json_t *cfg, struct topo_probe_thresholds 
 				      size_t errlen)
 {
 	int r;
-	if ((r = cfg_number(cfg, "probe.rdma_min_gbps", &t->rdma_min_gbps, err, errlen)) < 0 ||
-	    (r = cfg_number(cfg, "probe.rdma_max_p50_us", &t->rdma_max_p50_us, err, errlen)) < 0 ||
-	    (r = cfg_number(cfg, "probe.rdma_max_p99_us", &t->rdma_max_p99_us, err, errlen)) < 0 ||
-	    (r = cfg_number(cfg, "probe.tcp_min_gbps", &t->tcp_min_gbps, err, errlen)) < 0 ||
-	    (r = cfg_number(cfg, "probe.tcp_max_p50_us", &t->tcp_max_p50_us, err, errlen)) < 0 ||
-	    (r = cfg_number(cfg, "probe.tcp_max_p99_us", &t->tcp_max_p99_us, err, errlen)) < 0)
+	if ((r = cfg_number(cfg, "probes.rdma_min_gbps", &t->rdma_min_gbps, err, errlen)) < 0 ||
+	    (r = cfg_number(cfg, "probes.rdma_max_p50_us", &t->rdma_max_p50_us, err, errlen)) < 0 ||
+	    (r = cfg_number(cfg, "probes.rdma_max_p99_us", &t->rdma_max_p99_us, err, errlen)) < 0 ||
+	    (r = cfg_number(cfg, "probes.tcp_min_gbps", &t->tcp_min_gbps, err, errlen)) < 0 ||
+	    (r = cfg_number(cfg, "probes.tcp_max_p50_us", &t->tcp_max_p50_us, err, errlen)) < 0 ||
+	    (r = cfg_number(cfg, "probes.tcp_max_p99_us", &t->tcp_max_p99_us, err, errlen)) < 0)
 		return r;
 	double mtu = t->mtu;
 	if ((r = cfg_number(cfg, "fabric.mtu", &mtu, err, errlen)) < 0)

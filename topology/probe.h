@@ -61,7 +61,7 @@ struct topo_probe_params {
 };
 
 void topo_probe_thresholds_default(struct topo_probe_thresholds *t);
-/* probe.{rdma_min_gbps, rdma_max_p50_us, rdma_max_p99_us, tcp_min_gbps,
+/* probes.{rdma_min_gbps, rdma_max_p50_us, rdma_max_p99_us, tcp_min_gbps,
  * tcp_max_p50_us, tcp_max_p99_us} (numbers >= 0) and fabric.mtu from a config
  * tree (cfg.h). Absent keys keep their value. 0 or -EINVAL naming the key. */
 int topo_probe_thresholds_from_config(json_t *cfg, struct topo_probe_thresholds *t, char *err,

@@ -268,7 +268,7 @@ Test(probe, transport_pick_and_judging)
 	topo_probe_thresholds_default(&t);
 	cr_assert_eq(t.rdma_min_gbps, 85);
 	cr_assert_eq(t.rdma_max_p50_us, 5);
-	json_t *cfg = json_pack("{s:{s:s, s:s}, s:{s:s}}", "probe", "tcp_min_gbps", "2.5", "rdma_max_p50_us",
+	json_t *cfg = json_pack("{s:{s:s, s:s}, s:{s:s}}", "probes", "tcp_min_gbps", "2.5", "rdma_max_p50_us",
 				"3", "fabric", "mtu", "9000");
 	char err[128];
 	cr_assert_eq(topo_probe_thresholds_from_config(cfg, &t, err, sizeof err), 0, "%s", err);
@@ -276,8 +276,8 @@ Test(probe, transport_pick_and_judging)
 	cr_assert_eq(t.rdma_max_p50_us, 3);
 	cr_assert_eq(t.mtu, 9000);
 	json_decref(cfg);
-	cfg = json_pack("{s:{s:s}}", "probe", "tcp_min_gbps", "fast");
+	cfg = json_pack("{s:{s:s}}", "probes", "tcp_min_gbps", "fast");
 	cr_assert_eq(topo_probe_thresholds_from_config(cfg, &t, err, sizeof err), -EINVAL);
-	cr_assert(strstr(err, "probe.tcp_min_gbps"));
+	cr_assert(strstr(err, "probes.tcp_min_gbps"));
 	json_decref(cfg);
 }

@@ -1,0 +1,248 @@
+/* plan: the group planner. See plan.h for the rules. */
+#include "plan.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+const char *plan_topo_name(enum plan_topo t)
+{
+	return t == PLAN_RING ? "ring" : t == PLAN_SWITCH ? "switch" : "unknown";
+}
+
+static int fail(struct plan_result *r, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(struct plan_result *r, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(r->err, sizeof r->err, fmt, ap);
+	va_end(ap);
+	r->code = code;
+	r->n = 0;
+	return code;
+}
+
+/* Append to a bounded string. */
+static void cat(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void cat(char *buf, size_t len, const char *fmt, ...)
+{
+	size_t used = strnlen(buf, len);
+	if (used + 1 >= len)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf + used, len - used, fmt, ap);
+	va_end(ap);
+}
+
+/* "a, b (in group x), c (drained)" for the error lines. */
+static void list_nodes(const struct plan_input *in, bool free_only, char *buf, size_t len)
+{
+	buf[0] = '\0';
+	bool first = true;
+	for (size_t i = 0; i < in->n; i++) {
+		if (free_only && in->nodes[i].busy)
+			continue;
+		cat(buf, len, "%s%s", first ? "" : ", ", in->nodes[i].name);
+		if (in->nodes[i].busy)
+			cat(buf, len, " (%s)", in->nodes[i].busy);
+		first = false;
+	}
+	if (first)
+		cat(buf, len, "none");
+}
+
+static size_t count_free(const struct plan_input *in)
+{
+	size_t f = 0;
+	for (size_t i = 0; i < in->n; i++)
+		f += in->nodes[i].busy == NULL;
+	return f;
+}
+
+/* Shape and note of a ring group whose members are idx[0..n) in arc order;
+ * contiguous tells whether they form one arc. */
+static void ring_shape(const struct plan_input *in, struct plan_result *r, bool contiguous)
+{
+	const char *first = in->nodes[r->idx[0]].name, *last = in->nodes[r->idx[r->n - 1]].name;
+	if (r->n == 1) {
+		snprintf(r->shape, sizeof r->shape, "single");
+		snprintf(r->note, sizeof r->note, "one node: no fabric traffic between ranks");
+	} else if (r->n == in->n && in->n >= 3) {
+		snprintf(r->shape, sizeof r->shape, "ring");
+		snprintf(r->note, sizeof r->note,
+			 "the whole %zu-node ring: ring all-reduce over direct cables; one-shot "
+			 "all-reduce needs any-to-any links (a switch)", in->n);
+	} else if (r->n == 2 && contiguous) {
+		snprintf(r->shape, sizeof r->shape, "pair");
+		snprintf(r->note, sizeof r->note,
+			 "2 neighbours on one direct cable: all-reduce is a direct exchange");
+	} else if (contiguous) {
+		snprintf(r->shape, sizeof r->shape, "chain");
+		snprintf(r->note, sizeof r->note,
+			 "a chain of %zu of the %zu ring nodes (%s .. %s): %s and %s have no cable "
+			 "between them, so ring all-reduce closes the loop through the other %zu "
+			 "node(s) or over TCP and runs slower than on a closed ring; one-shot "
+			 "all-reduce is impossible without a switch",
+			 r->n, in->n, first, last, last, first, in->n - r->n);
+	} else {
+		snprintf(r->shape, sizeof r->shape, "scattered");
+		snprintf(r->note, sizeof r->note,
+			 "these nodes are not neighbours on the ring: some ranks have no direct "
+			 "cable between them, so jobs fall back to the management network; pick "
+			 "neighbours (or use --size) for fabric speed");
+	}
+}
+
+/* Ring, --size: best-fitting run of free nodes, in cyclic order. */
+static int plan_ring_size(const struct plan_input *in, struct plan_result *r)
+{
+	size_t n = in->n, want = in->size;
+	size_t nfree = count_free(in);
+	if (nfree == n) { /* everything free: one run, the whole ring from its start */
+		for (size_t i = 0; i < want; i++)
+			r->idx[i] = i;
+		r->n = want;
+		ring_shape(in, r, true);
+		return 0;
+	}
+	/* Runs start right after a busy node; walk the cycle once from there. */
+	size_t best_start = 0, best_len = 0;
+	bool found = false;
+	for (size_t s = 0; s < n; s++) {
+		size_t prev = (s + n - 1) % n;
+		if (in->nodes[s].busy || !in->nodes[prev].busy)
+			continue;
+		size_t len = 0;
+		while (len < n && !in->nodes[(s + len) % n].busy)
+			len++;
+		if (len >= want && (!found || len < best_len)) {
+			found = true;
+			best_start = s;
+			best_len = len;
+		}
+	}
+	if (!found) {
+		char freel[256];
+		list_nodes(in, true, freel, sizeof freel);
+		return fail(r, -ENOSPC,
+			    "no %zu neighbouring free nodes on the ring (free: %s); a group must be a "
+			    "contiguous arc to use direct cables: free the nodes between them, pick "
+			    "them with --nodes, or ask for fewer",
+			    want, freel);
+	}
+	for (size_t i = 0; i < want; i++)
+		r->idx[i] = (best_start + i) % n;
+	r->n = want;
+	ring_shape(in, r, true);
+	return 0;
+}
+
+/* Ring, --nodes: order by ring position, starting after the largest gap. */
+static void ring_order_names(const struct plan_input *in, struct plan_result *r)
+{
+	bool chosen[PLAN_MAX_NODES] = {false};
+	for (size_t i = 0; i < r->n; i++)
+		chosen[r->idx[i]] = true;
+	size_t n = in->n, start = 0;
+	if (r->n < n) {
+		/* the first chosen node that follows an unchosen one (largest gap first) */
+		size_t best_gap = 0;
+		for (size_t s = 0; s < n; s++) {
+			if (!chosen[s] || chosen[(s + n - 1) % n])
+				continue;
+			size_t gap = 0;
+			while (gap < n && !chosen[(s + n - 1 - gap) % n])
+				gap++;
+			if (gap > best_gap) {
+				best_gap = gap;
+				start = s;
+			}
+		}
+	}
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (chosen[(start + i) % n])
+			r->idx[k++] = (start + i) % n;
+	bool contiguous = true;
+	for (size_t i = 0; i + 1 < r->n; i++)
+		contiguous &= (r->idx[i] + 1) % n == r->idx[i + 1];
+	ring_shape(in, r, contiguous);
+}
+
+int plan_group(const struct plan_input *in, struct plan_result *r)
+{
+	memset(r, 0, sizeof *r);
+	if (!in || !in->nodes || in->n == 0)
+		return fail(r, -ENOSPC, "the cluster has no nodes");
+	if (in->n > PLAN_MAX_NODES)
+		return fail(r, -EINVAL, "more than %d nodes", PLAN_MAX_NODES);
+	if (in->n_names > 0) {
+		if (in->n_names > in->n)
+			return fail(r, -EINVAL, "%zu nodes named but the cluster has %zu", in->n_names,
+				    in->n);
+		for (size_t i = 0; i < in->n_names; i++) {
+			size_t k = 0;
+			while (k < in->n && strcmp(in->nodes[k].name, in->names[i]) != 0)
+				k++;
+			if (k == in->n) {
+				char all[256];
+				list_nodes(in, false, all, sizeof all);
+				return fail(r, -ENOENT, "no node named '%s' in the cluster (nodes: %s)",
+					    in->names[i], all);
+			}
+			for (size_t j = 0; j < i; j++)
+				if (r->idx[j] == k)
+					return fail(r, -EINVAL, "node '%s' is named twice", in->names[i]);
+			if (in->nodes[k].busy)
+				return fail(r, -EBUSY, "node '%s' is not free (%s)", in->names[i],
+					    in->nodes[k].busy);
+			r->idx[i] = k;
+		}
+		r->n = in->n_names;
+		if (in->topo == PLAN_RING) {
+			ring_order_names(in, r);
+		} else if (in->topo == PLAN_SWITCH) {
+			snprintf(r->shape, sizeof r->shape, "%s", r->n == 1 ? "single" : "switch");
+			snprintf(r->note, sizeof r->note, "%s",
+				 r->n == 1 ? "one node: no fabric traffic between ranks"
+					   : "any-to-any through the switch: ring and one-shot all-reduce "
+					     "both work");
+		} else {
+			snprintf(r->shape, sizeof r->shape, "%s", r->n == 1 ? "single" : "unknown");
+			snprintf(r->note, sizeof r->note,
+				 "the topology is not validated ('sparkctl topo validate'): ranks "
+				 "follow the order given");
+		}
+		return 0;
+	}
+	if (in->size == 0)
+		return fail(r, -EINVAL, "a group needs at least one node");
+	size_t nfree = count_free(in);
+	if (in->size > nfree) {
+		char all[256];
+		list_nodes(in, false, all, sizeof all);
+		return fail(r, -ENOSPC, "size %zu is larger than the %zu free node%s (%s)", in->size,
+			    nfree, nfree == 1 ? "" : "s", all);
+	}
+	if (in->topo == PLAN_RING)
+		return plan_ring_size(in, r);
+	for (size_t i = 0; i < in->n && r->n < in->size; i++)
+		if (!in->nodes[i].busy)
+			r->idx[r->n++] = i;
+	if (in->topo == PLAN_SWITCH) {
+		snprintf(r->shape, sizeof r->shape, "%s", r->n == 1 ? "single" : "switch");
+		snprintf(r->note, sizeof r->note, "%s",
+			 r->n == 1 ? "one node: no fabric traffic between ranks"
+				   : "any-to-any through the switch: ring and one-shot all-reduce both "
+				     "work");
+	} else {
+		snprintf(r->shape, sizeof r->shape, "%s", r->n == 1 ? "single" : "unknown");
+		snprintf(r->note, sizeof r->note,
+			 "the topology is not validated ('sparkctl topo validate'): the first free "
+			 "nodes in join order");
+	}
+	return 0;
+}

@@ -1,0 +1,59 @@
+/* plan: the group planner (issue 6). A pure function: no I/O, no clock, no
+ * allocation; the same input always gives the same group.
+ *
+ * Input: the cluster's nodes in ring order (topology ring, order known) or in
+ * join order (otherwise), each either free or busy with a reason ("in group
+ * a", "drained", "unreachable"), and either a size (--size N) or names
+ * (--nodes a,b,c).
+ *
+ * Rules:
+ * - ring, --size N: a contiguous arc of N free nodes in ring order. Among the
+ *   runs of free nodes that fit, the shortest (best fit, so the ring is not cut
+ *   into useless pieces), then the one starting first. N equal to the whole
+ *   ring is the ring itself. Ranks follow the arc.
+ * - switch (or unknown topology), --size N: the first N free nodes.
+ * - --nodes: every name must exist and be free. On a ring the ranks follow ring
+ *   order (starting after the gap, so an arc that wraps stays in one piece);
+ *   elsewhere the order given.
+ * - shape says what the group is: ring (the whole ring, 3+), pair (2 nodes on
+ *   one cable), chain (3+ contiguous nodes of a larger ring), scattered (ring
+ *   nodes that are not contiguous), switch, single, unknown. note says, in
+ *   words, what the shape costs (a chain's extra hop, one-shot impossible...). */
+#ifndef SPARK_AGENT_PLAN_H
+#define SPARK_AGENT_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define PLAN_MAX_NODES 64
+
+enum plan_topo { PLAN_UNKNOWN = 0, PLAN_RING, PLAN_SWITCH };
+
+struct plan_node {
+	const char *name;
+	const char *busy;   /* NULL = free, else why not ("in group a", "drained") */
+};
+
+struct plan_input {
+	enum plan_topo topo;
+	const struct plan_node *nodes; /* ring order (PLAN_RING) or join order */
+	size_t n;
+	size_t size;                   /* --size N; 0 when names are given */
+	const char *const *names;      /* --nodes */
+	size_t n_names;
+};
+
+struct plan_result {
+	int code;                      /* 0, -EINVAL, -ENOENT, -EBUSY, -ENOSPC */
+	size_t idx[PLAN_MAX_NODES];    /* chosen nodes in rank order (indexes into nodes) */
+	size_t n;
+	char shape[16];
+	char note[384];                /* for people; "" when there is nothing to say */
+	char err[384];                 /* one line when code < 0 */
+};
+
+const char *plan_topo_name(enum plan_topo t);
+/* Returns out->code. */
+int plan_group(const struct plan_input *in, struct plan_result *out);
+
+#endif

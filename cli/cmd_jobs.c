@@ -1,0 +1,1062 @@
+/* Groups, jobs and exec (issue 6, docs/jobs.md): group create/ls/show/rm,
+ * run, exec, job ls/show/logs/cancel. Requests that stream (run in the
+ * foreground, logs, exec) read "stream" frames until the final result. */
+#include "cli.h"
+#include "output.h"
+
+#include "proto.h"
+#include "util.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define OPT_END {NULL, 0, NULL, 0}
+
+static int next_opt(struct cli_ctx *ctx, int argc, char **argv, const struct option *lo, int *rc)
+{
+	opterr = 0;
+	int ch = getopt_long(argc, argv, "+", lo, NULL);
+	if (ch == '?' || ch == ':') {
+		const char *bad = argv[optind - 1];
+		*rc = cli_usage(ctx, "unknown or incomplete option '%s'", bad ? bad : "?");
+		return -2;
+	}
+	return ch;
+}
+
+static const char *str(json_t *o, const char *k)
+{
+	json_t *v = json_object_get(o, k);
+	return json_is_string(v) ? json_string_value(v) : "-";
+}
+
+static long long num(json_t *o, const char *k)
+{
+	return (long long)json_integer_value(json_object_get(o, k));
+}
+
+/* ---- streaming requests ------------------------------------------------------ */
+
+static int connect_socket(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (strlen(path) >= sizeof sa.sun_path)
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	return fd;
+}
+
+static int send_request(int fd, const char *type, json_t *args)
+{
+	json_t *req = proto_msg(type, 1);
+	if (args)
+		json_object_update(req, args);
+	json_object_set_new(req, "type", json_string(type));
+	json_object_set_new(req, "id", json_integer(1));
+	json_object_set_new(req, "v", json_integer(PROTO_VERSION));
+	uint8_t *frame;
+	size_t len;
+	int r = proto_encode(req, &frame, &len);
+	json_decref(req);
+	if (r < 0)
+		return r;
+	size_t off = 0;
+	while (off < len) {
+		ssize_t w = send(fd, frame + off, len - off, MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0) {
+			r = -errno;
+			break;
+		}
+		off += (size_t)w;
+	}
+	free(frame);
+	return r;
+}
+
+static volatile sig_atomic_t interrupted;
+static void on_sigint(int sig)
+{
+	(void)sig;
+	interrupted++;
+}
+
+typedef void (*event_fn)(void *arg, json_t *msg);
+
+struct stream_opts {
+	event_fn on_event;
+	void *arg;
+	bool ctrl_c_cancels;   /* run: Ctrl-C cancels the job, a second one detaches */
+	long long *job_id;     /* learnt from the "started" event */
+};
+
+/* Send one request and read frames until the final answer. Returns 0 with
+ * *data, 1 after printing the error, 130 when detached by a second Ctrl-C. */
+static int stream_call(struct cli_ctx *ctx, const char *type, json_t *args, json_t **data,
+		       const struct stream_opts *so)
+{
+	*data = NULL;
+	int fd = connect_socket(ctx->socket);
+	if (fd < 0) {
+		json_decref(args);
+		if (fd == -ENOENT || fd == -ECONNREFUSED)
+			return cli_fail("no sparkd is listening on %s; start it (systemctl start sparkd) "
+					"or pass --socket PATH", ctx->socket);
+		if (fd == -EACCES)
+			return cli_fail("permission denied on %s; run as root or as a member of the "
+					"socket's group", ctx->socket);
+		return cli_fail("cannot connect to %s: %s", ctx->socket, strerror(-fd));
+	}
+	int r = send_request(fd, type, args);
+	json_decref(args);
+	if (r < 0) {
+		close(fd);
+		return cli_fail("cannot send the request to sparkd on %s: %s", ctx->socket, strerror(-r));
+	}
+	struct sigaction sa = {.sa_handler = on_sigint}, old;
+	if (so && so->ctrl_c_cancels) {
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGINT, &sa, &old);
+	}
+	proto_decoder dec;
+	proto_decoder_init(&dec);
+	int cancel_fd = -1, handled = 0, rc = 1;
+	for (;;) {
+		json_t *msg = NULL;
+		char err[128];
+		int nr = proto_decoder_next(&dec, &msg, err, sizeof err);
+		if (nr < 0) {
+			rc = cli_fail("bad answer from sparkd: %s", err);
+			break;
+		}
+		if (nr == 1) {
+			const char *t = proto_type(msg);
+			if (strcmp(t, "stream") == 0) {
+				const char *ev = proto_str(msg, "event");
+				if (so && so->job_id && ev && strcmp(ev, "started") == 0)
+					*so->job_id = (long long)proto_int(msg, "job_id", 0);
+				if (so && so->on_event)
+					so->on_event(so->arg, msg);
+				json_decref(msg);
+				continue;
+			}
+			if (strcmp(t, "error") == 0) {
+				rc = cli_fail("%s", proto_str(msg, "message") ? proto_str(msg, "message")
+									: "request failed");
+			} else {
+				json_t *d = json_object_get(msg, "data");
+				*data = d ? json_incref(d) : json_object();
+				rc = 0;
+			}
+			json_decref(msg);
+			break;
+		}
+		if (so && so->ctrl_c_cancels && interrupted > handled) {
+			handled = interrupted;
+			long long jid = so->job_id ? *so->job_id : 0;
+			if (handled >= 2 || !jid) {
+				fflush(stdout);
+				if (jid)
+					cli_fail("detached from job %lld; it is still stopping ('sparkctl job show "
+						 "%lld')", jid, jid);
+				rc = 130;
+				break;
+			}
+			fflush(stdout);
+			fprintf(stderr, "sparkctl: cancelling job %lld (Ctrl-C again to stop waiting)\n", jid);
+			cancel_fd = connect_socket(ctx->socket);
+			if (cancel_fd >= 0) {
+				char id[32];
+				snprintf(id, sizeof id, "%lld", jid);
+				send_request(cancel_fd, "job_cancel", json_pack("{s:s}", "job", id));
+			}
+		}
+		struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = cancel_fd, .events = POLLIN}};
+		int pr = poll(p, cancel_fd >= 0 ? 2 : 1, -1);
+		if (pr < 0 && errno == EINTR)
+			continue;
+		if (pr < 0) {
+			rc = cli_fail("poll: %s", strerror(errno));
+			break;
+		}
+		if (cancel_fd >= 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+			char junk[4096];
+			if (recv(cancel_fd, junk, sizeof junk, 0) <= 0) {
+				close(cancel_fd);
+				cancel_fd = -1;
+			}
+		}
+		if (!(p[0].revents & (POLLIN | POLLHUP | POLLERR)))
+			continue;
+		uint8_t buf[65536];
+		ssize_t n = recv(fd, buf, sizeof buf, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			long long jid = so && so->job_id ? *so->job_id : 0;
+			if (jid)
+				rc = cli_fail("lost the connection to sparkd on %s; job %lld keeps running: "
+					      "'sparkctl job logs -f %lld' follows it", ctx->socket, jid, jid);
+			else
+				rc = cli_fail("lost the connection to sparkd on %s", ctx->socket);
+			break;
+		}
+		proto_decoder_feed(&dec, buf, (size_t)n);
+	}
+	proto_decoder_free(&dec);
+	if (cancel_fd >= 0)
+		close(cancel_fd);
+	close(fd);
+	if (so && so->ctrl_c_cancels)
+		sigaction(SIGINT, &old, NULL);
+	return rc;
+}
+
+/* ---- output with rank labels -------------------------------------------------- */
+
+struct linebuf {
+	char *buf;
+	size_t len, cap;
+};
+
+struct printer {
+	bool label;
+	int only;                /* print only this rank (no label); -1 all */
+	struct linebuf *lines;   /* per rank */
+	int nlines;
+	bool quiet_notes;
+};
+
+static struct linebuf *lb_of(struct printer *p, int rank)
+{
+	if (rank < 0)
+		rank = 0;
+	if (rank >= p->nlines) {
+		int n = rank + 16;
+		struct linebuf *nl = realloc(p->lines, (size_t)n * sizeof *nl);
+		if (!nl)
+			return NULL;
+		memset(nl + p->nlines, 0, (size_t)(n - p->nlines) * sizeof *nl);
+		p->lines = nl;
+		p->nlines = n;
+	}
+	return &p->lines[rank];
+}
+
+static void emit(struct printer *p, int rank, const char *s, size_t n)
+{
+	if (p->label)
+		printf("%d: ", rank);
+	fwrite(s, 1, n, stdout);
+}
+
+static void print_output(struct printer *p, int rank, const char *data, size_t n)
+{
+	if (p->only >= 0 && rank != p->only)
+		return;
+	if (!p->label || p->only >= 0) {
+		fwrite(data, 1, n, stdout);
+		fflush(stdout);
+		return;
+	}
+	struct linebuf *lb = lb_of(p, rank);
+	if (!lb)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		if (lb->len + 1 >= lb->cap) {
+			size_t nc = lb->cap ? lb->cap * 2 : 256;
+			char *nb = realloc(lb->buf, nc);
+			if (!nb)
+				return;
+			lb->buf = nb;
+			lb->cap = nc;
+		}
+		lb->buf[lb->len++] = data[i];
+		if (data[i] == '\n') {
+			emit(p, rank, lb->buf, lb->len);
+			lb->len = 0;
+		}
+	}
+	fflush(stdout);
+}
+
+static void flush_rank(struct printer *p, int rank)
+{
+	if (rank >= p->nlines || rank < 0)
+		return;
+	struct linebuf *lb = &p->lines[rank];
+	if (lb->len) {
+		emit(p, rank, lb->buf, lb->len);
+		fputc('\n', stdout);
+		lb->len = 0;
+	}
+	fflush(stdout);
+}
+
+static void printer_free(struct printer *p)
+{
+	for (int i = 0; i < p->nlines; i++) {
+		flush_rank(p, i);
+		free(p->lines[i].buf);
+	}
+	free(p->lines);
+}
+
+static void on_job_event(void *arg, json_t *m)
+{
+	struct printer *p = arg;
+	const char *ev = proto_str(m, "event");
+	if (!ev)
+		return;
+	if (strcmp(ev, "started") == 0) {
+		json_t *l = json_object_get(m, "label");
+		if (json_is_boolean(l))
+			p->label = json_is_true(l);
+		else
+			p->label = json_array_size(json_object_get(m, "ranks")) > 1 &&
+				   strcmp(str(m, "launcher"), "mpi") != 0;
+	} else if (strcmp(ev, "output") == 0) {
+		json_t *d = json_object_get(m, "data");
+		print_output(p, (int)proto_int(m, "rank", 0), json_string_value(d) ?: "",
+			     json_string_length(d));
+	} else if (strcmp(ev, "rank_exit") == 0) {
+		flush_rank(p, (int)proto_int(m, "rank", 0));
+	} else if (strcmp(ev, "note") == 0 && !p->quiet_notes) {
+		fflush(stdout);
+		fprintf(stderr, "sparkctl: %s\n", str(m, "message"));
+	}
+}
+
+/* ---- group ------------------------------------------------------------------- */
+
+static json_t *split_list(const char *s)
+{
+	json_t *arr = json_array();
+	char *dup = strdup(s), *save = NULL;
+	for (char *t = strtok_r(dup, ", ", &save); t; t = strtok_r(NULL, ", ", &save))
+		json_array_append_new(arr, json_string(t));
+	free(dup);
+	return arr;
+}
+
+static void join_names(json_t *arr, char *buf, size_t len)
+{
+	buf[0] = '\0';
+	size_t i;
+	json_t *v;
+	json_array_foreach(arr, i, v) {
+		size_t u = strlen(buf);
+		if (json_is_string(v))
+			snprintf(buf + u, len - u, "%s%s", i ? "," : "", json_string_value(v));
+		else
+			snprintf(buf + u, len - u, "%s%lld", i ? "," : "", (long long)json_integer_value(v));
+	}
+	if (!buf[0])
+		snprintf(buf, len, "-");
+}
+
+int cmd_group_create(struct cli_ctx *ctx, int argc, char **argv)
+{
+	static const struct option lo[] = {{"nodes", required_argument, NULL, 'n'},
+					   {"size", required_argument, NULL, 's'},
+					   {"shared", no_argument, NULL, 'S'},
+					   OPT_END};
+	const char *nodes = NULL;
+	long size = 0;
+	bool shared = false;
+	int ch, rc = 0;
+	optind = 0;
+	/* NAME may come before or after the flags */
+	const char *name = NULL;
+	if (argc > 1 && argv[1][0] != '-') {
+		name = argv[1];
+		argv[1] = argv[0];
+		argv++;
+		argc--;
+	}
+	while ((ch = next_opt(ctx, argc, argv, lo, &rc)) != -1) {
+		if (ch == -2)
+			return rc;
+		if (ch == 'n')
+			nodes = optarg;
+		else if (ch == 'S')
+			shared = true;
+		else if (ch == 's') {
+			char *end;
+			size = strtol(optarg, &end, 10);
+			if (*end || size < 1)
+				return cli_usage(ctx, "--size: '%s' is not a positive number", optarg);
+		}
+	}
+	if (!name && optind < argc)
+		name = argv[optind++];
+	if (optind < argc)
+		return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
+	if (!name)
+		return cli_usage(ctx, "missing the group NAME");
+	if (!util_valid_name(name))
+		return cli_usage(ctx, "'%s' is not a valid group name (1-63 of a-z, 0-9, '-')", name);
+	if (!nodes == !size)
+		return cli_usage(ctx, "give either --nodes a,b,c or --size N");
+	json_t *args = json_pack("{s:s, s:b}", "name", name, "shared", shared);
+	if (nodes)
+		json_object_set_new(args, "nodes", split_list(nodes));
+	else
+		json_object_set_new(args, "size", json_integer(size));
+	json_t *d;
+	if (cli_call(ctx, "group_create", args, &d, 0))
+		return 1;
+	if (ctx->out == OUT_JSON) {
+		cli_print_json(d);
+	} else {
+		char names[512];
+		join_names(json_object_get(d, "nodes"), names, sizeof names);
+		printf("Group %s: %s (%s%s, ranks in this order).\n", str(d, "name"), names, str(d, "shape"),
+		       json_is_true(json_object_get(d, "shared")) ? ", shared" : "");
+		if (*str(d, "note") && strcmp(str(d, "note"), "-") != 0)
+			printf("Note: %s.\n", str(d, "note"));
+	}
+	json_decref(d);
+	return 0;
+}
+
+int cmd_group_ls(struct cli_ctx *ctx, int argc, char **argv)
+{
+	if (argc > 1)
+		return cli_usage(ctx, "unexpected argument '%s'", argv[1]);
+	json_t *d;
+	if (cli_call(ctx, "group_ls", NULL, &d, 0))
+		return 1;
+	if (ctx->out == OUT_JSON) {
+		cli_print_json(d);
+		json_decref(d);
+		return 0;
+	}
+	static const char *const hdr[] = {"NAME", "NODES", "SHAPE", "SHARED", "JOBS", "MEMBERS"};
+	out_table *t = out_table_new(6, hdr);
+	size_t i;
+	json_t *g;
+	json_array_foreach(json_object_get(d, "groups"), i, g) {
+		char n[16], names[512], jobs[128];
+		snprintf(n, sizeof n, "%zu", json_array_size(json_object_get(g, "nodes")));
+		join_names(json_object_get(g, "nodes"), names, sizeof names);
+		join_names(json_object_get(g, "jobs"), jobs, sizeof jobs);
+		const char *row[] = {str(g, "name"), n, str(g, "shape"),
+				     json_is_true(json_object_get(g, "builtin"))  ? "built-in"
+				     : json_is_true(json_object_get(g, "shared")) ? "yes"
+										  : "no",
+				     jobs, names};
+		out_table_row(t, row);
+	}
+	out_table_print(t, stdout);
+	out_table_free(t);
+	json_decref(d);
+	return 0;
+}
+
+static int one_arg(struct cli_ctx *ctx, int argc, char **argv, const char *what, const char **out)
+{
+	if (argc < 2)
+		return cli_usage(ctx, "missing %s", what);
+	if (argc > 2)
+		return cli_usage(ctx, "unexpected argument '%s'", argv[2]);
+	*out = argv[1];
+	return 0;
+}
+
+int cmd_group_show(struct cli_ctx *ctx, int argc, char **argv)
+{
+	const char *name = NULL;
+	int r = one_arg(ctx, argc, argv, "the group NAME", &name);
+	if (r)
+		return r;
+	json_t *d;
+	if (cli_call(ctx, "group_show", json_pack("{s:s}", "name", name), &d, 0))
+		return 1;
+	if (ctx->out == OUT_JSON) {
+		cli_print_json(d);
+		json_decref(d);
+		return 0;
+	}
+	char jobs[256];
+	join_names(json_object_get(d, "jobs"), jobs, sizeof jobs);
+	printf("Group:    %s%s\n", str(d, "name"),
+	       json_is_true(json_object_get(d, "builtin")) ? " (built-in: every node)" : "");
+	printf("Shape:    %s (cluster topology %s)%s\n", str(d, "shape"), str(d, "topology"),
+	       json_is_true(json_object_get(d, "shared")) ? ", shared" : "");
+	if (*str(d, "note"))
+		printf("Note:     %s\n", str(d, "note"));
+	printf("Jobs:     %s\n\n", jobs);
+	static const char *const hdr[] = {"INDEX", "NODE", "STATE", "ADDRESS"};
+	out_table *t = out_table_new(4, hdr);
+	size_t i;
+	json_t *m;
+	json_array_foreach(json_object_get(d, "members"), i, m) {
+		char idx[16];
+		snprintf(idx, sizeof idx, "%lld", num(m, "index"));
+		const char *row[] = {idx, str(m, "name"), str(m, "state"), str(m, "address")};
+		out_table_row(t, row);
+	}
+	out_table_print(t, stdout);
+	out_table_free(t);
+	json_decref(d);
+	return 0;
+}
+
+int cmd_group_rm(struct cli_ctx *ctx, int argc, char **argv)
+{
+	static const struct option lo[] = {{"force", no_argument, NULL, 'f'}, OPT_END};
+	bool force = false;
+	const char *name = NULL;
+	int ch, rc = 0;
+	optind = 0;
+	if (argc > 1 && argv[1][0] != '-') {
+		name = argv[1];
+		argv[1] = argv[0];
+		argv++;
+		argc--;
+	}
+	while ((ch = next_opt(ctx, argc, argv, lo, &rc)) != -1) {
+		if (ch == -2)
+			return rc;
+		force = true;
+	}
+	if (!name && optind < argc)
+		name = argv[optind++];
+	if (optind < argc)
+		return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
+	if (!name)
+		return cli_usage(ctx, "missing the group NAME");
+	json_t *d;
+	if (cli_call(ctx, "group_rm", json_pack("{s:s, s:b}", "name", name, "force", force), &d, 0))
+		return 1;
+	if (ctx->out == OUT_JSON) {
+		cli_print_json(d);
+	} else {
+		char jobs[256];
+		join_names(json_object_get(d, "cancelled_jobs"), jobs, sizeof jobs);
+		printf("Group %s removed%s%s.\n", name,
+		       json_array_size(json_object_get(d, "cancelled_jobs")) ? "; cancelled job(s) " : "",
+		       json_array_size(json_object_get(d, "cancelled_jobs")) ? jobs : "");
+	}
+	json_decref(d);
+	return 0;
+}
+
+/* ---- run ------------------------------------------------------------------------ */
+
+static int job_exit_code(json_t *d)
+{
+	json_t *e = json_object_get(d, "exit_code");
+	long long c = json_is_integer(e) ? json_integer_value(e) : 1;
+	if (strcmp(str(d, "state"), "succeeded") == 0)
+		return 0;
+	return c <= 0 ? 1 : c > 255 ? 255 : (int)c;
+}
+
+static void say_job_end(json_t *d)
+{
+	const char *state = str(d, "state");
+	if (strcmp(state, "succeeded") == 0)
+		return;
+	fflush(stdout);
+	if (*str(d, "reason") && strcmp(str(d, "reason"), "-"))
+		cli_fail("job %lld %s: %s", num(d, "id"), state, str(d, "reason"));
+	else
+		cli_fail("job %lld %s", num(d, "id"), state);
+}
+
+/* A job in the foreground: stream its output (only rank `only` when >= 0),
+ * then say how it ended; returns the job's exit code. */
+static int run_foreground(struct cli_ctx *ctx, json_t *args, int only)
+{
+	struct printer p = {.only = only};
+	long long job_id = 0;
+	json_t *d = NULL;
+	struct stream_opts so = {.on_event = on_job_event, .arg = &p, .ctrl_c_cancels = true,
+				 .job_id = &job_id};
+	int r = stream_call(ctx, "job_run", args, &d, &so);
+	printer_free(&p);
+	if (r)
+		return r;
+	if (ctx->out == OUT_JSON && only < 0)
+		cli_print_json(d);
+	say_job_end(d);
+	r = job_exit_code(d);
+	json_decref(d);
+	return r;
+}
+
+int cmd_run(struct cli_ctx *ctx, int argc, char **argv)
+{
+	static const struct option lo[] = {{"group", required_argument, NULL, 'g'},
+					   {"name", required_argument, NULL, 'n'},
+					   {"launcher", required_argument, NULL, 'l'},
+					   {"ranks-per-node", required_argument, NULL, 'k'},
+					   {"env", required_argument, NULL, 'e'},
+					   {"workdir", required_argument, NULL, 'w'},
+					   {"timeout", required_argument, NULL, 't'},
+					   {"detach", no_argument, NULL, 'd'},
+					   OPT_END};
+	const char *group = NULL, *name = NULL, *launcher = "native", *workdir = NULL;
+	long rpn = 1;
+	int64_t timeout = 0;
+	bool detach = false;
+	json_t *env = json_array();
+	int ch, rc = 0;
+	optind = 0;
+	while ((ch = next_opt(ctx, argc, argv, lo, &rc)) != -1) {
+		if (ch == -2) {
+			json_decref(env);
+			return rc;
+		}
+		char key[128], *end;
+		switch (ch) {
+		case 'g': group = optarg; break;
+		case 'n': name = optarg; break;
+		case 'l': launcher = optarg; break;
+		case 'w': workdir = optarg; break;
+		case 'd': detach = true; break;
+		case 'k':
+			rpn = strtol(optarg, &end, 10);
+			if (*end || rpn < 1 || rpn > 64) {
+				json_decref(env);
+				return cli_usage(ctx, "--ranks-per-node: '%s' is not a number from 1 to 64",
+						 optarg);
+			}
+			break;
+		case 't':
+			if (util_parse_duration(optarg, &timeout) < 0 || timeout < 0) {
+				json_decref(env);
+				return cli_usage(ctx, "--timeout: '%s' is not a duration like 90s, 30m or 2h",
+						 optarg);
+			}
+			break;
+		case 'e': {
+			const char *eq = strchr(optarg, '=');
+			size_t kl = eq ? (size_t)(eq - optarg) : 0;
+			bool ok = eq && kl > 0 && kl < sizeof key;
+			for (size_t i = 0; ok && i < kl; i++) {
+				char c = optarg[i];
+				ok = c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+				     (i > 0 && c >= '0' && c <= '9');
+			}
+			if (!ok) {
+				json_decref(env);
+				return cli_usage(ctx, "--env: '%s' is not KEY=VALUE (KEY: letters, digits "
+						      "and '_', not starting with a digit)", optarg);
+			}
+			json_array_append_new(env, json_string(optarg));
+			break;
+		}
+		}
+	}
+	if (!group) {
+		json_decref(env);
+		return cli_usage(ctx, "missing --group G (a group from 'sparkctl group ls', or all)");
+	}
+	if (strcmp(launcher, "native") && strcmp(launcher, "torchrun") && strcmp(launcher, "mpi")) {
+		json_decref(env);
+		return cli_usage(ctx, "--launcher: '%s' is not native, torchrun or mpi", launcher);
+	}
+	if (optind >= argc) {
+		json_decref(env);
+		return cli_usage(ctx, "missing the command: sparkctl run --group G -- CMD ARGS...");
+	}
+	json_t *cmd = json_array();
+	for (int i = optind; i < argc; i++)
+		json_array_append_new(cmd, json_string(argv[i]));
+	char cwd[4096];
+	json_t *args = json_pack("{s:s, s:s, s:i, s:o, s:o, s:I, s:b}", "group", group, "launcher",
+				 launcher, "ranks_per_node", (int)rpn, "env", env, "argv", cmd,
+				 "timeout_s", (json_int_t)timeout, "detach", detach);
+	if (name)
+		json_object_set_new(args, "name", json_string(name));
+	if (workdir)
+		json_object_set_new(args, "workdir", json_string(workdir));
+	if (getcwd(cwd, sizeof cwd))
+		json_object_set_new(args, "cwd", json_string(cwd));
+	if (getenv("PATH"))
+		json_object_set_new(args, "path", json_string(getenv("PATH")));
+	if (getenv("LANG"))
+		json_object_set_new(args, "lang", json_string(getenv("LANG")));
+	json_t *d = NULL;
+	if (detach) {
+		if (cli_call(ctx, "job_run", args, &d, 60000))
+			return 1;
+		if (ctx->out == OUT_JSON)
+			cli_print_json(d);
+		else
+			printf("%lld\n", num(d, "job_id"));
+		json_decref(d);
+		return 0;
+	}
+	return run_foreground(ctx, args, -1);
+}
+
+/* ---- exec ----------------------------------------------------------------------- */
+
+static void on_exec_event(void *arg, json_t *m)
+{
+	(void)arg;
+	const char *ev = proto_str(m, "event");
+	if (ev && strcmp(ev, "output") == 0) {
+		json_t *d = json_object_get(m, "data");
+		FILE *f = strcmp(str(m, "stream"), "err") == 0 ? stderr : stdout;
+		fwrite(json_string_value(d) ?: "", 1, json_string_length(d), f);
+		fflush(f);
+	} else if (ev && strcmp(ev, "note") == 0) {
+		fprintf(stderr, "sparkctl: %s\n", str(m, "message"));
+	}
+}
+
+int cmd_exec(struct cli_ctx *ctx, int argc, char **argv)
+{
+	static const struct option lo[] = {{"shell", no_argument, NULL, 's'}, OPT_END};
+	bool shell = false;
+	int ch, rc = 0;
+	optind = 0;
+	while ((ch = next_opt(ctx, argc, argv, lo, &rc)) != -1) {
+		if (ch == -2)
+			return rc;
+		shell = true;
+	}
+	if (optind < argc && strcmp(argv[optind], "--") == 0)
+		optind++;
+	if (optind >= argc)
+		return cli_usage(ctx, "missing NODE: sparkctl exec NODE -- CMD ARGS...");
+	const char *node = argv[optind++];
+	if (optind < argc && strcmp(argv[optind], "--") == 0)
+		optind++;
+	if (optind >= argc)
+		return cli_usage(ctx, "missing the command: sparkctl exec %s -- CMD ARGS...", node);
+	json_t *cmd = json_array();
+	for (int i = optind; i < argc; i++)
+		json_array_append_new(cmd, json_string(argv[i]));
+	json_t *args = json_pack("{s:s, s:o, s:b}", "node", node, "argv", cmd, "shell", shell);
+	const char *jid = getenv("SPARK_JOB_ID");
+	if (jid && *jid)
+		json_object_set_new(args, "job_id", json_integer(atoll(jid)));
+	json_t *d = NULL;
+	struct stream_opts so = {.on_event = on_exec_event};
+	int r = stream_call(ctx, "exec", args, &d, &so);
+	if (r)
+		return r == 1 ? 255 : r;
+	long long code = num(d, "exit_code");
+	json_decref(d);
+	return code < 0 ? 255 : code > 255 ? 255 : (int)code;
+}
+
+/* ---- job ------------------------------------------------------------------------ */
+
+static void fmt_ts(long long ts, char *buf, size_t len)
+{
+	if (ts <= 0) {
+		snprintf(buf, len, "-");
+		return;
+	}
+	time_t t = (time_t)ts;
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	strftime(buf, len, "%Y-%m-%d %H:%M:%SZ", &tm);
+}
+
+static void fmt_exit(json_t *j, char *buf, size_t len)
+{
+	json_t *e = json_object_get(j, "exit_code");
+	if (json_is_integer(e))
+		snprintf(buf, len, "%lld", (long long)json_integer_value(e));
+	else
+		snprintf(buf, len, "-");
+}
+
+int cmd_job_ls(struct cli_ctx *ctx, int argc, char **argv)
+{
+	static const struct option lo[] = {{"running", no_argument, NULL, 'r'},
+					   {"limit", required_argument, NULL, 'n'},
+					   OPT_END};
+	bool running = false;
+	long limit = 50;
+	int ch, rc = 0;
+	optind = 0;
+	while ((ch = next_opt(ctx, argc, argv, lo, &rc)) != -1) {
+		if (ch == -2)
+			return rc;
+		if (ch == 'r')
+			running = true;
+		else {
+			char *end;
+			limit = strtol(optarg, &end, 10);
+			if (*end || limit < 0)
+				return cli_usage(ctx, "--limit: '%s' is not a number", optarg);
+		}
+	}
+	if (optind < argc)
+		return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
+	json_t *d;
+	if (cli_call(ctx, "job_ls", json_pack("{s:b, s:i}", "running", running, "limit", (int)limit), &d,
+		     0))
+		return 1;
+	if (ctx->out == OUT_JSON) {
+		cli_print_json(d);
+		json_decref(d);
+		return 0;
+	}
+	static const char *const hdr[] = {"ID",	   "NAME", "GROUP",    "USER",   "LAUNCHER",
+					  "RANKS", "STATE", "EXIT", "DURATION", "COMMAND"};
+	out_table *t = out_table_new(10, hdr);
+	size_t i;
+	json_t *j;
+	json_array_foreach(json_object_get(d, "jobs"), i, j) {
+		char id[24], ranks[16], ex[16], dur[24], cmd[64];
+		snprintf(id, sizeof id, "%lld", num(j, "id"));
+		snprintf(ranks, sizeof ranks, "%lld", num(j, "world_size"));
+		fmt_exit(j, ex, sizeof ex);
+		util_fmt_age(num(j, "duration_s"), dur, sizeof dur);
+		snprintf(cmd, sizeof cmd, "%.60s", str(j, "command"));
+		const char *row[] = {id, str(j, "name"), str(j, "group"), str(j, "user"), str(j, "launcher"),
+				     ranks, str(j, "state"), ex, dur, cmd};
+		out_table_row(t, row);
+	}
+	out_table_print(t, stdout);
+	out_table_free(t);
+	json_decref(d);
+	return 0;
+}
+
+int cmd_job_show(struct cli_ctx *ctx, int argc, char **argv)
+{
+	const char *job = NULL;
+	int r = one_arg(ctx, argc, argv, "the JOB (id or name)", &job);
+	if (r)
+		return r;
+	json_t *d;
+	if (cli_call(ctx, "job_show", json_pack("{s:s}", "job", job), &d, 0))
+		return 1;
+	if (ctx->out == OUT_JSON) {
+		cli_print_json(d);
+		json_decref(d);
+		return 0;
+	}
+	char c[40], s[40], e[40], ex[16], env[1024];
+	fmt_ts(num(d, "created_at"), c, sizeof c);
+	fmt_ts(num(d, "started_at"), s, sizeof s);
+	fmt_ts(num(d, "ended_at"), e, sizeof e);
+	fmt_exit(d, ex, sizeof ex);
+	join_names(json_object_get(d, "env"), env, sizeof env);
+	printf("Job:        %lld (%s)\n", num(d, "id"), str(d, "name"));
+	printf("User:       %s\n", str(d, "user"));
+	printf("Group:      %s (%s, topology %s)\n", str(d, "group"), str(d, "shape"), str(d, "topology"));
+	printf("Launcher:   %s, %lld rank(s), %lld per node\n", str(d, "launcher"), num(d, "world_size"),
+	       num(d, "ranks_per_node"));
+	printf("Command:    %s\n", str(d, "command"));
+	printf("State:      %s%s%s (exit %s)\n", str(d, "state"), *str(d, "reason") ? ": " : "",
+	       str(d, "reason"), ex);
+	printf("Network:    %s, MASTER_ADDR %s:%lld\n", str(d, "net"), str(d, "master_addr"),
+	       num(d, "master_port"));
+	if (*str(d, "net_why") && strcmp(str(d, "net_why"), "-") != 0)
+		printf("            (%s)\n", str(d, "net_why"));
+	printf("Env:        %s\n", env);
+	printf("Created:    %s\nStarted:    %s\nEnded:      %s\n\n", c, s, e);
+	static const char *const hdr[] = {"RANK", "NODE", "LOCAL", "PID", "STATE", "EXIT", "SIGNAL"};
+	out_table *t = out_table_new(7, hdr);
+	size_t i;
+	json_t *rk;
+	json_array_foreach(json_object_get(d, "ranks"), i, rk) {
+		char rank[16], loc[16], pid[24], x[16], sig[16];
+		snprintf(rank, sizeof rank, "%lld", num(rk, "rank"));
+		snprintf(loc, sizeof loc, "%lld", num(rk, "local_rank"));
+		snprintf(pid, sizeof pid, "%lld", num(rk, "pid"));
+		fmt_exit(rk, x, sizeof x);
+		snprintf(sig, sizeof sig, "%lld", num(rk, "signal"));
+		const char *row[] = {rank, str(rk, "node"), loc, pid, str(rk, "state"), x,
+				     num(rk, "signal") ? sig : "-"};
+		out_table_row(t, row);
+	}
+	out_table_print(t, stdout);
+	out_table_free(t);
+	json_decref(d);
+	return 0;
+}
+
+int cmd_job_logs(struct cli_ctx *ctx, int argc, char **argv)
+{
+	static const struct option lo[] = {{"follow", no_argument, NULL, 'f'},
+					   {"rank", required_argument, NULL, 'r'},
+					   OPT_END};
+	bool follow = false;
+	long rank = -1;
+	const char *job = NULL;
+	int ch, rc = 0;
+	optind = 0;
+	if (argc > 1 && argv[1][0] != '-') {
+		job = argv[1];
+		argv[1] = argv[0];
+		argv++;
+		argc--;
+	}
+	while ((ch = getopt_long(argc, argv, "fr:", lo, NULL)) != -1) {
+		if (ch == 'f')
+			follow = true;
+		else if (ch == 'r') {
+			char *end;
+			rank = strtol(optarg, &end, 10);
+			if (*end || rank < 0)
+				return cli_usage(ctx, "--rank: '%s' is not a rank number", optarg);
+		} else {
+			return cli_usage(ctx, "unknown or incomplete option '%s'", argv[optind - 1]);
+		}
+	}
+	(void)rc;
+	if (!job && optind < argc)
+		job = argv[optind++];
+	if (optind < argc)
+		return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
+	if (!job)
+		return cli_usage(ctx, "missing the JOB (id or name)");
+	json_t *args = json_pack("{s:s, s:b, s:i}", "job", job, "follow", follow, "rank", (int)rank);
+	struct printer p = {.only = -1};
+	struct stream_opts so = {.on_event = on_job_event, .arg = &p};
+	json_t *d = NULL;
+	int r = stream_call(ctx, "job_logs", args, &d, &so);
+	printer_free(&p);
+	if (r)
+		return r;
+	json_decref(d);
+	return 0;
+}
+
+int cmd_job_cancel(struct cli_ctx *ctx, int argc, char **argv)
+{
+	const char *job = NULL;
+	int r = one_arg(ctx, argc, argv, "the JOB (id or name)", &job);
+	if (r)
+		return r;
+	json_t *d;
+	if (cli_call(ctx, "job_cancel", json_pack("{s:s}", "job", job), &d, 30000))
+		return 1;
+	if (ctx->out == OUT_JSON) {
+		cli_print_json(d);
+	} else if (json_is_string(json_object_get(d, "note"))) {
+		printf("Job %lld: %s (%s).\n", num(d, "id"), str(d, "note"), str(d, "state"));
+	} else {
+		printf("Job %lld %s.\n", num(d, "id"), str(d, "state"));
+	}
+	json_decref(d);
+	return 0;
+}
+
+/* ---- bench allreduce ---------------------------------------------------------- */
+
+/* spark-bench (runtime/): env SPARK_BENCH, next to sparkctl, the build tree's
+ * ../runtime/, then PATH. The same path must hold on every node. */
+static void find_bench(char *out, size_t len)
+{
+	const char *env = getenv("SPARK_BENCH");
+	if (env && *env) {
+		snprintf(out, len, "%s", env);
+		return;
+	}
+	char self[4096];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+	if (n > 0) {
+		self[n] = '\0';
+		char *slash = strrchr(self, '/');
+		if (slash)
+			*slash = '\0';
+		const char *rel[] = {"spark-bench", "../runtime/spark-bench"};
+		for (size_t i = 0; i < 2; i++) {
+			char cand[4200], real[4096];
+			snprintf(cand, sizeof cand, "%s/%s", self, rel[i]);
+			if (access(cand, X_OK) == 0 && realpath(cand, real)) {
+				snprintf(out, len, "%s", real);
+				return;
+			}
+		}
+	}
+	snprintf(out, len, "spark-bench");
+}
+
+int cmd_bench_allreduce(struct cli_ctx *ctx, int argc, char **argv)
+{
+	static const struct option lo[] = {{"group", required_argument, NULL, 'g'},
+					   {"ranks-per-node", required_argument, NULL, 'k'},
+					   {"timeout", required_argument, NULL, 't'},
+					   OPT_END};
+	const char *group = NULL;
+	long rpn = 1;
+	int64_t timeout = 600;
+	int ch;
+	optind = 0;
+	opterr = 0;
+	/* our flags first; everything else (and after --) goes to spark-bench */
+	json_t *rest = json_array();
+	while (optind < argc) {
+		int before = optind;
+		ch = getopt_long(argc, argv, "+", lo, NULL);
+		if (ch == -1) {
+			if (optind < argc && strcmp(argv[optind - 1], "--") != 0)
+				json_array_append_new(rest, json_string(argv[optind++]));
+			else
+				break;
+			continue;
+		}
+		char *end;
+		if (ch == 'g') {
+			group = optarg;
+		} else if (ch == 'k') {
+			rpn = strtol(optarg, &end, 10);
+			if (*end || rpn < 1 || rpn > 64) {
+				json_decref(rest);
+				return cli_usage(ctx, "--ranks-per-node: '%s' is not a number from 1 to 64",
+						 optarg);
+			}
+		} else if (ch == 't') {
+			if (util_parse_duration(optarg, &timeout) < 0) {
+				json_decref(rest);
+				return cli_usage(ctx, "--timeout: '%s' is not a duration", optarg);
+			}
+		} else { /* not ours: spark-bench's, with its value if it has one */
+			for (int i = before; i < optind; i++)
+				json_array_append_new(rest, json_string(argv[i]));
+		}
+	}
+	for (; optind < argc; optind++)
+		json_array_append_new(rest, json_string(argv[optind]));
+	if (!group) {
+		json_decref(rest);
+		return cli_usage(ctx, "missing --group G (a group from 'sparkctl group ls', or all)");
+	}
+	char bench[4096];
+	find_bench(bench, sizeof bench);
+	json_t *cmd = json_pack("[s, s]", bench, "allreduce");
+	json_array_extend(cmd, rest);
+	json_decref(rest);
+	char cwd[4096];
+	json_t *args = json_pack("{s:s, s:s, s:s, s:i, s:o, s:[], s:I}", "group", group, "name",
+				 "bench-allreduce", "launcher", "native", "ranks_per_node", (int)rpn,
+				 "argv", cmd, "env", "timeout_s", (json_int_t)timeout);
+	if (getcwd(cwd, sizeof cwd))
+		json_object_set_new(args, "cwd", json_string(cwd));
+	if (getenv("PATH"))
+		json_object_set_new(args, "path", json_string(getenv("PATH")));
+	return run_foreground(ctx, args, 0);
+}

@@ -1,0 +1,181 @@
+/* The group planner (agent/plan.c) on synthetic ring and switch maps. */
+#include "plan.h"
+
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#define N8 {{"s1", NULL}, {"s2", NULL}, {"s3", NULL}, {"s4", NULL}, \
+	    {"s5", NULL}, {"s6", NULL}, {"s7", NULL}, {"s8", NULL}}
+
+static struct plan_result plan(enum plan_topo t, struct plan_node *nodes, size_t n, size_t size,
+			       const char *const *names, size_t nn)
+{
+	struct plan_input in = {.topo = t, .nodes = nodes, .n = n, .size = size, .names = names,
+				.n_names = nn};
+	struct plan_result r;
+	plan_group(&in, &r);
+	return r;
+}
+
+/* "s3,s4,s5" of a result */
+static const char *chosen(struct plan_node *nodes, const struct plan_result *r)
+{
+	static char buf[256];
+	buf[0] = '\0';
+	for (size_t i = 0; i < r->n; i++)
+		snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", i ? "," : "",
+			 nodes[r->idx[i]].name);
+	return buf;
+}
+
+Test(plan, ring_whole_ring)
+{
+	struct plan_node n[] = N8;
+	struct plan_result r = plan(PLAN_RING, n, 8, 8, NULL, 0);
+	cr_assert_eq(r.code, 0, "%s", r.err);
+	cr_expect_str_eq(chosen(n, &r), "s1,s2,s3,s4,s5,s6,s7,s8");
+	cr_expect_str_eq(r.shape, "ring");
+}
+
+Test(plan, ring_size_from_empty_ring_is_an_arc_from_the_start)
+{
+	struct plan_node n[] = N8;
+	struct plan_result r = plan(PLAN_RING, n, 8, 3, NULL, 0);
+	cr_assert_eq(r.code, 0, "%s", r.err);
+	cr_expect_str_eq(chosen(n, &r), "s1,s2,s3");
+	cr_expect_str_eq(r.shape, "chain");
+	cr_expect(strstr(r.note, "one-shot") != NULL, "the note says what a chain costs: %s", r.note);
+	cr_expect(strstr(r.note, "s3 and s1 have no cable") != NULL, "%s", r.note);
+}
+
+Test(plan, ring_two_neighbours_are_a_pair)
+{
+	struct plan_node n[] = N8;
+	struct plan_result r = plan(PLAN_RING, n, 8, 2, NULL, 0);
+	cr_assert_eq(r.code, 0);
+	cr_expect_str_eq(r.shape, "pair");
+}
+
+Test(plan, ring_best_fit_run)
+{
+	/* free runs: s1-s2 (2), s4-s7 (4), busy s3 and s8 */
+	struct plan_node n[] = N8;
+	n[2].busy = "in group a";
+	n[7].busy = "in group b";
+	struct plan_result r = plan(PLAN_RING, n, 8, 2, NULL, 0);
+	cr_assert_eq(r.code, 0, "%s", r.err);
+	cr_expect_str_eq(chosen(n, &r), "s1,s2", "the smallest run that fits");
+	r = plan(PLAN_RING, n, 8, 3, NULL, 0);
+	cr_assert_eq(r.code, 0, "%s", r.err);
+	cr_expect_str_eq(chosen(n, &r), "s4,s5,s6");
+	r = plan(PLAN_RING, n, 8, 5, NULL, 0);
+	cr_expect_eq(r.code, -ENOSPC, "no run of 5 although 6 are free");
+	cr_expect(strstr(r.err, "neighbouring") != NULL, "%s", r.err);
+}
+
+Test(plan, ring_run_wraps_around)
+{
+	/* free: s7 s8 s1 (wrapping), busy s2..s6 */
+	struct plan_node n[] = N8;
+	for (int i = 1; i <= 5; i++)
+		n[i].busy = "in group a";
+	struct plan_result r = plan(PLAN_RING, n, 8, 3, NULL, 0);
+	cr_assert_eq(r.code, 0, "%s", r.err);
+	cr_expect_str_eq(chosen(n, &r), "s7,s8,s1", "ranks follow the arc across the wrap");
+	cr_expect_str_eq(r.shape, "chain");
+}
+
+Test(plan, size_larger_than_free)
+{
+	struct plan_node n[] = N8;
+	n[0].busy = "drained";
+	struct plan_result r = plan(PLAN_RING, n, 8, 8, NULL, 0);
+	cr_expect_eq(r.code, -ENOSPC);
+	cr_expect(strstr(r.err, "7 free nodes") != NULL, "%s", r.err);
+	cr_expect(strstr(r.err, "s1 (drained)") != NULL, "%s", r.err);
+	r = plan(PLAN_SWITCH, n, 8, 9, NULL, 0);
+	cr_expect_eq(r.code, -ENOSPC);
+	r = plan(PLAN_SWITCH, n, 8, 0, NULL, 0);
+	cr_expect_eq(r.code, -EINVAL);
+}
+
+Test(plan, switch_any_free_nodes)
+{
+	struct plan_node n[] = N8;
+	n[0].busy = "in group a";
+	n[2].busy = "in group a";
+	struct plan_result r = plan(PLAN_SWITCH, n, 8, 4, NULL, 0);
+	cr_assert_eq(r.code, 0, "%s", r.err);
+	cr_expect_str_eq(chosen(n, &r), "s2,s4,s5,s6");
+	cr_expect_str_eq(r.shape, "switch");
+	cr_expect(strstr(r.note, "any-to-any") != NULL);
+}
+
+Test(plan, names_on_a_ring_follow_ring_order)
+{
+	struct plan_node n[] = N8;
+	const char *names[] = {"s2", "s8", "s1"};
+	struct plan_result r = plan(PLAN_RING, n, 8, 0, names, 3);
+	cr_assert_eq(r.code, 0, "%s", r.err);
+	cr_expect_str_eq(chosen(n, &r), "s8,s1,s2", "one arc, starting after the gap");
+	cr_expect_str_eq(r.shape, "chain");
+	const char *scattered[] = {"s1", "s3", "s5"};
+	r = plan(PLAN_RING, n, 8, 0, scattered, 3);
+	cr_assert_eq(r.code, 0);
+	cr_expect_str_eq(r.shape, "scattered");
+	cr_expect(strstr(r.note, "management") != NULL, "%s", r.note);
+}
+
+Test(plan, names_on_a_switch_keep_their_order)
+{
+	struct plan_node n[] = N8;
+	const char *names[] = {"s5", "s2"};
+	struct plan_result r = plan(PLAN_SWITCH, n, 8, 0, names, 2);
+	cr_assert_eq(r.code, 0);
+	cr_expect_str_eq(chosen(n, &r), "s5,s2");
+}
+
+Test(plan, bad_names)
+{
+	struct plan_node n[] = N8;
+	n[3].busy = "in group x";
+	const char *unknown[] = {"s1", "nope"};
+	struct plan_result r = plan(PLAN_RING, n, 8, 0, unknown, 2);
+	cr_expect_eq(r.code, -ENOENT);
+	cr_expect(strstr(r.err, "'nope'") != NULL, "%s", r.err);
+	const char *twice[] = {"s1", "s1"};
+	r = plan(PLAN_RING, n, 8, 0, twice, 2);
+	cr_expect_eq(r.code, -EINVAL);
+	const char *busy[] = {"s4"};
+	r = plan(PLAN_RING, n, 8, 0, busy, 1);
+	cr_expect_eq(r.code, -EBUSY);
+	cr_expect(strstr(r.err, "in group x") != NULL, "%s", r.err);
+}
+
+Test(plan, small_clusters)
+{
+	struct plan_node n[] = {{"a", NULL}, {"b", NULL}};
+	struct plan_result r = plan(PLAN_RING, n, 2, 2, NULL, 0);
+	cr_assert_eq(r.code, 0);
+	cr_expect_str_eq(r.shape, "pair");
+	r = plan(PLAN_RING, n, 2, 1, NULL, 0);
+	cr_expect_str_eq(r.shape, "single");
+	struct plan_node three[] = {{"a", NULL}, {"b", NULL}, {"c", NULL}};
+	r = plan(PLAN_RING, three, 3, 3, NULL, 0);
+	cr_expect_str_eq(r.shape, "ring");
+	r = plan(PLAN_UNKNOWN, three, 3, 2, NULL, 0);
+	cr_expect_str_eq(r.shape, "unknown");
+	cr_expect_str_eq(chosen(three, &r), "a,b");
+}
+
+Test(plan, deterministic)
+{
+	struct plan_node n[] = N8;
+	n[4].busy = "in group a";
+	struct plan_result r1 = plan(PLAN_RING, n, 8, 3, NULL, 0);
+	struct plan_result r2 = plan(PLAN_RING, n, 8, 3, NULL, 0);
+	cr_expect_eq(memcmp(&r1, &r2, sizeof r1), 0);
+}
