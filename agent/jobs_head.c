@@ -289,11 +289,51 @@ static int lookup_job(struct agent *a, conn *dest, json_int_t id, const json_t *
 /* ---- topology and the cluster's nodes -------------------------------------------- */
 
 /* The cluster's topology and the nodes in ring order (ring) or join order.
- * Issue 5 stores validation verdicts (class, ring_order); until then the
- * class comes from the fabric reports: every node with both ports up is a
- * ring (crossed cabling, ring order = join order), every node with one port up
- * is a switch, two nodes are a pair (a ring of 2). */
-static enum plan_topo cluster_topology(struct agent *a, const db_node *nodes, size_t n)
+ * The latest stored validation run (`sparkctl topo validate`, issue 5) decides
+ * when it passed or warned and still describes the nodes now: its class, and
+ * for a ring or pair its ring_order, into which nodes[] is reordered. Without
+ * one the class is guessed from the fabric reports: every node with both ports
+ * up is a ring (crossed cabling, ring order = join order), every node with one
+ * port up is a switch, two nodes are a pair (a ring of 2). */
+static enum plan_topo guess_topology(struct agent *a, const db_node *nodes, size_t n);
+
+static enum plan_topo cluster_topology(struct agent *a, db_node *nodes, size_t n)
+{
+	if (n < 2)
+		return PLAN_UNKNOWN;
+	db_topo_run run;
+	if (n <= PLAN_MAX_NODES && db_topo_run_latest(a->db, &run) == 0) {
+		json_t *v = run.verdict ? json_loads(run.verdict, 0, NULL) : NULL;
+		json_t *ro = json_object_get(v, "ring_order");
+		const char *ring[PLAN_MAX_NODES], *names[PLAN_MAX_NODES];
+		size_t nr = 0, order[PLAN_MAX_NODES];
+		size_t i;
+		json_t *e;
+		json_array_foreach(ro, i, e)
+			if (nr < PLAN_MAX_NODES)
+				ring[nr++] = json_string_value(e);
+		for (i = 0; i < n; i++)
+			names[i] = nodes[i].name;
+		enum plan_topo t;
+		int r = plan_topo_from_run(run.cls, run.result, ring, nr, run.n_nodes, names, n, &t,
+					   order);
+		json_decref(v);
+		db_topo_run_free(&run);
+		if (r == 0) {
+			db_node *copy = malloc(n * sizeof *copy);
+			if (copy) {
+				memcpy(copy, nodes, n * sizeof *copy);
+				for (i = 0; i < n; i++)
+					nodes[i] = copy[order[i]];
+				free(copy);
+			}
+			return t;
+		}
+	}
+	return guess_topology(a, nodes, n);
+}
+
+static enum plan_topo guess_topology(struct agent *a, const db_node *nodes, size_t n)
 {
 	if (n < 2)
 		return PLAN_UNKNOWN;
@@ -1151,6 +1191,21 @@ static void r_job_run(struct agent *a, conn *dest, json_int_t id, const json_t *
 	if (r < 0) {
 		reply_error(dest, id, r == -ENOENT ? "not_found" : "internal", "%s", err);
 		return;
+	}
+	/* "nnodes": only the group's first K nodes in rank order (an arc of a
+	 * ring); `sparkctl bench decode` runs the smaller world sizes this way */
+	json_int_t nnodes = proto_int(req, "nnodes", 0);
+	if (nnodes < 0 || (size_t)nnodes > n) {
+		free(nodes);
+		reply_error(dest, id, "bad_request", "group %s has %zu node(s), not %lld", group, n,
+			    (long long)nnodes);
+		return;
+	}
+	if (nnodes > 0 && (size_t)nnodes < n) {
+		n = (size_t)nnodes;
+		if (n == 1 || topo == PLAN_RING)
+			snprintf(shape, sizeof shape, "%s",
+				 n == 1 ? "single" : n == 2 ? "pair" : "chain");
 	}
 	if (n > JOBENV_MAX_NODES) {
 		free(nodes);

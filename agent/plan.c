@@ -246,3 +246,37 @@ int plan_group(const struct plan_input *in, struct plan_result *r)
 	}
 	return 0;
 }
+
+int plan_topo_from_run(const char *cls, const char *result, const char *const *ring_order,
+		       size_t n_ring, int run_nodes, const char *const *names, size_t n,
+		       enum plan_topo *topo, size_t *order)
+{
+	if (!cls || !result || n < 2 || n > PLAN_MAX_NODES)
+		return -1;
+	if (strcmp(result, "pass") != 0 && strcmp(result, "warn") != 0)
+		return -1;
+	if (run_nodes >= 0 && (size_t)run_nodes != n)
+		return -1;
+	if (strcmp(cls, "switch") == 0) {
+		for (size_t i = 0; i < n; i++)
+			order[i] = i;
+		*topo = PLAN_SWITCH;
+		return 0;
+	}
+	if (strcmp(cls, "ring") != 0 && strcmp(cls, "pair") != 0)
+		return -1;
+	if (n_ring != n)
+		return -1;
+	bool used[PLAN_MAX_NODES] = {false};
+	for (size_t k = 0; k < n_ring; k++) {
+		size_t i = 0;
+		while (i < n && (!ring_order[k] || strcmp(ring_order[k], names[i]) != 0))
+			i++;
+		if (i == n || used[i])
+			return -1;
+		used[i] = true;
+		order[k] = i;
+	}
+	*topo = PLAN_RING;
+	return 0;
+}

@@ -56,4 +56,16 @@ const char *plan_topo_name(enum plan_topo t);
 /* Returns out->code. */
 int plan_group(const struct plan_input *in, struct plan_result *out);
 
+/* The topology from a stored validation run (`sparkctl topo validate`): cls
+ * (pair|ring|switch|unknown), result (pass|warn|fail), its ring_order (NULL/0
+ * when it has none) and the number of nodes it saw, against the cluster's
+ * nodes now (names, in join order). Returns 0 and fills *topo and order[] (a
+ * permutation of 0..n-1: ring order for a ring or pair, join order for a
+ * switch) when the run can be used; -1 when it cannot (failed, unknown class,
+ * a ring order that does not name exactly the nodes now, a node count that
+ * changed), and the caller falls back to its guess. */
+int plan_topo_from_run(const char *cls, const char *result, const char *const *ring_order,
+		       size_t n_ring, int run_nodes, const char *const *names, size_t n,
+		       enum plan_topo *topo, size_t *order);
+
 #endif

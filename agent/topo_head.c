@@ -10,6 +10,8 @@
  *   show       topo_cablemap_build + topo_classify -> the verdict;
  *   addresses  + topo_addrplan_make; every node applies it (or reports what it
  *              would change) with its own netdevs;
+ *   addresses with "node": that node's netplan from the latest stored
+ *              validation, answered from cluster.db (sparkctl provision);
  *   validate   + probes, in rounds where a node's twin is in one probe at a
  *              time: every healthy twin of every direct cable (client end "a",
  *              server end "b"); on a switch, per twin rail, each node with the
@@ -1298,6 +1300,51 @@ static void on_tick(uv_timer_t *th)
 		uv_timer_stop(th);
 }
 
+/* topo_addresses with "node": that node's netplan from the latest stored
+ * validation (no gather, nothing applied; sparkctl provision asks this).
+ * Answers {"node","netplan":YAML|null,"reason":text|null,"run_id","class",
+ * "result","finished_at"}; netplan is null when no validation was stored yet,
+ * the latest one failed, or it does not include that node (reason says which). */
+static void addresses_for_node(struct agent *a, conn *c, const json_t *req, const char *node)
+{
+	struct topo_agent *t = a->topo;
+	db_topo_run run;
+	int rc = a->db ? db_topo_run_latest(a->db, &run) : -ENOENT;
+	if (rc == -ENOENT) {
+		control_reply(c, req,
+			      json_pack("{s:s, s:n, s:s, s:n, s:n, s:n, s:n}", "node", node, "netplan",
+					"reason", "no validated topology yet", "run_id", "class",
+					"result", "finished_at"));
+		return;
+	}
+	if (rc < 0) {
+		control_error(c, req, "internal", "cannot read cluster.db (%d)", rc);
+		return;
+	}
+	char err[512] = "", reason[640] = "";
+	char *yaml = NULL;
+	json_t *v = json_loads(run.verdict ? run.verdict : "", 0, NULL), *plan = NULL;
+	struct topo_addrplan_opts o = {.pool = t->pool, .prefix = t->prefix};
+	if (strcmp(run.result, "fail") == 0)
+		snprintf(reason, sizeof reason,
+			 "the latest topology validation failed ('sparkctl topo validate' lists why)");
+	else if (!v || topo_addrplan_make(v, &o, &plan, err, sizeof err) < 0)
+		snprintf(reason, sizeof reason, "no addressing plan for the validated %s cabling: %s",
+			 run.cls, err[0] ? err : "unreadable verdict");
+	else if (topo_addrplan_netplan(plan, node, t->dopts.cluster_mtu, &yaml, err, sizeof err) < 0)
+		snprintf(reason, sizeof reason, "%s is not in the validated topology", node);
+	control_reply(c, req,
+		      json_pack("{s:s, s:o, s:o, s:I, s:s, s:s, s:I}", "node", node, "netplan",
+				yaml ? json_string(yaml) : json_null(), "reason",
+				reason[0] ? json_string(reason) : json_null(), "run_id",
+				(json_int_t)run.id, "class", run.cls, "result", run.result,
+				"finished_at", (json_int_t)run.finished_at));
+	free(yaml);
+	json_decref(plan);
+	json_decref(v);
+	db_topo_run_free(&run);
+}
+
 void topo_head_request(struct agent *a, conn *c, const json_t *req, const char *origin)
 {
 	struct thead *h = a->topo ? a->topo->head : NULL;
@@ -1315,6 +1362,11 @@ void topo_head_request(struct agent *a, conn *c, const json_t *req, const char *
 	}
 	if (!h || h->stopped) {
 		control_error(c, req, "shutdown", "sparkd is stopping");
+		return;
+	}
+	const char *node = proto_str(req, "node");
+	if (kind == VK_ADDRESSES && node && *node) {
+		addresses_for_node(a, c, req, node);
 		return;
 	}
 	const char *expect = proto_str(req, "expect");

@@ -69,6 +69,43 @@ static int revoke_token(void *arg, const char *token_id)
 	return r < 0 ? -EIO : 0;
 }
 
+/* The node's fabric netplan from the head: the topo_addresses request with "node"
+ * answers it from the latest stored validation (agent/topo_head.c). */
+static int fabric_plan(void *arg, const char *node, const struct prov_facts *f, char **yaml,
+		       char *why, size_t whylen)
+{
+	(void)f;
+	struct head_ctx *hc = arg;
+	json_t *d = NULL;
+	char *code = NULL, *msg = NULL;
+	pthread_mutex_lock(&hc->mu);
+	int r = cli_call_raw(hc->ctx, "topo_addresses", json_pack("{s:s}", "node", node), &d, 10000,
+			     &code, &msg);
+	pthread_mutex_unlock(&hc->mu);
+	const char *y = json_string_value(json_object_get(d, "netplan"));
+	if (r < 0) {
+		snprintf(why, whylen, "the head did not give the fabric plan: %s",
+			 msg ? msg : "no answer");
+		r = -EIO;
+	} else if (y) {
+		*yaml = strdup(y);
+		r = *yaml ? 0 : -ENOMEM;
+	} else {
+		const char *reason = json_string_value(json_object_get(d, "reason"));
+		bool failed = reason && strstr(reason, "failed");
+		snprintf(why, whylen,
+			 "%s; after %s'sparkctl topo validate', run 'sparkctl topo addresses "
+			 "--netplan FILE' or provision again",
+			 failed ? reason : "not in a validated topology yet",
+			 failed ? "fixing it and " : "");
+		r = -ENOENT;
+	}
+	json_decref(d);
+	free(code);
+	free(msg);
+	return r;
+}
+
 /* ---- progress lines ------------------------------------------------------------------ */
 
 struct ui {
@@ -365,7 +402,8 @@ int cmd_provision(struct cli_ctx *ctx, int argc, char **argv)
 	o.mint = mint_token;
 	o.revoke = revoke_token;
 	o.mint_arg = &hc;
-	o.fabric_plan = NULL; /* topology (issue 5) provides the fabric plan; until then: skipped */
+	o.fabric_plan = fabric_plan;
+	o.fabric_arg = &hc;
 	o.interactive = isatty(STDIN_FILENO);
 
 	struct ui u = {.open_host = -1};

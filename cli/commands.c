@@ -39,6 +39,7 @@ int cmd_job_show(struct cli_ctx *, int, char **);
 int cmd_job_logs(struct cli_ctx *, int, char **);
 int cmd_job_cancel(struct cli_ctx *, int, char **);
 int cmd_bench_allreduce(struct cli_ctx *, int, char **);
+int cmd_bench_decode(struct cli_ctx *, int, char **);
 /* cmd_topo.c */
 int cmd_topo_show(struct cli_ctx *, int, char **);
 int cmd_topo_validate(struct cli_ctx *, int, char **);
@@ -222,6 +223,19 @@ const struct cli_cmd cli_commands[] = {
 	 "                  with the same cabling changes nothing)\n"
 	 "  --netplan FILE  also write this node's netplan file (e.g. /etc/netplan/40-sparkctl.yaml)\n"
 	 "Pool and subnet size: fabric.pool (default 10.77.0.0/16) and fabric.prefix in sparkd.yaml.\n"},
+	{"bench", "decode", cmd_bench_decode,
+	 "bench decode --group G --model SHAPE [--layers N] [--algo auto|oneshot|ring] [--tokens N]"
+	 " [--timeout D] [-o table|json]",
+	 "tensor-parallel decode speed-up of a group: spark-decode as a job at 1, 2, 4 ... N nodes",
+	 "  --group G      the group to measure (or all); its first K nodes run world size K\n"
+	 "  --model SHAPE  a synthetic shape of 'spark-decode --list-shapes' (tiny, dense-27b...)\n"
+	 "  --layers N     only the first N layers (to fit memory)\n"
+	 "  --algo A       all-reduce algorithm: auto (default), oneshot or ring\n"
+	 "  --tokens N     tokens to generate per run (default 32)\n"
+	 "  --timeout D    give up on a run after D (default 10m)\n"
+	 "Prints world size, tokens/s, speed-up over one rank, communication share and the\n"
+	 "algorithm; exit 1 if the world sizes generate different tokens. spark-decode is\n"
+	 "found by env SPARK_DECODE, next to sparkctl, in ../runtime/decode/, or on PATH.\n"},
 	/* @@table-entries: areas add their rows above this line */
 	{NULL, NULL, NULL, NULL, NULL, NULL},
 };

@@ -208,7 +208,7 @@ int prov_render(struct prov_host *h, char *err, size_t errlen)
 	join_path(h->p_sparkctl, sizeof h->p_sparkctl, px, "/usr/bin/sparkctl");
 	join_path(h->p_unit, sizeof h->p_unit, px, "/etc/systemd/system/sparkd.service");
 	join_path(h->p_conf, sizeof h->p_conf, px, SPARK_DEFAULT_CONFIG);
-	join_path(h->p_netplan, sizeof h->p_netplan, px, "/etc/netplan/40-cx7.yaml");
+	join_path(h->p_netplan, sizeof h->p_netplan, px, "/etc/netplan/40-sparkctl.yaml");
 	join_path(h->p_state, sizeof h->p_state, px, SPARK_DEFAULT_STATE_DIR);
 	join_path(h->p_sock, sizeof h->p_sock, px, SPARK_DEFAULT_SOCKET);
 	join_path(h->p_run, sizeof h->p_run, px, "/run/sparkctl");

@@ -118,11 +118,13 @@ struct prov_opts {
 	int (*revoke)(void *arg, const char *token_id);
 	void *mint_arg;
 
-	/* Fabric hook (topology, issue 5): the netplan YAML for this node, malloc'd into
-	 * *yaml, or -ENOENT when there is no plan. NULL: the step reports "skipped: no
-	 * fabric plan yet". The step installs it as PREFIX/etc/netplan/40-cx7.yaml (0600)
-	 * and, when PREFIX is /, runs 'netplan apply'. */
-	int (*fabric_plan)(void *arg, const char *node, const struct prov_facts *f, char **yaml);
+	/* Fabric hook (topology): the netplan YAML for this node, malloc'd into *yaml; or
+	 * -ENOENT when there is none yet, with why (may be "") saying so and what to do
+	 * next (the step reports "skipped: WHY"). NULL: "skipped: no fabric plan". The
+	 * step installs it as PREFIX/etc/netplan/40-sparkctl.yaml (0600) and, when PREFIX
+	 * is / and the target has netplan, runs 'netplan apply'. */
+	int (*fabric_plan)(void *arg, const char *node, const struct prov_facts *f, char **yaml,
+			   char *why, size_t whylen);
 	void *fabric_arg;
 
 	void (*on_event)(void *arg, const struct prov_event *ev);

@@ -592,18 +592,27 @@ static int install_undo(struct prov_host *h, char *detail, size_t dlen)
 static int netplan_file(struct prov_host *h, struct prov_file *f, char *detail, size_t dlen)
 {
 	if (!h->o->fabric_plan) {
-		snprintf(detail, dlen, "no fabric plan yet");
+		snprintf(detail, dlen, "no fabric plan");
 		return PROV_SKIP;
 	}
 	if (!h->netplan_text) {
-		int r = h->o->fabric_plan(h->o->fabric_arg, h->res->node, &h->facts, &h->netplan_text);
+		char why[512] = "";
+		int r = h->o->fabric_plan(h->o->fabric_arg, h->res->node, &h->facts, &h->netplan_text,
+					  why, sizeof why);
 		if (r == -ENOENT || (r == 0 && !h->netplan_text)) {
-			snprintf(detail, dlen, "no fabric plan for %s", h->res->node);
+			if (why[0])
+				snprintf(detail, dlen, "%s", why);
+			else
+				snprintf(detail, dlen, "no fabric plan for %s", h->res->node);
 			return PROV_SKIP;
 		}
 		if (r < 0) {
-			snprintf(detail, dlen, "the fabric plan for %s failed: %s", h->res->node,
-				 strerror(-r));
+			if (why[0])
+				snprintf(detail, dlen, "the fabric plan for %s failed: %s", h->res->node,
+					 why);
+			else
+				snprintf(detail, dlen, "the fabric plan for %s failed: %s",
+					 h->res->node, strerror(-r));
 			return r;
 		}
 	}
@@ -612,6 +621,11 @@ static int netplan_file(struct prov_host *h, struct prov_file *f, char *detail, 
 }
 
 static bool prefix_is_root(const struct prov_host *h) { return strcmp(h->o->prefix, "/") == 0; }
+
+/* 'netplan apply' when the target has netplan: 1 applied, 0 no netplan, <0 failed. */
+#define NETPLAN_APPLY                                                                        \
+	"if command -v netplan >/dev/null 2>&1; then netplan apply && echo applied=yes; "    \
+	"else echo applied=no; fi"
 
 static int netplan_check(struct prov_host *h, char *detail, size_t dlen)
 {
@@ -635,10 +649,16 @@ static int netplan_apply(struct prov_host *h, char *detail, size_t dlen)
 	need_load(h, PROV_STEP_NETPLAN, &f, 1);
 	if ((r = files_apply(h, PROV_STEP_NETPLAN, &f, 1, detail, dlen)) < 0)
 		return r;
-	if (prefix_is_root(h) &&
-	    (r = rrun_ok(h, "netplan apply", "netplan apply", NULL, detail, dlen)) < 0)
-		return r;
-	snprintf(detail, dlen, "wrote %s%s", f.path, prefix_is_root(h) ? ", applied" : "");
+	const char *how = " (not applied: --prefix)";
+	if (prefix_is_root(h)) {
+		char *out = NULL;
+		if ((r = rrun_ok(h, "netplan apply", NETPLAN_APPLY, &out, detail, dlen)) < 0)
+			return r;
+		how = out && strstr(out, "applied=yes") ? ", applied"
+							: " (no netplan on the target: not applied)";
+		free(out);
+	}
+	snprintf(detail, dlen, "wrote %s (mode 600)%s", f.path, how);
 	return 0;
 }
 
@@ -647,7 +667,7 @@ static int netplan_undo(struct prov_host *h, char *detail, size_t dlen)
 	int r = files_undo(h, PROV_STEP_NETPLAN, detail, dlen);
 	if (r == 0 && prefix_is_root(h) && h->netplan_text) {
 		char d[256];
-		rrun(h, "netplan apply", NULL, NULL, NULL, 60000, d, sizeof d);
+		rrun(h, NETPLAN_APPLY, NULL, NULL, NULL, 60000, d, sizeof d);
 	}
 	return r;
 }

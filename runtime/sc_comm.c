@@ -232,126 +232,322 @@ static int selftest(sc_comm_t *c)
 	return 0;
 }
 
-/* Time one-shot and ring at sizes from 4 KiB to 1 MiB: short bursts of
- * back-to-back calls (the steady state an application sees), interleaved, best
- * burst kept, after a warm-up. Every rank takes the slowest rank's figures
- * (agreed over the ring after each size), so all ranks derive the same
- * crossover and stop at the same size once ring clearly wins. The threshold is
- * the split that loses least time against the better algorithm over the
- * measured sizes (robust to one noisy point), interpolated between the two
- * sizes around it. */
-static int calibrate(sc_comm_t *c)
+/* ---- crossover calibration ------------------------------------------------ */
+
+/* Calibration, bounded by about CAL_BUDGET_NS of wall time:
+ * 0. a sample is a burst of CAL_BURST back-to-back calls of one algorithm,
+ *    timed without its first call (the steady state an application and
+ *    spark-bench see: single calls flatter one-shot, since a rank that
+ *    arrives late finds every input there, and under load by up to 2x);
+ * 1. sweep: from 4 KiB up, one sample of each algorithm per size; the slowest
+ *    rank's figures are agreed after each size, and from 32 KiB on the sweep
+ *    stops once ring is clearly ahead at two sizes in a row, or after half
+ *    the budget (cut short with one-shot still ahead, the crossover is taken
+ *    as at least the default, 64 KiB);
+ * 2. rounds over the swept sizes: one sample of each algorithm per size per
+ *    round, the order alternating by round and size (neither always runs on
+ *    the cache and scheduler state the other left), sizes up, then down. A
+ *    load burst on the machine then hits every size and both algorithms
+ *    alike instead of one size. CAL_MIN_ROUNDS rounds (3 samples), then up
+ *    to CAL_MAX_ROUNDS while the budget allows; the slowest rank's elapsed
+ *    time is agreed after each round, so every rank runs the same number;
+ * 3. each rank takes the median of its samples per size and algorithm (a
+ *    preempted burst cannot move it), every rank the slowest rank's medians,
+ *    and rank 0 derives the crossover and broadcasts it, so floating point
+ *    differences between machines cannot make ranks disagree.
+ * Only agreed integers steer the loops. */
+#define CAL_BUDGET_NS (50ll * 1000000ll)
+enum { CAL_BURST = 3, CAL_MIN_ROUNDS = 2, CAL_MAX_ROUNDS = 14,
+       CAL_MAX_SAMPLES = 1 + CAL_MAX_ROUNDS };
+
+static int cmp_i64(const void *a, const void *b)
 {
-	static const size_t sizes[] = {4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288,
-	                               1048576};
-	enum { NS = sizeof(sizes) / sizeof(sizes[0]) };
-	double os[NS], rg[NS];
-	float *buf;
-	int rc = 0, split = 0, measured = 0;
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static int64_t median_i64(int64_t *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_i64);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The split that loses least time (relative, summed over the measured sizes,
+ * each size's loss capped at CAL_REGRET_CAP) against the better algorithm at
+ * each size, so one noisy size cannot move it far, however bad it looks (a
+ * 1 MiB ring call that a load burst made twice as slow once gave one-shot
+ * every size). One-shot must be CAL_ONESHOT_MARGIN faster to count as the winner
+ * (it moves more bytes, and at 2 ranks the two are level over a wide range,
+ * where a coin toss per size would make the crossover wander), and ties go
+ * to the smaller split. Interpolated between the last one-shot size and the
+ * first ring size where the two lines (one-shot with its margin) cross. */
+#define CAL_ONESHOT_MARGIN 1.05
+#define CAL_REGRET_CAP 0.2
+size_t sc_calib_crossover(const size_t *sizes, const int64_t *os, const int64_t *rg, int measured,
+                          int nsizes)
+{
+	int split = 0;
 	double best_regret = 1e300;
 
-	buf = calloc(sizes[NS - 1] / sizeof(float), sizeof(float));
-	if (!buf)
-		return -ENOMEM;
-	for (int k = 0; k < NS; k++) {
-		size_t cnt = sizes[k] / sizeof(float);
-		int reps = sizes[k] <= 65536 ? 5 : 3, burst = sizes[k] <= 65536 ? 4 : 2;
-		int64_t t[2] = {INT64_MAX, INT64_MAX};
-		for (int rep = -1; rep < reps; rep++) {
-			for (int a = 0; a < 2; a++) {
-				uint64_t t0 = sc_now_ns(), dt;
-				for (int b = 0; b < burst; b++) {
-					rc = sc_allreduce_impl(c, SC_COLL_SELFTEST, buf, buf, cnt, SC_F32,
-					                       SC_MAX, a == 0 ? SC_ALGO_ONESHOT : SC_ALGO_RING);
-					if (rc < 0)
-						goto out;
-				}
-				dt = (sc_now_ns() - t0) / (uint64_t)burst;
-				if (rep >= 0 && (int64_t)dt < t[a])
-					t[a] = (int64_t)dt;
-			}
-		}
-		t[0] = -t[0]; /* min of negatives = max over ranks */
-		t[1] = -t[1];
-		if ((rc = agree_min(c, t, 2)) < 0)
-			goto out;
-		os[k] = (double)-t[0];
-		rg[k] = (double)-t[1];
-		measured = k + 1;
-		if (getenv("SPARK_COLL_DEBUG") && c->rank == 0)
-			fprintf(stderr, "sparkcoll: calibrate size=%zu oneshot_us=%.1f ring_us=%.1f\n",
-			        sizes[k], os[k] / 1e3, rg[k] / 1e3);
-		/* ring clearly ahead at two sizes in a row: larger sizes only widen it */
-		if (k >= 1 && os[k] > 1.3 * rg[k] && os[k - 1] > rg[k - 1])
+	if (measured <= 0)
+		return 0;
+	/* ring ahead at three sizes in a row, or clearly at two: it is ring from
+	 * there on, whatever a noisy larger size says */
+	for (int k = 1; k < measured; k++) {
+		int ahead2 = os[k] > rg[k] && os[k - 1] > rg[k - 1];
+		if (ahead2 && (os[k] * 10 > rg[k] * 13 || (k >= 2 && os[k - 2] > rg[k - 2]))) {
+			measured = k + 1;
 			break;
+		}
 	}
-	/* split = number of sizes given to one-shot (0..measured) */
 	for (int sp = 0; sp <= measured; sp++) {
 		double regret = 0;
 		for (int k = 0; k < measured; k++) {
-			double m = os[k] < rg[k] ? os[k] : rg[k];
-			regret += ((k < sp ? os[k] : rg[k]) - m) / m;
+			double o = (double)os[k] * CAL_ONESHOT_MARGIN, r = (double)rg[k];
+			double m = o < r ? o : r;
+			if (m <= 0)
+				m = 1;
+			double loss = ((k < sp ? o : r) - m) / m;
+			regret += loss < CAL_REGRET_CAP ? loss : CAL_REGRET_CAP;
 		}
-		if (regret < best_regret - 1e-9) {
+		if (regret < best_regret - 0.02) {
 			best_regret = regret;
 			split = sp;
 		}
 	}
-	if (split == 0) {
-		c->oneshot_max = 0;
-	} else if (split == NS) {
-		c->oneshot_max = sizes[NS - 1] * 2;
-	} else if (split == measured) {
-		c->oneshot_max = sizes[split - 1];
-	} else {
+	if (split == 0)
+		return 0;
+	if (split == nsizes)
+		return sizes[nsizes - 1] * 2;
+	if (split == measured)
+		return sizes[split - 1];
+	{
 		/* between sizes[split-1] (one-shot wins) and sizes[split] (ring wins) */
-		double d0 = os[split - 1] - rg[split - 1], d1 = os[split] - rg[split];
+		double d0 = (double)os[split - 1] * CAL_ONESHOT_MARGIN - (double)rg[split - 1];
+		double d1 = (double)os[split] * CAL_ONESHOT_MARGIN - (double)rg[split];
 		double f = d1 - d0 > 0 ? -d0 / (d1 - d0) : 0.5;
 		if (f < 0)
 			f = 0;
 		if (f > 1)
 			f = 1;
-		c->oneshot_max = (size_t)((double)sizes[split - 1] *
-		                          pow((double)sizes[split] / (double)sizes[split - 1], f));
+		return (size_t)((double)sizes[split - 1] *
+		                pow((double)sizes[split] / (double)sizes[split - 1], f));
 	}
+}
+
+/* One sample: CAL_BURST back-to-back calls of one algorithm (0 = one-shot,
+ * 1 = ring), the mean time of all but the first (which absorbs the switch
+ * from the other algorithm and the ranks' skew) into *ns. */
+static int cal_sample(sc_comm_t *c, float *buf, size_t bytes, int algo, int64_t *ns)
+{
+	uint64_t t0 = 0;
+	for (int b = 0; b < CAL_BURST; b++) {
+		int rc;
+		if (b == 1)
+			t0 = sc_now_ns();
+		rc = sc_allreduce_impl(c, SC_COLL_SELFTEST, buf, buf, bytes / sizeof(float), SC_F32,
+		                       SC_MAX, algo == 0 ? SC_ALGO_ONESHOT : SC_ALGO_RING);
+		if (rc < 0)
+			return rc;
+	}
+	*ns = (int64_t)(sc_now_ns() - t0) / (CAL_BURST - 1);
+	return 0;
+}
+
+static int calibrate(sc_comm_t *c)
+{
+	static const size_t sizes[] = {4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288,
+	                               1048576};
+	enum { NS = sizeof(sizes) / sizeof(sizes[0]) };
+	int64_t smp[NS][2][CAL_MAX_SAMPLES], os[NS], rg[NS], v[2 * NS];
+	int64_t elapsed = 0, round_cost = 0;
+	uint64_t t_start = sc_now_ns();
+	float *buf;
+	int rc = 0, measured = 0, nsmp = 1, rounds = 0, cut = 0;
+	int dbg = getenv("SPARK_COLL_DEBUG") && c->rank == 0;
+
+	buf = calloc(sizes[NS - 1] / sizeof(float), sizeof(float));
+	if (!buf)
+		return -ENOMEM;
+	/* 1. sweep (min of negatives = max over ranks) */
+	for (int k = 0; k < NS; k++) {
+		for (int a = 0; a < 2; a++)
+			if ((rc = cal_sample(c, buf, sizes[k], a, &smp[k][a][0])) < 0)
+				goto out;
+		v[0] = -smp[k][0][0];
+		v[1] = -smp[k][1][0];
+		v[2] = -(int64_t)(sc_now_ns() - t_start);
+		if ((rc = agree_min(c, v, 3)) < 0)
+			goto out;
+		os[k] = -v[0];
+		rg[k] = -v[1];
+		elapsed = -v[2];
+		round_cost += os[k] + rg[k];
+		measured = k + 1;
+		/* ring clearly ahead at two sizes in a row (30%, 15%: one sample
+		 * each, so not too eager): larger sizes only widen it; the sweep
+		 * may take half the budget; 4-32 KiB are always measured */
+		if (k >= 3 && os[k] * 100 > rg[k] * 130 && os[k - 1] * 100 > rg[k - 1] * 115)
+			break;
+		if (k >= 3 && elapsed > CAL_BUDGET_NS / 2) {
+			cut = 1;
+			break;
+		}
+	}
+	round_cost *= CAL_BURST;
+	/* 2. interleaved rounds while the budget allows */
+	while (rounds < CAL_MAX_ROUNDS &&
+	       (rounds < CAL_MIN_ROUNDS || elapsed + round_cost <= CAL_BUDGET_NS)) {
+		for (int j = 0; j < measured; j++) {
+			int k = rounds & 1 ? measured - 1 - j : j;
+			for (int i = 0; i < 2; i++) {
+				int a = i ^ ((rounds + k) & 1);
+				if ((rc = cal_sample(c, buf, sizes[k], a, &smp[k][a][nsmp])) < 0)
+					goto out;
+			}
+		}
+		nsmp++;
+		rounds++;
+		v[0] = -(int64_t)(sc_now_ns() - t_start);
+		if ((rc = agree_min(c, v, 1)) < 0)
+			goto out;
+		round_cost = -v[0] - elapsed;
+		elapsed = -v[0];
+	}
+	/* 3. the slowest rank's medians; rank 0 decides, the others take its
+	 * figure (min with INT64_MAX) */
+	for (int k = 0; k < measured; k++) {
+		v[2 * k] = -median_i64(smp[k][0], nsmp);
+		v[2 * k + 1] = -median_i64(smp[k][1], nsmp);
+	}
+	if ((rc = agree_min(c, v, 2 * measured)) < 0)
+		goto out;
+	for (int k = 0; k < measured; k++) {
+		os[k] = -v[2 * k];
+		rg[k] = -v[2 * k + 1];
+		if (dbg)
+			fprintf(stderr, "sparkcoll: calibrate size=%zu oneshot_us=%.1f ring_us=%.1f\n",
+			        sizes[k], (double)os[k] / 1e3, (double)rg[k] / 1e3);
+	}
+	if (c->rank == 0) {
+		size_t x = sc_calib_crossover(sizes, os, rg, measured, NS);
+		/* out of time with one-shot still ahead (a starved machine): the
+		 * crossover lies beyond what was measured; assume the default */
+		if (cut && x == sizes[measured - 1] && x < DEFAULT_ONESHOT_MAX)
+			x = DEFAULT_ONESHOT_MAX;
+		v[0] = (int64_t)x;
+	} else {
+		v[0] = INT64_MAX;
+	}
+	if ((rc = agree_min(c, v, 1)) < 0)
+		goto out;
+	c->oneshot_max = (size_t)v[0];
 	c->calibrated = 1;
+	c->calib_ns = sc_now_ns() - t_start;
+	if (dbg)
+		fprintf(stderr, "sparkcoll: calibrate sizes=%d samples=%d ms=%.1f oneshot_max=%zu\n",
+		        measured, nsmp, (double)c->calib_ns / 1e6, c->oneshot_max);
 out:
 	free(buf);
 	return rc;
 }
 
-static int auto_spin(sc_comm_t *c)
+/* ---- host identity and the spin policy ------------------------------------ */
+
+uint64_t sc_host_id(void)
 {
-	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	int local = 0;
-	const char *y = getenv("SPARK_COLL_SPIN_YIELD");
-	for (int i = 0; i < c->world; i++)
-		if (sc_is_loopback(c->peers[i]))
-			local++;
-	/* more local ranks than cores: spinning steals the cores the peers need,
-	 * so sleep in poll() at once (a woken sleeper also preempts spinners) */
-	int oversubscribed = local > 1 && ncpu > 0 && local >= ncpu;
-	c->spin_yield = oversubscribed;
-	if (y && *y)
-		c->spin_yield = atoi(y) != 0;
-	if (c->opt.spin_us >= 0)
-		return c->opt.spin_us;
-	return oversubscribed ? 0 : 50;
+	char buf[300];
+	const char *s = getenv("SPARK_COLL_HOST_ID");
+	FILE *f;
+
+	if (s && *s) {
+		snprintf(buf, sizeof(buf), "id:%s", s);
+		return hash_str(buf);
+	}
+	/* one per running kernel: network namespaces and containers share it, a VM
+	 * or another machine has its own */
+	f = fopen("/proc/sys/kernel/random/boot_id", "re");
+	if (f) {
+		char id[64];
+		size_t n = fread(id, 1, sizeof(id) - 1, f);
+		fclose(f);
+		while (n && (id[n - 1] == '\n' || id[n - 1] == ' '))
+			n--;
+		id[n] = '\0';
+		if (n >= 16) {
+			snprintf(buf, sizeof(buf), "boot:%s", id);
+			return hash_str(buf);
+		}
+	}
+	memcpy(buf, "host:", 5);
+	if (gethostname(buf + 5, sizeof(buf) - 6) == 0) {
+		buf[sizeof(buf) - 1] = '\0';
+		return hash_str(buf);
+	}
+	return 0;
+}
+
+int sc_spin_decide(const uint64_t *host_ids, int world, int rank, long ncpu, int spin_opt,
+                   const char *yield_env, int *spin_us, int *spin_yield)
+{
+	int local = 1, oversubscribed;
+	uint64_t me = host_ids ? host_ids[rank] : 0;
+
+	if (me)
+		for (int i = 0; i < world; i++)
+			if (i != rank && host_ids[i] == me)
+				local++;
+	/* at least as many ranks on this host as it has cores: spinning steals
+	 * the cores the peers need, so sleep in poll() at once (a woken sleeper
+	 * also preempts spinners) */
+	oversubscribed = local > 1 && ncpu > 0 && local >= ncpu;
+	*spin_yield = oversubscribed;
+	if (yield_env && *yield_env)
+		*spin_yield = atoi(yield_env) != 0;
+	*spin_us = spin_opt >= 0 ? spin_opt : oversubscribed ? 0 : 50;
+	return local;
+}
+
+/* Learn every rank's host (a ring all-gather, so it works on a physical ring
+ * too) and set the spin policy from the ranks sharing this host. */
+static int host_spin(sc_comm_t *c)
+{
+	uint64_t *ids = calloc((size_t)c->world, sizeof(*ids));
+	int rc = 0;
+
+	if (!ids)
+		return -ENOMEM;
+	ids[c->rank] = sc_host_id();
+	if (c->world > 1)
+		rc = sc_allgather_impl(c, SC_COLL_SELFTEST, &ids[c->rank], ids, 1, SC_I64,
+		                       SC_ALGO_RING);
+	if (rc == 0) {
+		c->host_cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		c->host_ranks = sc_spin_decide(ids, c->world, c->rank, c->host_cpus, c->opt.spin_us,
+		                               getenv("SPARK_COLL_SPIN_YIELD"), &c->spin_us,
+		                               &c->spin_yield);
+	}
+	free(ids);
+	return rc;
 }
 
 static void log_decision(sc_comm_t *c)
 {
 	const char *s = getenv("SPARK_COLL_LOG");
+	char cal[48] = "";
 	if (s && strcmp(s, "0") == 0)
 		return;
 	if (c->rank != 0 && !(s && strcmp(s, "all") == 0))
 		return;
+	if (c->calibrated)
+		snprintf(cal, sizeof(cal), " calibrated=1 calib_ms=%.1f", (double)c->calib_ns / 1e6);
 	fprintf(stderr,
 	        "sparkcoll: rank=%d world=%d transport=%s algo=%s oneshot=%s oneshot_max=%zu%s "
-	        "decision=\"%s\" transport_reason=\"%s\"\n",
+	        "host_ranks=%d cpus=%ld spin_us=%d decision=\"%s\" transport_reason=\"%s\"\n",
 	        c->rank, c->world, c->transport, sc_algo_name(c->opt.algo),
 	        c->oneshot_ok ? "on" : "off", c->oneshot_ok ? c->oneshot_max : 0,
-	        c->calibrated ? " calibrated=1" : "", c->decision, c->transport_reason);
+	        cal, c->host_ranks, c->host_cpus, c->spin_us,
+	        c->decision, c->transport_reason);
 }
 
 int sc_comm_init(sc_comm_t **out, int rank, int world, const char *const *peers,
@@ -399,8 +595,10 @@ int sc_comm_init(sc_comm_t **out, int rank, int world, const char *const *peers,
 			goto fail;
 		}
 	}
-	c->spin_us = auto_spin(c);
+	/* until the hosts are known (host_spin), sleep in poll() while waiting */
+	c->spin_us = c->opt.spin_us >= 0 ? c->opt.spin_us : 0;
 	if (world == 1) {
+		host_spin(c);
 		snprintf(c->transport, sizeof(c->transport), "none");
 		snprintf(c->decision, sizeof(c->decision), "single rank");
 		if (c->opt.listen_fd >= 0)
@@ -450,7 +648,7 @@ int sc_comm_init(sc_comm_t **out, int rank, int world, const char *const *peers,
 		rc = -ENODEV;
 		goto fail_msg;
 	}
-	if ((rc = selftest(c)) < 0)
+	if ((rc = host_spin(c)) < 0 || (rc = selftest(c)) < 0)
 		goto fail_msg;
 	if (c->oneshot_ok) {
 		if (c->opt.oneshot_max != SC_ONESHOT_CALIBRATE)

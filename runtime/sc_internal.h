@@ -85,6 +85,9 @@ struct sc_comm {
 	char transport[16];
 	char transport_reason[256];
 	int spin_us, spin_yield;
+	int host_ranks;         /* ranks on this rank's host, itself included */
+	long host_cpus;         /* online CPUs of this host */
+	uint64_t calib_ns;      /* wall time of the calibration (0 if none) */
 	int listen_fd;
 	uint8_t *tmp;
 	size_t tmp_cap;
@@ -148,6 +151,23 @@ SC_HIDDEN int sc_allreduce_impl(sc_comm_t *c, int coll, const void *send, void *
                                 size_t count, sc_dtype_t dt, sc_op_t op, sc_algo_t algo);
 SC_HIDDEN int sc_allgather_impl(sc_comm_t *c, int coll, const void *send, void *recv,
                                 size_t count, sc_dtype_t dt, sc_algo_t algo);
+
+/* sc_comm.c, exposed for unit tests */
+/* This host's identity: a hash of SPARK_COLL_HOST_ID if set, else of the
+ * kernel boot id (shared by network namespaces and containers on one kernel),
+ * else of the host name; never 0. */
+SC_HIDDEN uint64_t sc_host_id(void);
+/* Spin policy from every rank's host id (0 = unknown, a host of its own):
+ * counts the ranks on host_ids[rank]'s host and returns that count; sets
+ * *spin_us (spin_opt if >= 0, else 0 when those ranks are at least ncpu, else
+ * 50) and *spin_yield (yield_env if set and non-empty, else the same test). */
+SC_HIDDEN int sc_spin_decide(const uint64_t *host_ids, int world, int rank, long ncpu,
+                             int spin_opt, const char *yield_env, int *spin_us, int *spin_yield);
+/* Crossover in bytes from per-size times (ns) of one-shot (os) and ring (rg)
+ * measured at sizes[0..measured-1] of nsizes planned: 0 = ring everywhere,
+ * 2 * sizes[nsizes-1] = one-shot at every planned size. */
+SC_HIDDEN size_t sc_calib_crossover(const size_t *sizes, const int64_t *os, const int64_t *rg,
+                                    int measured, int nsizes);
 
 /* sc_local.c: fork n ranks on loopback; each runs fn(rank, n, peers, listen_fd, arg)
  * and exits with its return value. Returns 0 if every rank returned 0, else the

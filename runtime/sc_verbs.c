@@ -9,9 +9,11 @@
  * TCP socket from the bootstrap stays open to carry ABORT and to notice a
  * dead peer at once.
  *
- * The device and GID come from the connection's local IP address: the GID
- * whose sysfs gid_attrs/types entry is "RoCE v2" and whose value is that
- * address (IPv4-mapped for IPv4). The index is never assumed. */
+ * The device and GID come from the connection's local IP address: the RoCE v2
+ * GID whose value is that address (IPv4-mapped for IPv4), never an assumed
+ * index. Each device's table is read once per communicator
+ * (ibv_query_gid_table; sysfs gids/N and gid_attrs/types/N where that fails)
+ * and every connection looks it up in that cache. */
 #include "sc_internal.h"
 
 #include <arpa/inet.h>
@@ -27,24 +29,40 @@
 
 #define VSLOT_SIZE (64u * 1024u)
 #define VNSLOTS 32u
-#define VMAX_DEVS 8
+/* RC transport timeout 4.096 us * 2^16 = 268 ms, 6 retries: a peer whose device
+ * stops acknowledging (link down, packets dropped above a lowered MTU) fails the
+ * send with IBV_WC_RETRY_EXC_ERR after about 2 s. Not 7: rdma_rxe treats a
+ * retry count of 7 as "retry forever" (rxe_comp.c), the spec does not. */
+#define VQP_TIMEOUT 16
+#define VQP_RETRY 6
+#define VGID_RELOAD_NS (1000ull * 1000000ull)
+
+/* One RoCE v2 GID of a device port. */
+struct sc_vgid {
+	uint8_t gid[16];
+	int port, index;
+};
 
 struct sc_vdev {
 	char name[64];
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
+	/* its RoCE v2 GIDs, read once per communicator */
+	struct sc_vgid *gids;
+	int ngids, gids_loaded;
 };
 
 struct sc_vctx {
 	struct ibv_device **list;
 	int nlist;
-	struct sc_vdev devs[VMAX_DEVS];
-	int ndevs;
+	struct sc_vdev *devs; /* [nlist], in the order of list */
+	uint64_t gids_at;     /* when the GID tables were read, 0 = not yet */
 };
 
 struct sc_vlink {
 	sc_comm_t *c;
 	struct sc_vdev *dev;
+	int peer;
 	int port, gid_index;
 	uint8_t gid[16];
 	struct ibv_comp_channel *ch;
@@ -60,12 +78,11 @@ struct sc_vlink {
 	uint32_t r_off;           /* bytes consumed from r_head */
 	uint32_t *r_len;
 	uint32_t psn;
-	enum ibv_mtu mtu;
+	enum ibv_mtu mtu, path_mtu;
 	int err;
-	char errmsg[120];
 };
 
-/* ---- sysfs GID lookup ---------------------------------------------------- */
+/* ---- GID lookup ---------------------------------------------------------- */
 
 static int read_line(const char *path, char *buf, size_t len)
 {
@@ -111,6 +128,106 @@ static int local_gid_bytes(const struct sockaddr *sa, uint8_t out[16])
 	return -EAFNOSUPPORT;
 }
 
+static int gid_push(struct sc_vgid **v, int *n, int *cap, const uint8_t g[16], int port, int idx)
+{
+	if (*n == *cap) {
+		int nc = *cap ? 2 * *cap : 8;
+		struct sc_vgid *x = realloc(*v, (size_t)nc * sizeof(*x));
+		if (!x)
+			return -ENOMEM;
+		*v = x;
+		*cap = nc;
+	}
+	memcpy((*v)[*n].gid, g, 16);
+	(*v)[*n].port = port;
+	(*v)[*n].index = idx;
+	(*n)++;
+	return 0;
+}
+
+/* The RoCE v2 GIDs of device dev under sysfs_root (only those equal to *want
+ * when want is set). Each entry's value is read first and its type only for a
+ * candidate: an rxe table has 1024 slots, nearly all zero. */
+static int sysfs_gids(const char *sysfs_root, const char *dev, const uint8_t *want,
+                      struct sc_vgid **out, int *n)
+{
+	char path[512];
+	DIR *pd;
+	struct dirent *pe;
+	int cap = 0;
+	static const uint8_t zero[16];
+
+	*out = NULL;
+	*n = 0;
+	snprintf(path, sizeof(path), "%s/%s/ports", sysfs_root, dev);
+	pd = opendir(path);
+	if (!pd)
+		return -ENOENT;
+	while ((pe = readdir(pd))) {
+		char *end;
+		long p = strtol(pe->d_name, &end, 10);
+		if (pe->d_name[0] == '.' || *end || p <= 0 || p > 255)
+			continue;
+		for (int i = 0; i < 4096; i++) {
+			char gpath[600], tpath[600], gs[128], ts[64];
+			uint8_t g[16];
+			snprintf(gpath, sizeof(gpath), "%s/%s/ports/%ld/gids/%d", sysfs_root, dev, p, i);
+			if (read_line(gpath, gs, sizeof(gs)) == -ENOENT)
+				break; /* end of the table */
+			if (parse_gid(gs, g) < 0 || memcmp(g, zero, 16) == 0 ||
+			    (want && memcmp(g, want, 16) != 0))
+				continue;
+			snprintf(tpath, sizeof(tpath), "%s/%s/ports/%ld/gid_attrs/types/%d", sysfs_root,
+			         dev, p, i);
+			if (read_line(tpath, ts, sizeof(ts)) < 0 || strcasecmp(ts, "RoCE v2") != 0)
+				continue;
+			if (gid_push(out, n, &cap, g, (int)p, i) < 0) {
+				closedir(pd);
+				return -ENOMEM;
+			}
+		}
+	}
+	closedir(pd);
+	return 0;
+}
+
+/* The RoCE v2 GIDs of an open device, in one call (ibv_query_gid_table returns
+ * the valid entries only). -errno if the call is not supported. */
+static int verbs_gids(struct ibv_context *ctx, struct sc_vgid **out, int *n)
+{
+	struct ibv_device_attr da;
+	struct ibv_gid_entry *e;
+	size_t total = 0;
+	ssize_t got;
+	int cap = 0, rc = 0;
+
+	*out = NULL;
+	*n = 0;
+	if (ibv_query_device(ctx, &da))
+		return -(errno ? errno : EIO);
+	for (int p = 1; p <= da.phys_port_cnt; p++) {
+		struct ibv_port_attr pa;
+		if (ibv_query_port(ctx, (uint8_t)p, &pa))
+			return -(errno ? errno : EIO);
+		if (pa.gid_tbl_len > 0)
+			total += (size_t)pa.gid_tbl_len;
+	}
+	if (!total)
+		return 0;
+	e = calloc(total, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	got = ibv_query_gid_table(ctx, e, total, 0);
+	if (got < 0)
+		rc = -(errno ? errno : EOPNOTSUPP);
+	for (ssize_t k = 0; k < got && rc == 0; k++)
+		if (e[k].gid_type == IBV_GID_TYPE_ROCE_V2)
+			rc = gid_push(out, n, &cap, e[k].gid.raw, (int)e[k].port_num,
+			              (int)e[k].gid_index);
+	free(e);
+	return rc;
+}
+
 int sc_verbs_find_gid(const char *sysfs_root, const struct sockaddr *local, char *dev,
                       size_t devlen, int *port, int *gid_index, uint8_t gid[16])
 {
@@ -127,46 +244,20 @@ int sc_verbs_find_gid(const char *sysfs_root, const struct sockaddr *local, char
 	if (!d)
 		return -ENOENT;
 	while (found < 0 && (de = readdir(d))) {
-		char path[512];
-		DIR *pd;
-		struct dirent *pe;
-		if (de->d_name[0] == '.')
+		struct sc_vgid *g;
+		int n;
+		if (de->d_name[0] == '.' || strlen(de->d_name) >= devlen)
 			continue;
-		snprintf(path, sizeof(path), "%s/%s/ports", sysfs_root, de->d_name);
-		pd = opendir(path);
-		if (!pd)
+		if (sysfs_gids(sysfs_root, de->d_name, want, &g, &n) < 0)
 			continue;
-		while (found < 0 && (pe = readdir(pd))) {
-			char *end;
-			long p = strtol(pe->d_name, &end, 10);
-			if (pe->d_name[0] == '.' || *end || p <= 0 || p > 255)
-				continue;
-			for (int i = 0; i < 1024; i++) {
-				char gpath[600], tpath[600], gs[128], ts[64];
-				uint8_t g[16];
-				snprintf(gpath, sizeof(gpath), "%s/%s/ports/%ld/gids/%d", sysfs_root,
-				         de->d_name, p, i);
-				snprintf(tpath, sizeof(tpath), "%s/%s/ports/%ld/gid_attrs/types/%d",
-				         sysfs_root, de->d_name, p, i);
-				if (read_line(gpath, gs, sizeof(gs)) == -ENOENT)
-					break; /* end of the table */
-				if (read_line(tpath, ts, sizeof(ts)) < 0)
-					continue; /* unused entry reads as EINVAL */
-				if (strcasecmp(ts, "RoCE v2") != 0)
-					continue;
-				if (parse_gid(gs, g) < 0 || memcmp(g, want, 16) != 0)
-					continue;
-				if (strlen(de->d_name) >= devlen)
-					continue;
-				strcpy(dev, de->d_name);
-				*port = (int)p;
-				*gid_index = i;
-				memcpy(gid, g, 16);
-				found = 0;
-				break;
-			}
+		if (n > 0) {
+			strcpy(dev, de->d_name);
+			*port = g[0].port;
+			*gid_index = g[0].index;
+			memcpy(gid, g[0].gid, 16);
+			found = 0;
 		}
-		closedir(pd);
+		free(g);
 	}
 	closedir(d);
 	return found;
@@ -193,14 +284,30 @@ int sc_verbs_open(sc_comm_t *c)
 		return 0;
 	}
 	v = calloc(1, sizeof(*v));
-	if (!v) {
+	if (v)
+		v->devs = calloc((size_t)num, sizeof(*v->devs));
+	if (!v || !v->devs) {
+		free(v);
 		ibv_free_device_list(list);
 		return 0;
 	}
 	v->list = list;
 	v->nlist = num;
+	for (int i = 0; i < num; i++)
+		snprintf(v->devs[i].name, sizeof(v->devs[i].name), "%s",
+		         ibv_get_device_name(list[i]));
 	c->vctx = v;
 	return 1;
+}
+
+static void dev_release(struct sc_vdev *d)
+{
+	if (d->pd)
+		ibv_dealloc_pd(d->pd);
+	if (d->ctx)
+		ibv_close_device(d->ctx);
+	d->pd = NULL;
+	d->ctx = NULL;
 }
 
 void sc_verbs_close(sc_comm_t *c)
@@ -208,44 +315,94 @@ void sc_verbs_close(sc_comm_t *c)
 	struct sc_vctx *v = c->vctx;
 	if (!v)
 		return;
-	for (int i = 0; i < v->ndevs; i++) {
-		if (v->devs[i].pd)
-			ibv_dealloc_pd(v->devs[i].pd);
-		if (v->devs[i].ctx)
-			ibv_close_device(v->devs[i].ctx);
+	for (int i = 0; i < v->nlist; i++) {
+		dev_release(&v->devs[i]);
+		free(v->devs[i].gids);
 	}
+	free(v->devs);
 	ibv_free_device_list(v->list);
 	free(v);
 	c->vctx = NULL;
 }
 
-static struct sc_vdev *get_dev(struct sc_vctx *v, const char *name)
+/* Read every device's RoCE v2 GIDs into the cache: by verbs, or from the sysfs
+ * tree of opt.sysfs_root (tests), or from /sys where verbs cannot (a kernel
+ * without the GID table query). A device opened only for this is closed again. */
+static void load_gids(sc_comm_t *c)
 {
-	for (int i = 0; i < v->ndevs; i++)
-		if (strcmp(v->devs[i].name, name) == 0)
-			return &v->devs[i];
-	if (v->ndevs >= VMAX_DEVS)
-		return NULL;
+	struct sc_vctx *v = c->vctx;
 	for (int i = 0; i < v->nlist; i++) {
-		if (strcmp(ibv_get_device_name(v->list[i]), name) != 0)
-			continue;
-		{
-			struct sc_vdev *d = &v->devs[v->ndevs];
-			d->ctx = ibv_open_device(v->list[i]);
+		struct sc_vdev *d = &v->devs[i];
+		int rc = -1;
+		free(d->gids);
+		d->gids = NULL;
+		d->ngids = 0;
+		if (!c->opt.sysfs_root) {
+			int opened = !d->ctx;
 			if (!d->ctx)
-				return NULL;
-			d->pd = ibv_alloc_pd(d->ctx);
-			if (!d->pd) {
+				d->ctx = ibv_open_device(v->list[i]);
+			if (d->ctx)
+				rc = verbs_gids(d->ctx, &d->gids, &d->ngids);
+			if (opened && !d->pd && d->ctx) {
 				ibv_close_device(d->ctx);
 				d->ctx = NULL;
-				return NULL;
 			}
-			snprintf(d->name, sizeof(d->name), "%s", name);
-			v->ndevs++;
-			return d;
 		}
+		if (rc < 0) {
+			free(d->gids);
+			sysfs_gids(c->opt.sysfs_root ? c->opt.sysfs_root : "/sys/class/infiniband",
+			           d->name, NULL, &d->gids, &d->ngids);
+		}
+		d->gids_loaded = 1;
+	}
+	v->gids_at = sc_now_ns();
+}
+
+/* The device, port and RoCE v2 GID index of a local address, from the cache
+ * (read at the first lookup, again on a miss once it is a second old). */
+static struct sc_vdev *find_gid_cached(sc_comm_t *c, const struct sockaddr *local, int *port,
+                                       int *gid_index, uint8_t gid[16])
+{
+	struct sc_vctx *v = c->vctx;
+	uint8_t want[16];
+
+	if (local_gid_bytes(local, want) < 0)
+		return NULL;
+	for (int pass = 0; pass < 2; pass++) {
+		if (!v->gids_at || (pass == 1 && sc_now_ns() - v->gids_at > VGID_RELOAD_NS))
+			load_gids(c);
+		else if (pass == 1)
+			break;
+		for (int i = 0; i < v->nlist; i++)
+			for (int k = 0; k < v->devs[i].ngids; k++) {
+				const struct sc_vgid *g = &v->devs[i].gids[k];
+				if (memcmp(g->gid, want, 16) != 0)
+					continue;
+				*port = g->port;
+				*gid_index = g->index;
+				memcpy(gid, g->gid, 16);
+				return &v->devs[i];
+			}
 	}
 	return NULL;
+}
+
+/* Open a device (context and protection domain) for links. */
+static int dev_open(struct sc_vctx *v, struct sc_vdev *d)
+{
+	if (d->pd)
+		return 0;
+	if (!d->ctx)
+		d->ctx = ibv_open_device(v->list[d - v->devs]);
+	if (!d->ctx)
+		return -(errno ? errno : ENODEV);
+	d->pd = ibv_alloc_pd(d->ctx);
+	if (!d->pd) {
+		int e = errno ? errno : ENOMEM;
+		dev_release(d);
+		return -e;
+	}
+	return 0;
 }
 
 /* ---- link ---------------------------------------------------------------- */
@@ -302,13 +459,14 @@ struct sc_vlink *sc_verbs_link_new(sc_comm_t *c, const struct sockaddr *local, s
 	if (!v)
 		return NULL;
 	v->c = c;
-	if (sc_verbs_find_gid(c->opt.sysfs_root, local, devname, sizeof(devname), &v->port,
-	                      &v->gid_index, v->gid) < 0) {
+	v->peer = -1;
+	v->dev = find_gid_cached(c, local, &v->port, &v->gid_index, v->gid);
+	if (!v->dev) {
 		snprintf(why, whylen, "no RoCE v2 GID for local address %s on any RDMA device", addr);
 		goto fail;
 	}
-	v->dev = get_dev(c->vctx, devname);
-	if (!v->dev) {
+	snprintf(devname, sizeof(devname), "%s", v->dev->name);
+	if (dev_open(c->vctx, v->dev) < 0) {
 		snprintf(why, whylen, "cannot open RDMA device %s", devname);
 		goto fail;
 	}
@@ -401,7 +559,8 @@ int sc_verbs_link_connect(struct sc_vlink *v, const sc_hello_t *peer, char *why,
 
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = (enum ibv_mtu)(peer->mtu < (uint8_t)v->mtu ? peer->mtu : (uint8_t)v->mtu);
+	v->path_mtu = (enum ibv_mtu)(peer->mtu < (uint8_t)v->mtu ? peer->mtu : (uint8_t)v->mtu);
+	a.path_mtu = v->path_mtu;
 	a.dest_qp_num = peer->qpn;
 	a.rq_psn = peer->psn;
 	a.max_dest_rd_atomic = 1;
@@ -421,8 +580,10 @@ int sc_verbs_link_connect(struct sc_vlink *v, const sc_hello_t *peer, char *why,
 	}
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
+	a.timeout = VQP_TIMEOUT;
+	a.retry_cnt = VQP_RETRY;
+	if (getenv("SCQP_TIMEOUT")) a.timeout = (uint8_t)atoi(getenv("SCQP_TIMEOUT")); /* TMPEXP */
+	if (getenv("SCQP_RETRY")) a.retry_cnt = (uint8_t)atoi(getenv("SCQP_RETRY")); /* TMPEXP */
 	a.rnr_retry = 7; /* infinite: receiver behind means wait */
 	a.sq_psn = v->psn;
 	a.max_rd_atomic = 1;
@@ -435,6 +596,30 @@ int sc_verbs_link_connect(struct sc_vlink *v, const sc_hello_t *peer, char *why,
 	return 0;
 }
 
+static int mtu_bytes(enum ibv_mtu m)
+{
+	return m >= IBV_MTU_256 && m <= IBV_MTU_4096 ? 128 << (int)m : 0;
+}
+
+/* The first failed completion fails the communicator with what it means (the
+ * ones behind it come back flushed and say nothing more). */
+static void completion_failed(struct sc_vlink *v, const struct ibv_wc *wc)
+{
+	char hint[200] = "";
+	v->err = -EIO;
+	if (wc->status == IBV_WC_RETRY_EXC_ERR)
+		snprintf(hint, sizeof(hint),
+		         ": the peer's RDMA device stopped acknowledging; the link is down or drops "
+		         "packets, e.g. an MTU on the path lowered below the RoCE MTU of %d bytes",
+		         mtu_bytes(v->path_mtu));
+	else if (wc->status == IBV_WC_REM_INV_REQ_ERR || wc->status == IBV_WC_LOC_LEN_ERR)
+		snprintf(hint, sizeof(hint),
+		         ": packet lengths disagree; did an MTU on the link change (RoCE MTU %d "
+		         "bytes)?", mtu_bytes(v->path_mtu));
+	sc_fail(v->c, -EIO, "RDMA link to rank %d (%s) failed: work completion %s (status %d)%s",
+	        v->peer, v->dev->name, ibv_wc_status_str(wc->status), (int)wc->status, hint);
+}
+
 static int vpoll(struct sc_vlink *v)
 {
 	struct ibv_wc wc[16];
@@ -442,11 +627,8 @@ static int vpoll(struct sc_vlink *v)
 	while ((n = ibv_poll_cq(v->cq, 16, wc)) > 0) {
 		for (int i = 0; i < n; i++) {
 			if (wc[i].status != IBV_WC_SUCCESS) {
-				if (!v->err) {
-					v->err = -EIO;
-					snprintf(v->errmsg, sizeof(v->errmsg), "work completion error %s (%d)",
-					         ibv_wc_status_str(wc[i].status), (int)wc[i].status);
-				}
+				if (!v->err)
+					completion_failed(v, &wc[i]);
 				continue;
 			}
 			if (wc[i].opcode == IBV_WC_RECV) {
@@ -644,5 +826,6 @@ sc_link_t *sc_verbs_link_wrap(struct sc_vlink *v, int fd, int peer)
 	l->fd = fd;
 	l->peer = peer;
 	l->priv = v;
+	v->peer = peer;
 	return l;
 }

@@ -7,7 +7,8 @@
  *
  *  off size field
  *   0  2   magic 0x5343 ("SC")
- *   2  1   version (1)
+ *   2  1   version (2: init gathers every rank's host id before the self-test,
+ *          so ranks of versions 1 and 2 refuse each other's HELLO)
  *   3  1   kind (SC_MSG_*)
  *   4  4   seq: collective sequence number
  *   8  1   coll (SC_COLL_*)
@@ -26,7 +27,7 @@
 #include <stdint.h>
 
 #define SC_WIRE_MAGIC 0x5343u
-#define SC_WIRE_VERSION 1u
+#define SC_WIRE_VERSION 2u
 #define SC_HDR_LEN 32
 #define SC_MAX_WORLD 256
 /* Largest payload one message may announce (a ring chunk of a huge buffer is split). */

@@ -105,7 +105,8 @@ static void sleep_ms(int ms)
  * which netdevs are the fabric and how they pair into ports (the fabric.ports
  * map), the sim's fabric MTU (fabric.mtu, the cluster MTU on the head), and
  * the address pool of `sparkctl topo addresses` (fabric.pool: a sim uses only
- * 169.254.0.0/16), and a TCP bandwidth floor for probes that suits veths on a
+ * link-local space, and its upper half 169.254.128.0/17 so that no fabric
+ * subnet can cover the management addresses 169.254.100.K), and a TCP bandwidth floor for probes that suits veths on a
  * busy machine (probes.tcp_min_gbps). */
 static int write_config(const struct sim *s, const char *path)
 {
@@ -116,7 +117,7 @@ static int write_config(const struct sim *s, const char *path)
 			 "  ports:\n"
 			 "    \"0\": [enp1s0f0np0, enP2p1s0f0np0]\n"
 			 "    \"1\": [enp1s0f1np1, enP2p1s0f1np1]\n"
-			 "  pool: 169.254.0.0/16\n"
+			 "  pool: 169.254.128.0/17\n"
 			 "  mtu: %d\n"
 			 "probes:\n"
 			 "  tcp_min_gbps: 0.1 # veths on shared CPUs; a real cluster keeps 1\n",

@@ -40,6 +40,7 @@ struct disc {
 	struct port *ports;
 	size_t n_ports;
 	bool *fabric; /* per nd */
+	long *ib_of;  /* per nd: its RDMA device (index into ibs), -1 none */
 	json_t *notes;
 };
 
@@ -296,22 +297,98 @@ static int pick_rocev2(const struct topo_ibport *p, const char *netdev)
 	return best;
 }
 
+static bool port_names(const struct topo_ibport *p, const char *netdev)
+{
+	if (strcmp(p->ndev, netdev) == 0)
+		return true;
+	for (size_t g = 0; g < p->n_gids; g++)
+		if (strcmp(p->gids[g].ndev, netdev) == 0)
+			return true;
+	return false;
+}
+
+static bool ib_names(const struct topo_ibdev *ib, const char *netdev)
+{
+	for (size_t k = 0; k < ib->n_ports; k++)
+		if (port_names(&ib->ports[k], netdev))
+			return true;
+	return false;
+}
+
+/* The RDMA device of a netdev: the one on its PCI function; else (a netdev
+ * without one, e.g. rxe on a veth) the one whose GIDs name the netdev, known
+ * from each port's first GID; the GID tables of ports where that is unknown
+ * are read only if nothing else matched. -1 if none. */
+static long match_ib(struct disc *d, const struct topo_nd *nd)
+{
+	long found = -1;
+	for (size_t i = 0; i < d->n_ibs; i++)
+		if (nd->has_pci && d->ibs[i].has_pci && strcmp(d->ibs[i].pci, nd->pci) == 0)
+			found = (long)i;
+	if (found >= 0)
+		return found;
+	for (size_t i = 0; i < d->n_ibs; i++)
+		if (ib_names(&d->ibs[i], nd->name))
+			return (long)i;
+	for (size_t i = 0; i < d->n_ibs; i++) {
+		struct topo_ibdev *ib = &d->ibs[i];
+		bool unknown = false;
+		for (size_t k = 0; k < ib->n_ports; k++)
+			unknown |= !ib->ports[k].ndev[0] && !ib->ports[k].gids_read;
+		if (!unknown)
+			continue;
+		topo_sysfs_ibdev_gids(d->root, ib);
+		if (ib_names(ib, nd->name))
+			return (long)i;
+	}
+	return -1;
+}
+
+/* Match every fabric netdev to its RDMA device, then get the GID tables of those
+ * devices only (verbs where it may be used, else sysfs): an rxe table has 1024
+ * slots and there may be many devices that are not the fabric's. */
+static int load_rdma(struct disc *d, bool verbs, bool *verbs_used)
+{
+	d->ib_of = calloc(d->n_nds ? d->n_nds : 1, sizeof *d->ib_of);
+	bool *want = calloc(d->n_ibs ? d->n_ibs : 1, sizeof *want);
+	if (!d->ib_of || !want) {
+		free(want);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < d->n_nds; i++) {
+		d->ib_of[i] = d->fabric[i] ? match_ib(d, &d->nds[i]) : -1;
+		if (d->ib_of[i] >= 0)
+			want[d->ib_of[i]] = true;
+	}
+	if (verbs) {
+		char note[1024];
+		topo_verbs_fill(d->ibs, d->n_ibs, want, note, sizeof note);
+		if (note[0])
+			json_array_append_new(d->notes, str_or_null(note));
+	}
+	for (size_t i = 0; i < d->n_ibs; i++) {
+		if (!want[i])
+			continue;
+		if (strcmp(d->ibs[i].source, TOPO_SRC_VERBS) == 0)
+			*verbs_used = true;
+		else
+			topo_sysfs_ibdev_gids(d->root, &d->ibs[i]);
+	}
+	free(want);
+	return 0;
+}
+
 static json_t *rdma_json(const struct disc *d, const struct topo_nd *nd)
 {
-	if (!nd->has_pci)
+	long ni = nd - d->nds;
+	if (ni < 0 || (size_t)ni >= d->n_nds || d->ib_of[ni] < 0)
 		return json_null();
-	const struct topo_ibdev *ib = NULL;
-	for (size_t i = 0; i < d->n_ibs; i++)
-		if (d->ibs[i].has_pci && strcmp(d->ibs[i].pci, nd->pci) == 0)
-			ib = &d->ibs[i];
-	if (!ib)
-		return json_null();
+	const struct topo_ibdev *ib = &d->ibs[d->ib_of[ni]];
 	/* The port whose GIDs name this netdev; a CX-7 function has one port. */
 	const struct topo_ibport *p = NULL;
 	for (size_t k = 0; k < ib->n_ports && !p; k++)
-		for (size_t g = 0; g < ib->ports[k].n_gids && !p; g++)
-			if (strcmp(ib->ports[k].gids[g].ndev, nd->name) == 0)
-				p = &ib->ports[k];
+		if (port_names(&ib->ports[k], nd->name))
+			p = &ib->ports[k];
 	if (!p && ib->n_ports)
 		p = &ib->ports[0];
 	json_t *r = json_object();
@@ -496,19 +573,13 @@ int topo_discover(const struct topo_opts *opts, json_t **out, char *err, size_t 
 		snprintf(err, errlen, "reading RDMA devices: %s", strerror(-r));
 		goto out;
 	}
-	bool verbs_used = false;
-	if (opts->use_verbs && real_root) {
-		char note[1024];
-		topo_verbs_fill(d.ibs, d.n_ibs, note, sizeof note);
-		if (note[0])
-			json_array_append_new(d.notes, str_or_null(note));
-		for (size_t i = 0; i < d.n_ibs; i++)
-			if (strcmp(d.ibs[i].source, TOPO_SRC_VERBS) == 0)
-				verbs_used = true;
-	}
 	json_t *selection = NULL;
 	r = select_fabric(&d, &selection);
+	bool verbs_used = false;
+	if (r == 0)
+		r = load_rdma(&d, opts->use_verbs && real_root, &verbs_used);
 	if (r < 0) {
+		json_decref(selection);
 		snprintf(err, errlen, "out of memory");
 		goto out;
 	}
@@ -518,6 +589,7 @@ out:
 	json_decref(d.notes);
 	free(d.ports);
 	free(d.fabric);
+	free(d.ib_of);
 	topo_nds_free(d.nds, d.n_nds);
 	topo_ibdevs_free(d.ibs, d.n_ibs);
 	return r;

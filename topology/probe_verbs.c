@@ -411,9 +411,16 @@ int topo_probe_rdma_run(const struct topo_probe_rdma_opts *o, json_t **result, c
 			/* Only writes are in flight here (the last RECV is posted,
 			 * no SEND outstanding). */
 			int n = ibv_poll_cq(r.cq, 16, wc);
+			if (n < 0) {
+				rc = -EIO;
+				break;
+			}
 			for (int i = 0; i < n; i++) {
 				if (wc[i].status != IBV_WC_SUCCESS) {
-					wcst = wc[i].status;
+					/* The first failure is the cause; the writes queued
+					 * behind it come back flushed (IBV_WC_WR_FLUSH_ERR). */
+					if (wcst < 0)
+						wcst = wc[i].status;
 					rc = -EIO;
 				} else if (wc[i].wr_id == WR_WRITE) {
 					done_writes++;
@@ -475,16 +482,30 @@ out:;
 				"ok", rc == 0 && remote.mtu == local.mtu, "method",
 				"RoCE active MTU of both ends; RC traffic at the local MTU");
 	if (rc < 0) {
+		/* Once the endpoints are exchanged both MTUs are known: when they differ
+		 * that is the finding, whatever status the failure came back with (a
+		 * retry timeout where big packets are dropped, a remote invalid request
+		 * or a length error where they arrive, then flushed work requests). */
+		bool mtu_differs = remote.mtu && remote.mtu != local.mtu;
+		char why[64] = "";
+		if (mtu_differs)
+			snprintf(why, sizeof why, " (RoCE MTU %u here, %u on the peer)", local.mtu,
+				 remote.mtu);
 		if (!err[0] || wcst >= 0)
 			snprintf(err, errlen, "rdma probe on %s (%s): %s: %s%s", o->netdev ? o->netdev : "?",
-				 o->ibdev, step, wcst >= 0 ? wc_name(wcst) : strerror(-rc),
-				 wcst == IBV_WC_RETRY_EXC_ERR && remote.mtu && remote.mtu != local.mtu
-				     ? " (the two ends have different MTUs)"
-				     : "");
+				 o->ibdev, step, wcst >= 0 ? wc_name(wcst) : strerror(-rc), why);
+		else if (mtu_differs && strlen(err) + strlen(why) < errlen)
+			strcat(err, why);
 		*result = probe_error_result("rdma", role, o->netdev, err);
 		json_object_set_new(*result, "mtu", mtu);
-		if (wcst == IBV_WC_RETRY_EXC_ERR && remote.mtu && remote.mtu != local.mtu)
+		if (mtu_differs) {
+			/* probe_judge names the peer; on an error result it is its GID */
+			char gid[40];
+			for (int i = 0; i < 16; i++)
+				snprintf(gid + 2 * i, 3, "%02x", remote.gid[i]);
+			json_object_set_new(*result, "peer", json_string(gid));
 			probe_judge(*result, "rdma", &o->thresholds);
+		}
 		json_decref(lat);
 		json_decref(bw);
 		free(rtt);

@@ -338,6 +338,7 @@ static void read_gids(const char *root, const char *dev, struct topo_ibport *por
 	size_t len;
 	char **names;
 	size_t cnt;
+	port->gids_read = true;
 	snprintf(rel, sizeof rel, "sys/class/infiniband/%s/ports/%d/gids", dev, port->num);
 	if (topo_sysfs_list(root, rel, &names, &cnt) < 0)
 		return;
@@ -370,6 +371,13 @@ static void read_gids(const char *root, const char *dev, struct topo_ibport *por
 	topo_free_names(names, cnt);
 }
 
+void topo_sysfs_ibdev_gids(const char *root, struct topo_ibdev *d)
+{
+	for (size_t p = 0; p < d->n_ports; p++)
+		if (!d->ports[p].gids_read)
+			read_gids(root, d->name, &d->ports[p]);
+}
+
 static void read_ibport(const char *root, const char *dev, struct topo_ibport *p)
 {
 	char b[TOPO_VAL_MAX + 2];
@@ -397,7 +405,12 @@ static void read_ibport(const char *root, const char *dev, struct topo_ibport *p
 	if (readf(root, b, sizeof b, &len, "sys/class/infiniband/%s/ports/%d/link_layer", dev,
 		  p->num) == 0)
 		topo_parse_link_layer(b, len, p->link_layer, sizeof p->link_layer);
-	read_gids(root, dev, p);
+	/* The port's netdev, from its first GID (a RoCE port's default GID sits at
+	 * index 0): enough to match a device without a PCI function (rxe on a veth)
+	 * to its netdev without reading the whole table. */
+	if (readf(root, b, sizeof b, &len, "sys/class/infiniband/%s/ports/%d/gid_attrs/ndevs/0",
+		  dev, p->num) == 0)
+		topo_parse_ifname(b, len, p->ndev, sizeof p->ndev);
 }
 
 static void trimcpy(char *dst, size_t dstlen, const char *b, size_t len)

@@ -56,6 +56,8 @@ struct topo_ibport {
 	char rate[64];
 	long rate_tenths;      /* -1 unknown */
 	char link_layer[16];
+	char ndev[16];         /* netdev of the port's GIDs (the GID at index 0), "" unknown */
+	bool gids_read;        /* gids holds the table (it is read only when needed) */
 	struct topo_gid *gids;
 	size_t n_gids;
 };
@@ -88,8 +90,12 @@ int topo_sysfs_netdevs(const char *root, struct topo_nd **out, size_t *n);
  * check_ifindex: skip them when sysfs's ifindex differs from nd->ifindex
  * (a netdev of another namespace with the same name). */
 void topo_sysfs_netdev_extras(const char *root, struct topo_nd *nd, bool check_ifindex);
-/* All RDMA devices of root/sys/class/infiniband (none if it is absent). */
+/* All RDMA devices of root/sys/class/infiniband (none if it is absent): device and
+ * port facts and each port's netdev (from its first GID entry), not the GID tables
+ * (up to 1024 entries each on rxe); topo_sysfs_ibdev_gids reads those. */
 int topo_sysfs_ibdevs(const char *root, struct topo_ibdev **out, size_t *n);
+/* Read the GID tables of d's ports that have none yet. */
+void topo_sysfs_ibdev_gids(const char *root, struct topo_ibdev *d);
 void topo_ibdevs_free(struct topo_ibdev *d, size_t n);
 void topo_nds_free(struct topo_nd *nd, size_t n);
 void topo_nd_init(struct topo_nd *nd);
@@ -98,8 +104,10 @@ void topo_nd_init(struct topo_nd *nd);
 int topo_nl_netdevs(struct topo_nd **out, size_t *n, char *err, size_t errlen);
 
 /* verbs.c: replace the facts of the devices libibverbs can open with its
- * answers (source "verbs"). note says what happened when it could not. */
-void topo_verbs_fill(struct topo_ibdev *devs, size_t n, char *note, size_t notelen);
+ * answers (source "verbs"), GID tables included; only devs[i] with want[i]
+ * (every one if want is NULL). note says what happened when it could not. */
+void topo_verbs_fill(struct topo_ibdev *devs, size_t n, const bool *want, char *note,
+		     size_t notelen);
 /* "200 Gb/sec (4X HDR)" from verbs active_speed/active_width (kernel format). */
 int topo_ib_rate_string(int active_speed, int active_width, char *out, size_t outlen,
 			long *tenths);

@@ -1,6 +1,7 @@
 /* verbs: ask libibverbs about the RDMA devices sysfs listed (ibv_get_device_list,
- * ibv_query_device, ibv_query_port, ibv_query_gid_ex). A device verbs cannot
- * open keeps its sysfs facts; the note says why. */
+ * ibv_query_device, ibv_query_port, ibv_query_gid_table). A device verbs cannot
+ * open keeps its sysfs facts; the note says why. The GID tables come from
+ * ibv_query_gid_table (one call per device), ibv_query_gid_ex if it fails. */
 #include "topo_internal.h"
 
 #include "util.h"
@@ -57,6 +58,30 @@ static const char *phys_word(int s)
 	return s >= 0 && s < (int)(sizeof n / sizeof n[0]) ? n[s] : "unknown";
 }
 
+/* One valid GID entry into p (if it fits and is not the zero GID); cap is the
+ * size of p->gids (the port's gid_tbl_len). */
+static void add_gid(struct topo_ibport *p, size_t cap, const struct ibv_gid_entry *e)
+{
+	static const uint8_t zero[16];
+	if (!p->gids || p->n_gids >= cap || memcmp(e->gid.raw, zero, 16) == 0)
+		return;
+	struct topo_gid *t = &p->gids[p->n_gids++];
+	t->index = (int)e->gid_index;
+	memcpy(t->raw, e->gid.raw, 16);
+	t->type = e->gid_type == IBV_GID_TYPE_ROCE_V2 ? 2 : 1;
+	char ifn[IF_NAMESIZE];
+	if (e->ndev_ifindex && if_indextoname(e->ndev_ifindex, ifn))
+		util_strlcpy(t->ndev, ifn, sizeof t->ndev);
+	if (!p->ndev[0] && t->ndev[0])
+		util_strlcpy(p->ndev, t->ndev, sizeof p->ndev);
+}
+
+static int cmp_gid(const void *a, const void *b)
+{
+	int x = ((const struct topo_gid *)a)->index, y = ((const struct topo_gid *)b)->index;
+	return (x > y) - (x < y);
+}
+
 /* Query one opened device into d (keeps d's sysfs facts on failure). */
 static int query_dev(struct ibv_context *ctx, struct topo_ibdev *d)
 {
@@ -69,6 +94,7 @@ static int query_dev(struct ibv_context *ctx, struct topo_ibdev *d)
 	struct topo_ibport *ports = calloc(np, sizeof *ports);
 	if (!ports)
 		return -ENOMEM;
+	size_t total = 0, cap[255];
 	for (size_t i = 0; i < np; i++) {
 		struct topo_ibport *p = &ports[i];
 		struct ibv_port_attr pa;
@@ -93,22 +119,38 @@ static int query_dev(struct ibv_context *ctx, struct topo_ibdev *d)
 			     sizeof p->link_layer);
 		int tbl = pa.gid_tbl_len > 0 && pa.gid_tbl_len <= 4096 ? pa.gid_tbl_len : 0;
 		p->gids = calloc(tbl ? (size_t)tbl : 1, sizeof *p->gids);
-		for (int g = 0; p->gids && g < tbl; g++) {
-			struct ibv_gid_entry e;
-			if (ibv_query_gid_ex(ctx, (uint32_t)p->num, (uint32_t)g, &e, 0))
-				continue; /* ENODATA: empty slot */
-			static const uint8_t zero[16];
-			if (memcmp(e.gid.raw, zero, 16) == 0)
+		p->gids_read = true;
+		cap[i] = (size_t)tbl;
+		total += (size_t)tbl;
+	}
+	/* The whole table in one call (the valid entries only); per index only if
+	 * that fails. rxe tables have 1024 slots, nearly all empty. */
+	struct ibv_gid_entry *ents = calloc(total ? total : 1, sizeof *ents);
+	ssize_t got = ents && total ? ibv_query_gid_table(ctx, ents, total, 0) : -1;
+	if (got >= 0) {
+		for (ssize_t k = 0; k < got; k++)
+			for (size_t i = 0; i < np; i++)
+				if (ports[i].num == (int)ents[k].port_num)
+					add_gid(&ports[i], cap[i], &ents[k]);
+		for (size_t i = 0; i < np; i++) /* the kernel lists them in order; make sure */
+			if (ports[i].gids)
+				qsort(ports[i].gids, ports[i].n_gids, sizeof *ports[i].gids, cmp_gid);
+	} else {
+		for (size_t i = 0; i < np; i++) {
+			struct topo_ibport *p = &ports[i];
+			struct ibv_port_attr pa;
+			if (!p->gids || ibv_query_port(ctx, (uint8_t)p->num, &pa))
 				continue;
-			struct topo_gid *t = &p->gids[p->n_gids++];
-			t->index = g;
-			memcpy(t->raw, e.gid.raw, 16);
-			t->type = e.gid_type == IBV_GID_TYPE_ROCE_V2 ? 2 : 1;
-			char ifn[IF_NAMESIZE];
-			if (e.ndev_ifindex && if_indextoname(e.ndev_ifindex, ifn))
-				util_strlcpy(t->ndev, ifn, sizeof t->ndev);
+			int tbl = pa.gid_tbl_len > 0 && pa.gid_tbl_len <= 4096 ? pa.gid_tbl_len : 0;
+			for (int g = 0; g < tbl; g++) {
+				struct ibv_gid_entry e;
+				if (ibv_query_gid_ex(ctx, (uint32_t)p->num, (uint32_t)g, &e, 0))
+					continue; /* ENODATA: empty slot */
+				add_gid(p, cap[i], &e);
+			}
 		}
 	}
+	free(ents);
 	for (size_t p = 0; p < d->n_ports; p++)
 		free(d->ports[p].gids);
 	free(d->ports);
@@ -119,7 +161,8 @@ static int query_dev(struct ibv_context *ctx, struct topo_ibdev *d)
 	return 0;
 }
 
-void topo_verbs_fill(struct topo_ibdev *devs, size_t n, char *note, size_t notelen)
+void topo_verbs_fill(struct topo_ibdev *devs, size_t n, const bool *want, char *note,
+		     size_t notelen)
 {
 	int num = 0;
 	note[0] = '\0';
@@ -138,6 +181,8 @@ void topo_verbs_fill(struct topo_ibdev *devs, size_t n, char *note, size_t notel
 	}
 	size_t used = 0;
 	for (size_t i = 0; i < n; i++) {
+		if (want && !want[i])
+			continue;
 		struct ibv_device *dev = NULL;
 		for (int j = 0; j < num; j++)
 			if (strcmp(ibv_get_device_name(list[j]), devs[i].name) == 0)

@@ -722,3 +722,66 @@ Test(jobs, jobs_fail_fast_cancel_detach_restart, .timeout = 150)
 	json_decref(j);
 	sh_down(&s);
 }
+
+/* ---- sparkctl bench decode (issue 10): spark-decode as a job at 1 and 2 nodes ---- */
+
+static void bench_decode_on(const char *tag, enum sim_topo topo)
+{
+	char decode[512];
+	snprintf(decode, sizeof decode, "%s/runtime/decode/spark-decode", getenv("SPARK_BUILD_DIR"));
+	if (access(decode, X_OK) != 0)
+		cr_skip_test("spark-decode is not built");
+	struct sh_sim s;
+	cluster_up(&s, tag, 2, topo);
+	char *out = NULL;
+	/* a stored validation run: the planner takes its class and ring order */
+	int rc = ctl(&s, 1, &out, "topo", "validate", "--quick", NULL);
+	cr_log_info("topo validate: rc=%d %s", rc, out);
+	free(out);
+	json_t *all = ctl_json(&s, 1, "group", "show", "all");
+	/* (two nodes on a switch validate as a pair, too: "ring" either way) */
+	cr_expect_str_eq(json_string_value(json_object_get(all, "topology")) ?: "?", "ring");
+	json_decref(all);
+	rc = ctl(&s, 1, &out, "group", "create", "dec", "--size", "2", NULL);
+	cr_assert_eq(rc, 0, "%s", out);
+	free(out);
+	rc = ctl(&s, 2, &out, "bench", "decode", "--group", "dec", "--model", "tiny", "--tokens", "6",
+		 "-o", "json", NULL);
+	cr_assert_eq(rc, 0, "bench decode: %s", out);
+	json_t *j = json_loads(out, 0, NULL);
+	cr_assert(j, "not JSON: %s", out);
+	json_t *rows = json_object_get(j, "rows");
+	cr_assert_eq(json_array_size(rows), 2, "%s", out);
+	for (size_t i = 0; i < 2; i++) {
+		json_t *r = json_array_get(rows, i);
+		cr_expect_eq(json_integer_value(json_object_get(r, "world_size")), (json_int_t)i + 1, "%s",
+			     out);
+		cr_expect_gt(json_number_value(json_object_get(r, "tokens_per_s")), 0, "%s", out);
+		cr_expect_eq(json_array_size(json_object_get(r, "generated")), 6, "%s", out);
+	}
+	cr_expect(json_equal(json_object_get(json_array_get(rows, 0), "generated"),
+			     json_object_get(json_array_get(rows, 1), "generated")),
+		  "the same greedy tokens at 1 and 2 ranks: %s", out);
+	cr_expect(json_is_true(json_object_get(j, "same_tokens")), "%s", out);
+	cr_expect_str_neq(json_string_value(json_object_get(json_array_get(rows, 1), "algo")) ?: "none",
+			  "none", "%s", out);
+	json_decref(j);
+	free(out);
+	/* the table */
+	rc = ctl(&s, 1, &out, "bench", "decode", "--group", "dec", "--model", "tiny", "--tokens", "6",
+		 "--algo", "ring", NULL);
+	cr_expect_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "TOKENS/S") && strstr(out, "1.00x"), "%s", out);
+	cr_log_info("bench decode on a %s:\n%s", tag, out);
+	fprintf(stderr, "bench decode (%s):\n%s", tag, out);
+	free(out);
+	/* bad input: one line */
+	rc = ctl(&s, 1, &out, "bench", "decode", "--group", "nope", "--model", "tiny", NULL);
+	expect_one_line(rc, 1, out, "nope");
+	free(out);
+	sh_down(&s);
+}
+
+Test(jobs, bench_decode_ring, .timeout = 120) { bench_decode_on("bdring", SIM_RING); }
+
+Test(jobs, bench_decode_switch, .timeout = 120) { bench_decode_on("bdsw", SIM_SWITCH); }

@@ -388,7 +388,9 @@ Test(prov, prov_full_provision_ready)
 	cr_expect(step_line(r.out, "upload", "changed"), "%s", r.out);
 	cr_expect(step_line(r.out, "install", "changed"), "%s", r.out);
 	cr_expect(step_line(r.out, "netplan", "skipped"), "%s", r.out);
-	cr_expect(strstr(r.out, "no fabric plan yet"), "%s", r.out);
+	cr_expect(strstr(r.out, "not in a validated topology yet; after 'sparkctl topo validate', "
+			  "run 'sparkctl topo addresses --netplan FILE' or provision again"),
+		  "%s", r.out);
 	cr_expect(step_line(r.out, "start", "changed"), "%s", r.out);
 	cr_expect(step_line(r.out, "token", "changed"), "%s", r.out);
 	cr_expect(step_line(r.out, "join", "changed"), "%s", r.out);
@@ -725,5 +727,78 @@ Test(prov, prov_failed_join_is_undone)
 	rfree(&r);
 	r = sh("find %s -name '*.sparkctl-*'", E.prefix);
 	cr_expect_str_eq(r.out, "", "leftovers: %s", r.out);
+	rfree(&r);
+}
+
+/* Restart the provisioned sparkd of the target with the sim's fabric section in
+ * its config (veths have no PCI function: the sim tells discovery which netdevs
+ * are the fabric), as provision's start step does without systemd. */
+static void restart_target_with_fabric(void)
+{
+	struct res r = sh("set -e; cd %s\n"
+			  "printf 'fabric:\\n  ports:\\n    \"0\": [enp1s0f0np0, enP2p1s0f0np0]\\n"
+			  "    \"1\": [enp1s0f1np1, enP2p1s0f1np1]\\n  pool: 169.254.128.0/17\\n' "
+			  ">> etc/sparkctl/sparkd.yaml\n"
+			  "pid=$(cat run/sparkctl/sparkd.pid); kill $pid; i=0\n"
+			  "while kill -0 $pid 2>/dev/null && [ $i -lt 100 ]; do sleep 0.05; "
+			  "i=$((i+1)); done\n"
+			  "%s sim exec %s -- sh -c 'cd / && setsid nohup sh -c \"echo \\$\\$ > %s/"
+			  "run/sparkctl/sparkd.pid; exec %s/usr/sbin/sparkd --config "
+			  "%s/etc/sparkctl/sparkd.yaml\" >>%s/var/log/sparkd.log 2>&1 </dev/null &'\n",
+			  E.prefix, bin("sparkctl"), E.target, E.prefix, E.prefix, E.prefix,
+			  E.prefix);
+	cr_assert_eq(r.rc, 0, "restart failed: %s %s", r.out, r.err);
+	rfree(&r);
+}
+
+Test(prov, prov_reprovision_in_validated_topology_gets_netplan)
+{
+	struct res r = provision("--accept-new-host-key");
+	cr_assert_eq(r.rc, 0, "first run failed:\n%s\n%s", r.out, r.err);
+	cr_expect(step_line(r.out, "netplan", "skipped"), "%s", r.out);
+	rfree(&r);
+	cr_assert(wait_node(E.target, "ready", 15000));
+	/* the node's sparkd learns its fabric, then the head validates the pair */
+	restart_target_with_fabric();
+	bool validated = false;
+	long t0 = now_ms();
+	char *last = NULL;
+	while (!validated && now_ms() - t0 < 40000) {
+		usleep(500000);
+		r = head_ctl("topo validate --quick -o json");
+		json_t *v = json_loads(r.out, 0, NULL);
+		const char *cls = json_string_value(json_object_get(v, "class"));
+		const char *res = json_string_value(json_object_get(v, "result"));
+		validated = cls && res && !strcmp(cls, "pair") && strcmp(res, "fail") != 0;
+		json_decref(v);
+		free(last);
+		last = r.out;
+		free(r.err);
+	}
+	cr_assert(validated, "the head did not validate the pair:\n%s", last);
+	free(last);
+	/* the node is in the latest validated topology: provision writes its netplan */
+	r = provision("");
+	cr_assert_eq(r.rc, 0, "re-provision failed:\n%s\n%s", r.out, r.err);
+	cr_expect(step_line(r.out, "netplan", "changed"), "%s", r.out);
+	cr_expect(strstr(r.out, "/etc/netplan/40-sparkctl.yaml"), "%s", r.out);
+	cr_expect(step_line(r.out, "token", "unchanged"), "%s", r.out);
+	cr_expect(step_line(r.out, "join", "unchanged"), "%s", r.out);
+	rfree(&r);
+	char p[600];
+	snprintf(p, sizeof p, "%s/etc/netplan/40-sparkctl.yaml", E.prefix);
+	struct stat st;
+	cr_assert_eq(stat(p, &st), 0, "no %s", p);
+	cr_expect_eq(st.st_mode & 07777, 0600, "mode %o", st.st_mode & 07777);
+	char *y = slurp(p);
+	/* a sim pair is one cable, on port 0: both of its twin netdevs */
+	cr_expect(strstr(y, "enp1s0f0np0:") && strstr(y, "enP2p1s0f0np0:"),
+		  "the netplan misses fabric netdevs:\n%s", y);
+	cr_expect(strstr(y, "169.254."), "no fabric address:\n%s", y);
+	free(y);
+	/* and again: the file is up to date */
+	r = provision("");
+	cr_assert_eq(r.rc, 0, "third run failed:\n%s\n%s", r.out, r.err);
+	cr_expect(step_line(r.out, "netplan", "unchanged"), "%s", r.out);
 	rfree(&r);
 }

@@ -28,7 +28,7 @@ fabric:
     "0": [enp1s0f0np0, enP2p1s0f0np0]
     "1": [enp1s0f1np1, enP2p1s0f1np1]
   mtu: 1500
-  pool: 169.254.0.0/16
+  pool: 169.254.128.0/17
 probes:
   tcp_min_gbps: 0.001
   tcp_max_p50_us: 1000000

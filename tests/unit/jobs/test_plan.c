@@ -179,3 +179,57 @@ Test(plan, deterministic)
 	struct plan_result r2 = plan(PLAN_RING, n, 8, 3, NULL, 0);
 	cr_expect_eq(memcmp(&r1, &r2, sizeof r1), 0);
 }
+
+/* ---- the topology from a stored validation run (plan_topo_from_run) ---- */
+
+static const char *const JOIN4[] = {"s1", "s2", "s3", "s4"};
+
+Test(plan_run, passed_ring_gives_its_ring_order)
+{
+	const char *const ring[] = {"s3", "s1", "s4", "s2"};
+	enum plan_topo t = PLAN_UNKNOWN;
+	size_t order[4];
+	cr_assert_eq(plan_topo_from_run("ring", "pass", ring, 4, 4, JOIN4, 4, &t, order), 0);
+	cr_expect_eq(t, PLAN_RING);
+	cr_expect(order[0] == 2 && order[1] == 0 && order[2] == 3 && order[3] == 1);
+	/* and the planner's arcs then follow that order */
+	struct plan_node n[4];
+	for (size_t i = 0; i < 4; i++)
+		n[i] = (struct plan_node){JOIN4[order[i]], NULL};
+	struct plan_result r = plan(t, n, 4, 2, NULL, 0);
+	cr_assert_eq(r.code, 0, "%s", r.err);
+	cr_expect_str_eq(chosen(n, &r), "s3,s1");
+	cr_expect_str_eq(r.shape, "pair");
+}
+
+Test(plan_run, warned_pair_and_switch_are_used)
+{
+	const char *const pair[] = {"s2", "s1"};
+	enum plan_topo t = PLAN_UNKNOWN;
+	size_t order[4];
+	cr_assert_eq(plan_topo_from_run("pair", "warn", pair, 2, 2, JOIN4, 2, &t, order), 0);
+	cr_expect_eq(t, PLAN_RING);
+	cr_expect(order[0] == 1 && order[1] == 0);
+	cr_assert_eq(plan_topo_from_run("switch", "pass", NULL, 0, 4, JOIN4, 4, &t, order), 0);
+	cr_expect_eq(t, PLAN_SWITCH);
+	cr_expect(order[0] == 0 && order[3] == 3, "a switch keeps join order");
+}
+
+Test(plan_run, unusable_runs_fall_back)
+{
+	const char *const ring[] = {"s1", "s2", "s3", "s4"};
+	const char *const stale[] = {"s1", "s2", "s3", "s9"};
+	const char *const dup[] = {"s1", "s2", "s2", "s4"};
+	enum plan_topo t = PLAN_UNKNOWN;
+	size_t order[4];
+	cr_expect_eq(plan_topo_from_run("ring", "fail", ring, 4, 4, JOIN4, 4, &t, order), -1);
+	cr_expect_eq(plan_topo_from_run("unknown", "pass", NULL, 0, 4, JOIN4, 4, &t, order), -1);
+	cr_expect_eq(plan_topo_from_run("ring", "pass", ring, 3, 4, JOIN4, 4, &t, order), -1,
+		     "a broken ring has no full ring_order");
+	cr_expect_eq(plan_topo_from_run("ring", "pass", stale, 4, 4, JOIN4, 4, &t, order), -1,
+		     "a node that left since the run");
+	cr_expect_eq(plan_topo_from_run("ring", "pass", dup, 4, 4, JOIN4, 4, &t, order), -1);
+	cr_expect_eq(plan_topo_from_run("switch", "pass", NULL, 0, 3, JOIN4, 4, &t, order), -1,
+		     "a node joined since the run");
+	cr_expect_eq(t, PLAN_UNKNOWN, "nothing set on fallback");
+}

@@ -101,6 +101,34 @@ Test(verbs, gid_by_type_not_index, .init = make_tree, .fini = cleanup)
 	}
 }
 
+/* An rxe-like table: 1024 slots, nearly all zero, no type for the empty ones; the
+ * address also sits in a slot whose type cannot be read (skipped, not an error). */
+Test(verbs, gid_in_a_big_sparse_table, .init = make_tree, .fini = cleanup)
+{
+	char rel[128], dev[64];
+	int port, idx;
+	put("rxe_big/ports/1/gid_attrs/types/0", "RoCE v2\n");
+	put("rxe_big/ports/1/gids/0", "fe80:0000:0000:0000:4c00:00ff:fe00:0009\n");
+	for (int i = 1; i < 1024; i++) {
+		char path[512];
+		FILE *f;
+		snprintf(rel, sizeof(rel), "rxe_big/ports/1/gids/%d", i);
+		snprintf(path, sizeof(path), "%s/%s", root, rel);
+		f = fopen(path, "w");
+		cr_assert_not_null(f);
+		fputs(i == 5 || i == 700 ? "0000:0000:0000:0000:0000:ffff:a9fe:1401\n"
+		                         : "0000:0000:0000:0000:0000:0000:0000:0000\n", f);
+		fclose(f);
+	}
+	put("rxe_big/ports/1/gid_attrs/types/700", "RoCE v2\n");
+	cr_assert_eq(lookup4("169.254.20.1", dev, &port, &idx), 0);
+	cr_assert_str_eq(dev, "rxe_big");
+	cr_assert_eq(idx, 700);
+	/* the other devices still answer */
+	cr_assert_eq(lookup4("169.254.10.1", dev, &port, &idx), 0);
+	cr_assert_eq(idx, 3);
+}
+
 static int rank_forced_verbs(int rank, int n, const char *const *peers, int lfd, void *arg)
 {
 	tu_shared_t *sh = arg;

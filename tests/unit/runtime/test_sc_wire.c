@@ -54,6 +54,7 @@ Test(wire, header_errors)
 	} while (0)
 	MUT(0, 0x00, "bad magic");
 	MUT(2, 9, "unsupported version");
+	MUT(2, 1, "unsupported version"); /* before the host-id exchange at init */
 	MUT(3, 0, "unknown message kind");
 	MUT(3, 99, "unknown message kind");
 	MUT(8, 0, "unknown collective");

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifndef TOPO_FIXTURES
 #error "TOPO_FIXTURES must name tests/fixtures/sysfs"
@@ -266,6 +267,77 @@ Test(fixtures, link_local_16_on_every_twin)
 	cr_assert(strstr(msg, "169.254.0.0/16"), "%s", msg);
 	json_decref(f);
 	json_decref(d);
+}
+
+Test(fixtures, rxe_on_veth)
+{
+	/* RDMA devices without a PCI function (Soft-RoCE on veths, as in tests/rdma):
+	 * each netdev gets the device whose GIDs name it, whatever the device's name. */
+	static const char *const globs[] = {"enp1s0f*np*", "enP2p1s0f*np*"};
+	static const char *const want_dev[2][2] = {{"rxe1", "rxe2"}, {"rxe3", "rxe0"}};
+	static const char *const want_gid[2][2] = {{"::ffff:169.254.10.1", "::ffff:169.254.11.1"},
+						   {"::ffff:169.254.12.1", "::ffff:169.254.13.1"}};
+	struct topo_opts o;
+	topo_opts_init(&o);
+	o.interfaces = globs;
+	o.n_interfaces = 2;
+	json_t *d = discover_fixture("rxe-veth", "", &o);
+	cr_assert_eq(json_array_size(json_object_get(d, "ports")), 2);
+	for (size_t p = 0; p < 2; p++)
+		for (size_t t = 0; t < 2; t++) {
+			json_t *x = twin(d, p, t);
+			json_t *rdma = json_object_get(x, "rdma");
+			cr_assert_str_eq(json_string_value(json_object_get(x, "netdev")), spark_ports[p][t]);
+			cr_assert(json_is_null(json_object_get(x, "pci")));
+			cr_assert(json_is_true(json_object_get(x, "virtual")));
+			cr_assert(json_is_object(rdma), "%s: no rdma object", spark_ports[p][t]);
+			cr_assert_str_eq(json_string_value(json_object_get(rdma, "device")), want_dev[p][t]);
+			cr_assert_str_eq(json_string_value(json_object_get(rdma, "state")), "active");
+			cr_assert_str_eq(json_string_value(json_object_get(rdma, "source")), "sysfs");
+			cr_assert_eq(json_integer_value(json_object_get(rdma, "rocev2_gid_index")), 1);
+			cr_assert_str_eq(json_string_value(json_object_get(rdma, "rocev2_gid")),
+					 want_gid[p][t]);
+			cr_assert_eq(json_array_size(json_object_get(rdma, "gids")), 2);
+		}
+	expect_findings(d, 9000, NULL, 0);
+	json_decref(d);
+}
+
+Test(fixtures, rxe_first_gid_slot_empty)
+{
+	/* A device whose slot 0 is empty names no netdev there: its GID table is read
+	 * to find the netdev (the fallback of the cheap first-GID match). */
+	char tmp[] = "/tmp/topo-rxe-XXXXXX", cmd[1200], p[600];
+	cr_assert_not_null(mkdtemp(tmp));
+	snprintf(cmd, sizeof cmd, "cp -a '%s/rxe-veth/.' '%s/'", TOPO_FIXTURES, tmp);
+	cr_assert_eq(system(cmd), 0);
+	const char *port = "sys/devices/virtual/infiniband/rxe1/ports/1";
+	snprintf(p, sizeof p, "%s/%s/gid_attrs/ndevs/0", tmp, port);
+	cr_assert_eq(unlink(p), 0);
+	snprintf(p, sizeof p, "%s/%s/gid_attrs/types/0", tmp, port);
+	cr_assert_eq(unlink(p), 0);
+	snprintf(p, sizeof p, "%s/%s/gids/0", tmp, port);
+	FILE *f = fopen(p, "w");
+	cr_assert_not_null(f);
+	fputs("0000:0000:0000:0000:0000:0000:0000:0000\n", f);
+	fclose(f);
+	static const char *const globs[] = {"enp1s0f0np0"};
+	struct topo_opts o;
+	topo_opts_init(&o);
+	o.interfaces = globs;
+	o.n_interfaces = 1;
+	o.sysfs_root = tmp;
+	o.use_netlink = o.use_verbs = false;
+	json_t *d = NULL;
+	char err[256] = "";
+	cr_assert_eq(topo_discover(&o, &d, err, sizeof err), 0, "%s", err);
+	json_t *rdma = json_object_get(twin(d, 0, 0), "rdma");
+	cr_assert_str_eq(json_string_value(json_object_get(rdma, "device")), "rxe1");
+	cr_assert_eq(json_integer_value(json_object_get(rdma, "rocev2_gid_index")), 1);
+	cr_assert_eq(json_array_size(json_object_get(rdma, "gids")), 1);
+	json_decref(d);
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+	cr_assert_eq(system(cmd), 0);
 }
 
 Test(fixtures, missing_tree_fails)
