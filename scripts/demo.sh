@@ -30,6 +30,10 @@ for n in 2 3 4; do
 done
 say "sparkctl status                                # on $SIM-3"
 on 3 status
+say "sparkctl topo validate --expect ring             # on $SIM-1"
+on 1 topo validate --expect ring
+say "sparkctl topo show"
+on 1 topo show
 say "sparkctl sim fault kill $SIM-4; sleep 6; sparkctl status"
 sparkctl sim fault kill "$SIM-4" >/dev/null
 sleep 6
