@@ -52,6 +52,16 @@ int cli_call(struct cli_ctx *ctx, const char *type, json_t *args, json_t **data,
 int cli_call_raw(struct cli_ctx *ctx, const char *type, json_t *args, json_t **data,
 		 unsigned timeout_ms, char **code, char **message);
 
+/* getopt_long over a command's argv ("+": stop at the first non-option).
+ * Returns the option, -1 at the end, or -2 after printing a usage error, with
+ * the exit code in *rc. Set optind = 0 before the first call. */
+struct option;
+#define CLI_OPT_END {NULL, 0, NULL, 0}
+int cli_next_opt(struct cli_ctx *ctx, int argc, char **argv, const struct option *lo, int *rc);
+/* Fields of a reply for printing: the string, or "-" when absent; the integer, or 0. */
+const char *cli_jstr(json_t *o, const char *key);
+long long cli_jnum(json_t *o, const char *key);
+
 /* Print JSON to stdout (indented, newline). */
 void cli_print_json(const json_t *j);
 

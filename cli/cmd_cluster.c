@@ -12,20 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#define OPT_END {NULL, 0, NULL, 0}
-
-/* getopt_long over a command's argv; unknown flags -> usage error. */
-static int next_opt(struct cli_ctx *ctx, int argc, char **argv, const struct option *lo, int *rc)
-{
-	opterr = 0;
-	int ch = getopt_long(argc, argv, "+", lo, NULL);
-	if (ch == '?' || ch == ':') {
-		const char *bad = argv[optind - 1];
-		*rc = cli_usage(ctx, "unknown or incomplete option '%s'", bad ? bad : "?");
-		return -2;
-	}
-	return ch;
-}
+#define OPT_END CLI_OPT_END
 
 static void reset_getopt(void) { optind = 0; }
 
@@ -34,17 +21,6 @@ static int no_args(struct cli_ctx *ctx, int argc, char **argv)
 	if (argc > 1)
 		return cli_usage(ctx, "unexpected argument '%s'", argv[1]);
 	return 0;
-}
-
-static const char *str(json_t *o, const char *k)
-{
-	json_t *v = json_object_get(o, k);
-	return json_is_string(v) ? json_string_value(v) : "-";
-}
-
-static long long num(json_t *o, const char *k)
-{
-	return (long long)json_integer_value(json_object_get(o, k));
 }
 
 static void fmt_time(long long ts, char *buf, size_t len)
@@ -71,7 +47,7 @@ int cmd_init(struct cli_ctx *ctx, int argc, char **argv)
 	int64_t ttl = 86400;
 	int ch, rc = 0;
 	reset_getopt();
-	while ((ch = next_opt(ctx, argc, argv, lo, &rc)) != -1) {
+	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
 		if (ch == -2)
 			return rc;
 		if (ch == 'n')
@@ -100,9 +76,9 @@ int cmd_init(struct cli_ctx *ctx, int argc, char **argv)
 		printf("Cluster %s initialised; this node (%s) is its head at %s.\n\n"
 		       "To add a node, run on it:\n\n  %s\n\n"
 		       "The token is valid for %s. Make more with 'sparkctl token create'.\n",
-		       str(d, "cluster_name"), str(d, "head"), str(d, "head_address"),
-		       str(d, "join_command"),
-		       num(d, "token_expires_at") ? "a limited time (see 'sparkctl token ls')"
+		       cli_jstr(d, "cluster_name"), cli_jstr(d, "head"), cli_jstr(d, "head_address"),
+		       cli_jstr(d, "join_command"),
+		       cli_jnum(d, "token_expires_at") ? "a limited time (see 'sparkctl token ls')"
 						  : "ever (no expiry)");
 	}
 	json_decref(d);
@@ -152,8 +128,8 @@ int cmd_join(struct cli_ctx *ctx, int argc, char **argv)
 	if (ctx->out == OUT_JSON)
 		cli_print_json(d);
 	else
-		printf("Joined cluster %s as %s (head %s).\n", str(d, "cluster_name"),
-		       str(d, "node_name"), str(d, "head_address"));
+		printf("Joined cluster %s as %s (head %s).\n", cli_jstr(d, "cluster_name"),
+		       cli_jstr(d, "node_name"), cli_jstr(d, "head_address"));
 	json_decref(d);
 	return 0;
 }
@@ -169,7 +145,7 @@ int cmd_leave(struct cli_ctx *ctx, int argc, char **argv)
 	if (ctx->out == OUT_JSON)
 		cli_print_json(d);
 	else
-		printf("Left cluster %s; this node's certificate is revoked.\n", str(d, "left"));
+		printf("Left cluster %s; this node's certificate is revoked.\n", cli_jstr(d, "left"));
 	json_decref(d);
 	return 0;
 }
@@ -192,7 +168,7 @@ static void fmt_fabric(json_t *f, char *buf, size_t len)
 		snprintf(buf, len, "-");
 		return;
 	}
-	if (num(f, "ports_total") == 0) {
+	if (cli_jnum(f, "ports_total") == 0) {
 		snprintf(buf, len, "no ports");
 		return;
 	}
@@ -209,7 +185,7 @@ static void fmt_fabric(json_t *f, char *buf, size_t len)
 			 (long long)json_integer_value(mx));
 	else if (json_is_integer(m))
 		snprintf(mtu, sizeof mtu, " mtu%lld", (long long)json_integer_value(m));
-	snprintf(buf, len, "%lld/%lld up%s%s", num(f, "ports_up"), num(f, "ports_total"), sp, mtu);
+	snprintf(buf, len, "%lld/%lld up%s%s", cli_jnum(f, "ports_up"), cli_jnum(f, "ports_total"), sp, mtu);
 }
 
 static void print_nodes(json_t *nodes)
@@ -221,20 +197,20 @@ static void print_nodes(json_t *nodes)
 	json_t *n;
 	json_array_foreach(nodes, i, n) {
 		char name[80], seen[32], age[32];
-		snprintf(name, sizeof name, "%s%s", str(n, "name"),
+		snprintf(name, sizeof name, "%s%s", cli_jstr(n, "name"),
 			 json_is_true(json_object_get(n, "local")) ? "*" : "");
-		if (strcmp(str(n, "role"), "head") == 0)
+		if (strcmp(cli_jstr(n, "role"), "head") == 0)
 			snprintf(seen, sizeof seen, "-");
 		else {
-			util_fmt_age(num(n, "last_seen_ago_s"), seen, sizeof seen);
+			util_fmt_age(cli_jnum(n, "last_seen_ago_s"), seen, sizeof seen);
 			strncat(seen, " ago", sizeof seen - strlen(seen) - 1);
 		}
-		util_fmt_age(num(n, "age_s"), age, sizeof age);
+		util_fmt_age(cli_jnum(n, "age_s"), age, sizeof age);
 		json_t *f = json_object_get(n, "fabric");
 		char fab[64], nf[16] = "-";
 		fmt_fabric(f, fab, sizeof fab);
 		if (json_is_object(f))
-			snprintf(nf, sizeof nf, "%lld", num(f, "findings"));
+			snprintf(nf, sizeof nf, "%lld", cli_jnum(f, "findings"));
 		/* groups (issue 6): "a,b", "-" when in none */
 		char grp[128] = "";
 		size_t gi;
@@ -242,8 +218,8 @@ static void print_nodes(json_t *nodes)
 		json_array_foreach(json_object_get(n, "groups"), gi, gv)
 			snprintf(grp + strlen(grp), sizeof grp - strlen(grp), "%s%s", gi ? "," : "",
 				 json_string_value(gv) ?: "");
-		const char *row[] = {name, str(n, "state"), str(n, "role"), str(n, "address"), seen, age,
-				     fab,  nf, grp[0] ? grp : "-", str(n, "version")};
+		const char *row[] = {name, cli_jstr(n, "state"), cli_jstr(n, "role"), cli_jstr(n, "address"), seen, age,
+				     fab,  nf, grp[0] ? grp : "-", cli_jstr(n, "version")};
 		out_table_row(t, row);
 	}
 	out_table_print(t, stdout);
@@ -262,9 +238,9 @@ int cmd_status(struct cli_ctx *ctx, int argc, char **argv)
 		cli_print_json(d);
 	} else {
 		json_t *cl = json_object_get(d, "cluster"), *head = json_object_get(d, "head");
-		printf("Cluster:  %s (%s)\n", str(cl, "name"), str(cl, "id"));
-		printf("Head:     %s at %s\n", str(head, "name"), str(head, "address"));
-		printf("Nodes:    %lld, %lld ready\n", num(d, "node_count"), num(d, "ready_count"));
+		printf("Cluster:  %s (%s)\n", cli_jstr(cl, "name"), cli_jstr(cl, "id"));
+		printf("Head:     %s at %s\n", cli_jstr(head, "name"), cli_jstr(head, "address"));
+		printf("Nodes:    %lld, %lld ready\n", cli_jnum(d, "node_count"), cli_jnum(d, "ready_count"));
 		cli_topo_status_line(json_object_get(d, "topology"));
 		printf("\n");
 		print_nodes(json_object_get(d, "nodes"));
@@ -292,7 +268,7 @@ int cmd_version(struct cli_ctx *ctx, int argc, char **argv)
 	} else {
 		printf("sparkctl %s\n", SPARK_VERSION);
 		if (rc == 0)
-			printf("sparkd   %s (role %s)\n", str(d, "sparkd_version"), str(d, "role"));
+			printf("sparkd   %s (role %s)\n", cli_jstr(d, "sparkd_version"), cli_jstr(d, "role"));
 		else
 			printf("sparkd   unavailable: %s\n", msg);
 	}
@@ -338,10 +314,10 @@ static void print_fabric_report(json_t *d)
 	}
 	char sum[64], ago[32];
 	fmt_fabric(f, sum, sizeof sum);
-	long long age = (long long)time(NULL) - num(rep, "updated_at");
+	long long age = (long long)time(NULL) - cli_jnum(rep, "updated_at");
 	util_fmt_age(age > 0 ? age : 0, ago, sizeof ago);
-	printf("Fabric:      %s, %lld finding%s (reported %s ago)\n\n", sum, num(f, "findings"),
-	       num(f, "findings") == 1 ? "" : "s", ago);
+	printf("Fabric:      %s, %lld finding%s (reported %s ago)\n\n", sum, cli_jnum(f, "findings"),
+	       cli_jnum(f, "findings") == 1 ? "" : "s", ago);
 	cli_print_fabric(json_object_get(rep, "discovery"), json_object_get(rep, "findings"));
 }
 
@@ -358,15 +334,15 @@ int cmd_node_show(struct cli_ctx *ctx, int argc, char **argv)
 		cli_print_json(d);
 	} else {
 		char joined[64], seen[64];
-		fmt_time(num(d, "joined_at"), joined, sizeof joined);
-		fmt_time(num(d, "last_seen"), seen, sizeof seen);
+		fmt_time(cli_jnum(d, "joined_at"), joined, sizeof joined);
+		fmt_time(cli_jnum(d, "last_seen"), seen, sizeof seen);
 		printf("Name:        %s\nID:          %s\nState:       %s\nRole:        %s\n"
 		       "Address:     %s\nVersion:     %s\nJoined:      %s\nLast seen:   %s\n"
 		       "Connected:   %s\nCertificate: serial %s\n",
-		       str(d, "name"), str(d, "id"), str(d, "state"), str(d, "role"), str(d, "address"),
-		       str(d, "version"), joined, seen,
+		       cli_jstr(d, "name"), cli_jstr(d, "id"), cli_jstr(d, "state"), cli_jstr(d, "role"), cli_jstr(d, "address"),
+		       cli_jstr(d, "version"), joined, seen,
 		       json_is_true(json_object_get(d, "connected")) ? "yes" : "no",
-		       str(d, "cert_serial"));
+		       cli_jstr(d, "cert_serial"));
 		print_fabric_report(d);
 		json_t *ev = json_object_get(d, "events");
 		if (json_array_size(ev)) {
@@ -375,8 +351,8 @@ int cmd_node_show(struct cli_ctx *ctx, int argc, char **argv)
 			json_t *e;
 			json_array_foreach(ev, i, e) {
 				char ts[64];
-				fmt_time(num(e, "ts"), ts, sizeof ts);
-				printf("  %s  %-12s %s\n", ts, str(e, "kind"), str(e, "detail"));
+				fmt_time(cli_jnum(e, "ts"), ts, sizeof ts);
+				printf("  %s  %-12s %s\n", ts, cli_jstr(e, "kind"), cli_jstr(e, "detail"));
 			}
 		}
 	}
@@ -397,7 +373,7 @@ static int node_simple(struct cli_ctx *ctx, int argc, char **argv, const char *t
 	if (ctx->out == OUT_JSON)
 		cli_print_json(d);
 	else
-		printf(done_fmt, str(d, "name"));
+		printf(done_fmt, cli_jstr(d, "name"));
 	json_decref(d);
 	return 0;
 }
@@ -431,7 +407,7 @@ int cmd_token_create(struct cli_ctx *ctx, int argc, char **argv)
 	const char *descr = "";
 	int ch, rc = 0;
 	reset_getopt();
-	while ((ch = next_opt(ctx, argc, argv, lo, &rc)) != -1) {
+	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
 		if (ch == -2)
 			return rc;
 		if (ch == 't' && util_parse_duration(optarg, &ttl) < 0)
@@ -458,9 +434,9 @@ int cmd_token_create(struct cli_ctx *ctx, int argc, char **argv)
 		cli_print_json(d);
 	} else {
 		char exp[64];
-		fmt_time(num(d, "expires_at"), exp, sizeof exp);
-		printf("Token %s (expires %s, %s).\nOn the new node run:\n\n  %s\n", str(d, "id"), exp,
-		       uses ? "limited uses" : "unlimited uses", str(d, "join_command"));
+		fmt_time(cli_jnum(d, "expires_at"), exp, sizeof exp);
+		printf("Token %s (expires %s, %s).\nOn the new node run:\n\n  %s\n", cli_jstr(d, "id"), exp,
+		       uses ? "limited uses" : "unlimited uses", cli_jstr(d, "join_command"));
 	}
 	json_decref(d);
 	return 0;
@@ -484,14 +460,14 @@ int cmd_token_ls(struct cli_ctx *ctx, int argc, char **argv)
 		json_t *k;
 		json_array_foreach(json_object_get(d, "tokens"), i, k) {
 			char uses[32], left[32], exp[64];
-			snprintf(uses, sizeof uses, "%lld", num(k, "uses"));
-			if (num(k, "uses_left") < 0)
+			snprintf(uses, sizeof uses, "%lld", cli_jnum(k, "uses"));
+			if (cli_jnum(k, "uses_left") < 0)
 				snprintf(left, sizeof left, "unlimited");
 			else
-				snprintf(left, sizeof left, "%lld", num(k, "uses_left"));
-			fmt_time(num(k, "expires_at"), exp, sizeof exp);
-			const char *row[] = {str(k, "id"), str(k, "state"), uses, left, exp,
-					     str(k, "description")};
+				snprintf(left, sizeof left, "%lld", cli_jnum(k, "uses_left"));
+			fmt_time(cli_jnum(k, "expires_at"), exp, sizeof exp);
+			const char *row[] = {cli_jstr(k, "id"), cli_jstr(k, "state"), uses, left, exp,
+					     cli_jstr(k, "description")};
 			out_table_row(t, row);
 		}
 		out_table_print(t, stdout);
@@ -513,7 +489,7 @@ int cmd_token_revoke(struct cli_ctx *ctx, int argc, char **argv)
 	if (ctx->out == OUT_JSON)
 		cli_print_json(d);
 	else
-		printf("Token %s revoked.\n", str(d, "id"));
+		printf("Token %s revoked.\n", cli_jstr(d, "id"));
 	json_decref(d);
 	return 0;
 }

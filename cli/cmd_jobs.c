@@ -19,30 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define OPT_END {NULL, 0, NULL, 0}
-
-static int next_opt(struct cli_ctx *ctx, int argc, char **argv, const struct option *lo, int *rc)
-{
-	opterr = 0;
-	int ch = getopt_long(argc, argv, "+", lo, NULL);
-	if (ch == '?' || ch == ':') {
-		const char *bad = argv[optind - 1];
-		*rc = cli_usage(ctx, "unknown or incomplete option '%s'", bad ? bad : "?");
-		return -2;
-	}
-	return ch;
-}
-
-static const char *str(json_t *o, const char *k)
-{
-	json_t *v = json_object_get(o, k);
-	return json_is_string(v) ? json_string_value(v) : "-";
-}
-
-static long long num(json_t *o, const char *k)
-{
-	return (long long)json_integer_value(json_object_get(o, k));
-}
+#define OPT_END CLI_OPT_END
 
 /* ---- streaming requests ------------------------------------------------------ */
 
@@ -348,7 +325,7 @@ static void on_job_event(void *arg, json_t *m)
 			p->label = json_is_true(l);
 		else
 			p->label = json_array_size(json_object_get(m, "ranks")) > 1 &&
-				   strcmp(str(m, "launcher"), "mpi") != 0;
+				   strcmp(cli_jstr(m, "launcher"), "mpi") != 0;
 	} else if (strcmp(ev, "output") == 0) {
 		json_t *d = json_object_get(m, "data");
 		print_output(p, (int)proto_int(m, "rank", 0), json_string_value(d) ?: "",
@@ -357,7 +334,7 @@ static void on_job_event(void *arg, json_t *m)
 		flush_rank(p, (int)proto_int(m, "rank", 0));
 	} else if (strcmp(ev, "note") == 0 && !p->quiet_notes) {
 		fflush(stdout);
-		fprintf(stderr, "sparkctl: %s\n", str(m, "message"));
+		fprintf(stderr, "sparkctl: %s\n", cli_jstr(m, "message"));
 	}
 }
 
@@ -408,7 +385,7 @@ int cmd_group_create(struct cli_ctx *ctx, int argc, char **argv)
 		argv++;
 		argc--;
 	}
-	while ((ch = next_opt(ctx, argc, argv, lo, &rc)) != -1) {
+	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
 		if (ch == -2)
 			return rc;
 		if (ch == 'n')
@@ -445,10 +422,10 @@ int cmd_group_create(struct cli_ctx *ctx, int argc, char **argv)
 	} else {
 		char names[512];
 		join_names(json_object_get(d, "nodes"), names, sizeof names);
-		printf("Group %s: %s (%s%s, ranks in this order).\n", str(d, "name"), names, str(d, "shape"),
+		printf("Group %s: %s (%s%s, ranks in this order).\n", cli_jstr(d, "name"), names, cli_jstr(d, "shape"),
 		       json_is_true(json_object_get(d, "shared")) ? ", shared" : "");
-		if (*str(d, "note") && strcmp(str(d, "note"), "-") != 0)
-			printf("Note: %s.\n", str(d, "note"));
+		if (*cli_jstr(d, "note") && strcmp(cli_jstr(d, "note"), "-") != 0)
+			printf("Note: %s.\n", cli_jstr(d, "note"));
 	}
 	json_decref(d);
 	return 0;
@@ -475,7 +452,7 @@ int cmd_group_ls(struct cli_ctx *ctx, int argc, char **argv)
 		snprintf(n, sizeof n, "%zu", json_array_size(json_object_get(g, "nodes")));
 		join_names(json_object_get(g, "nodes"), names, sizeof names);
 		join_names(json_object_get(g, "jobs"), jobs, sizeof jobs);
-		const char *row[] = {str(g, "name"), n, str(g, "shape"),
+		const char *row[] = {cli_jstr(g, "name"), n, cli_jstr(g, "shape"),
 				     json_is_true(json_object_get(g, "builtin"))  ? "built-in"
 				     : json_is_true(json_object_get(g, "shared")) ? "yes"
 										  : "no",
@@ -514,12 +491,12 @@ int cmd_group_show(struct cli_ctx *ctx, int argc, char **argv)
 	}
 	char jobs[256];
 	join_names(json_object_get(d, "jobs"), jobs, sizeof jobs);
-	printf("Group:    %s%s\n", str(d, "name"),
+	printf("Group:    %s%s\n", cli_jstr(d, "name"),
 	       json_is_true(json_object_get(d, "builtin")) ? " (built-in: every node)" : "");
-	printf("Shape:    %s (cluster topology %s)%s\n", str(d, "shape"), str(d, "topology"),
+	printf("Shape:    %s (cluster topology %s)%s\n", cli_jstr(d, "shape"), cli_jstr(d, "topology"),
 	       json_is_true(json_object_get(d, "shared")) ? ", shared" : "");
-	if (*str(d, "note"))
-		printf("Note:     %s\n", str(d, "note"));
+	if (*cli_jstr(d, "note"))
+		printf("Note:     %s\n", cli_jstr(d, "note"));
 	printf("Jobs:     %s\n\n", jobs);
 	static const char *const hdr[] = {"INDEX", "NODE", "STATE", "ADDRESS"};
 	out_table *t = out_table_new(4, hdr);
@@ -527,8 +504,8 @@ int cmd_group_show(struct cli_ctx *ctx, int argc, char **argv)
 	json_t *m;
 	json_array_foreach(json_object_get(d, "members"), i, m) {
 		char idx[16];
-		snprintf(idx, sizeof idx, "%lld", num(m, "index"));
-		const char *row[] = {idx, str(m, "name"), str(m, "state"), str(m, "address")};
+		snprintf(idx, sizeof idx, "%lld", cli_jnum(m, "index"));
+		const char *row[] = {idx, cli_jstr(m, "name"), cli_jstr(m, "state"), cli_jstr(m, "address")};
 		out_table_row(t, row);
 	}
 	out_table_print(t, stdout);
@@ -550,7 +527,7 @@ int cmd_group_rm(struct cli_ctx *ctx, int argc, char **argv)
 		argv++;
 		argc--;
 	}
-	while ((ch = next_opt(ctx, argc, argv, lo, &rc)) != -1) {
+	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
 		if (ch == -2)
 			return rc;
 		force = true;
@@ -583,21 +560,21 @@ static int job_exit_code(json_t *d)
 {
 	json_t *e = json_object_get(d, "exit_code");
 	long long c = json_is_integer(e) ? json_integer_value(e) : 1;
-	if (strcmp(str(d, "state"), "succeeded") == 0)
+	if (strcmp(cli_jstr(d, "state"), "succeeded") == 0)
 		return 0;
 	return c <= 0 ? 1 : c > 255 ? 255 : (int)c;
 }
 
 static void say_job_end(json_t *d)
 {
-	const char *state = str(d, "state");
+	const char *state = cli_jstr(d, "state");
 	if (strcmp(state, "succeeded") == 0)
 		return;
 	fflush(stdout);
-	if (*str(d, "reason") && strcmp(str(d, "reason"), "-"))
-		cli_fail("job %lld %s: %s", num(d, "id"), state, str(d, "reason"));
+	if (*cli_jstr(d, "reason") && strcmp(cli_jstr(d, "reason"), "-"))
+		cli_fail("job %lld %s: %s", cli_jnum(d, "id"), state, cli_jstr(d, "reason"));
 	else
-		cli_fail("job %lld %s", num(d, "id"), state);
+		cli_fail("job %lld %s", cli_jnum(d, "id"), state);
 }
 
 /* A job in the foreground: stream its output (only rank `only` when >= 0),
@@ -648,7 +625,7 @@ int cmd_run(struct cli_ctx *ctx, int argc, char **argv)
 	json_t *env = json_array();
 	int ch, rc = 0;
 	optind = 0;
-	while ((ch = next_opt(ctx, argc, argv, lo, &rc)) != -1) {
+	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
 		if (ch == -2) {
 			json_decref(env);
 			return rc;
@@ -730,7 +707,7 @@ int cmd_run(struct cli_ctx *ctx, int argc, char **argv)
 		if (ctx->out == OUT_JSON)
 			cli_print_json(d);
 		else
-			printf("%lld\n", num(d, "job_id"));
+			printf("%lld\n", cli_jnum(d, "job_id"));
 		json_decref(d);
 		return 0;
 	}
@@ -745,11 +722,11 @@ static void on_exec_event(void *arg, json_t *m)
 	const char *ev = proto_str(m, "event");
 	if (ev && strcmp(ev, "output") == 0) {
 		json_t *d = json_object_get(m, "data");
-		FILE *f = strcmp(str(m, "stream"), "err") == 0 ? stderr : stdout;
+		FILE *f = strcmp(cli_jstr(m, "stream"), "err") == 0 ? stderr : stdout;
 		fwrite(json_string_value(d) ?: "", 1, json_string_length(d), f);
 		fflush(f);
 	} else if (ev && strcmp(ev, "note") == 0) {
-		fprintf(stderr, "sparkctl: %s\n", str(m, "message"));
+		fprintf(stderr, "sparkctl: %s\n", cli_jstr(m, "message"));
 	}
 }
 
@@ -759,7 +736,7 @@ int cmd_exec(struct cli_ctx *ctx, int argc, char **argv)
 	bool shell = false;
 	int ch, rc = 0;
 	optind = 0;
-	while ((ch = next_opt(ctx, argc, argv, lo, &rc)) != -1) {
+	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
 		if (ch == -2)
 			return rc;
 		shell = true;
@@ -785,7 +762,7 @@ int cmd_exec(struct cli_ctx *ctx, int argc, char **argv)
 	int r = stream_call(ctx, "exec", args, &d, &so);
 	if (r)
 		return r == 1 ? 255 : r;
-	long long code = num(d, "exit_code");
+	long long code = cli_jnum(d, "exit_code");
 	json_decref(d);
 	return code < 0 ? 255 : code > 255 ? 255 : (int)code;
 }
@@ -822,7 +799,7 @@ int cmd_job_ls(struct cli_ctx *ctx, int argc, char **argv)
 	long limit = 50;
 	int ch, rc = 0;
 	optind = 0;
-	while ((ch = next_opt(ctx, argc, argv, lo, &rc)) != -1) {
+	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
 		if (ch == -2)
 			return rc;
 		if (ch == 'r')
@@ -852,13 +829,13 @@ int cmd_job_ls(struct cli_ctx *ctx, int argc, char **argv)
 	json_t *j;
 	json_array_foreach(json_object_get(d, "jobs"), i, j) {
 		char id[24], ranks[16], ex[16], dur[24], cmd[64];
-		snprintf(id, sizeof id, "%lld", num(j, "id"));
-		snprintf(ranks, sizeof ranks, "%lld", num(j, "world_size"));
+		snprintf(id, sizeof id, "%lld", cli_jnum(j, "id"));
+		snprintf(ranks, sizeof ranks, "%lld", cli_jnum(j, "world_size"));
 		fmt_exit(j, ex, sizeof ex);
-		util_fmt_age(num(j, "duration_s"), dur, sizeof dur);
-		snprintf(cmd, sizeof cmd, "%.60s", str(j, "command"));
-		const char *row[] = {id, str(j, "name"), str(j, "group"), str(j, "user"), str(j, "launcher"),
-				     ranks, str(j, "state"), ex, dur, cmd};
+		util_fmt_age(cli_jnum(j, "duration_s"), dur, sizeof dur);
+		snprintf(cmd, sizeof cmd, "%.60s", cli_jstr(j, "command"));
+		const char *row[] = {id, cli_jstr(j, "name"), cli_jstr(j, "group"), cli_jstr(j, "user"), cli_jstr(j, "launcher"),
+				     ranks, cli_jstr(j, "state"), ex, dur, cmd};
 		out_table_row(t, row);
 	}
 	out_table_print(t, stdout);
@@ -882,23 +859,23 @@ int cmd_job_show(struct cli_ctx *ctx, int argc, char **argv)
 		return 0;
 	}
 	char c[40], s[40], e[40], ex[16], env[1024];
-	fmt_ts(num(d, "created_at"), c, sizeof c);
-	fmt_ts(num(d, "started_at"), s, sizeof s);
-	fmt_ts(num(d, "ended_at"), e, sizeof e);
+	fmt_ts(cli_jnum(d, "created_at"), c, sizeof c);
+	fmt_ts(cli_jnum(d, "started_at"), s, sizeof s);
+	fmt_ts(cli_jnum(d, "ended_at"), e, sizeof e);
 	fmt_exit(d, ex, sizeof ex);
 	join_names(json_object_get(d, "env"), env, sizeof env);
-	printf("Job:        %lld (%s)\n", num(d, "id"), str(d, "name"));
-	printf("User:       %s\n", str(d, "user"));
-	printf("Group:      %s (%s, topology %s)\n", str(d, "group"), str(d, "shape"), str(d, "topology"));
-	printf("Launcher:   %s, %lld rank(s), %lld per node\n", str(d, "launcher"), num(d, "world_size"),
-	       num(d, "ranks_per_node"));
-	printf("Command:    %s\n", str(d, "command"));
-	printf("State:      %s%s%s (exit %s)\n", str(d, "state"), *str(d, "reason") ? ": " : "",
-	       str(d, "reason"), ex);
-	printf("Network:    %s, MASTER_ADDR %s:%lld\n", str(d, "net"), str(d, "master_addr"),
-	       num(d, "master_port"));
-	if (*str(d, "net_why") && strcmp(str(d, "net_why"), "-") != 0)
-		printf("            (%s)\n", str(d, "net_why"));
+	printf("Job:        %lld (%s)\n", cli_jnum(d, "id"), cli_jstr(d, "name"));
+	printf("User:       %s\n", cli_jstr(d, "user"));
+	printf("Group:      %s (%s, topology %s)\n", cli_jstr(d, "group"), cli_jstr(d, "shape"), cli_jstr(d, "topology"));
+	printf("Launcher:   %s, %lld rank(s), %lld per node\n", cli_jstr(d, "launcher"), cli_jnum(d, "world_size"),
+	       cli_jnum(d, "ranks_per_node"));
+	printf("Command:    %s\n", cli_jstr(d, "command"));
+	printf("State:      %s%s%s (exit %s)\n", cli_jstr(d, "state"), *cli_jstr(d, "reason") ? ": " : "",
+	       cli_jstr(d, "reason"), ex);
+	printf("Network:    %s, MASTER_ADDR %s:%lld\n", cli_jstr(d, "net"), cli_jstr(d, "master_addr"),
+	       cli_jnum(d, "master_port"));
+	if (*cli_jstr(d, "net_why") && strcmp(cli_jstr(d, "net_why"), "-") != 0)
+		printf("            (%s)\n", cli_jstr(d, "net_why"));
 	printf("Env:        %s\n", env);
 	printf("Created:    %s\nStarted:    %s\nEnded:      %s\n\n", c, s, e);
 	static const char *const hdr[] = {"RANK", "NODE", "LOCAL", "PID", "STATE", "EXIT", "SIGNAL"};
@@ -907,13 +884,13 @@ int cmd_job_show(struct cli_ctx *ctx, int argc, char **argv)
 	json_t *rk;
 	json_array_foreach(json_object_get(d, "ranks"), i, rk) {
 		char rank[16], loc[16], pid[24], x[16], sig[16];
-		snprintf(rank, sizeof rank, "%lld", num(rk, "rank"));
-		snprintf(loc, sizeof loc, "%lld", num(rk, "local_rank"));
-		snprintf(pid, sizeof pid, "%lld", num(rk, "pid"));
+		snprintf(rank, sizeof rank, "%lld", cli_jnum(rk, "rank"));
+		snprintf(loc, sizeof loc, "%lld", cli_jnum(rk, "local_rank"));
+		snprintf(pid, sizeof pid, "%lld", cli_jnum(rk, "pid"));
 		fmt_exit(rk, x, sizeof x);
-		snprintf(sig, sizeof sig, "%lld", num(rk, "signal"));
-		const char *row[] = {rank, str(rk, "node"), loc, pid, str(rk, "state"), x,
-				     num(rk, "signal") ? sig : "-"};
+		snprintf(sig, sizeof sig, "%lld", cli_jnum(rk, "signal"));
+		const char *row[] = {rank, cli_jstr(rk, "node"), loc, pid, cli_jstr(rk, "state"), x,
+				     cli_jnum(rk, "signal") ? sig : "-"};
 		out_table_row(t, row);
 	}
 	out_table_print(t, stdout);
@@ -981,9 +958,9 @@ int cmd_job_cancel(struct cli_ctx *ctx, int argc, char **argv)
 	if (ctx->out == OUT_JSON) {
 		cli_print_json(d);
 	} else if (json_is_string(json_object_get(d, "note"))) {
-		printf("Job %lld: %s (%s).\n", num(d, "id"), str(d, "note"), str(d, "state"));
+		printf("Job %lld: %s (%s).\n", cli_jnum(d, "id"), cli_jstr(d, "note"), cli_jstr(d, "state"));
 	} else {
-		printf("Job %lld %s.\n", num(d, "id"), str(d, "state"));
+		printf("Job %lld %s.\n", cli_jnum(d, "id"), cli_jstr(d, "state"));
 	}
 	json_decref(d);
 	return 0;
@@ -1142,7 +1119,7 @@ int cmd_bench_decode(struct cli_ctx *ctx, int argc, char **argv)
 	int64_t timeout = 600;
 	int ch, rc = 0;
 	optind = 0;
-	while ((ch = next_opt(ctx, argc, argv, lo, &rc)) != -1) {
+	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
 		if (ch == -2)
 			return rc;
 		char *end;
@@ -1251,7 +1228,7 @@ int cmd_bench_decode(struct cli_ctx *ctx, int argc, char **argv)
 				    json_number_value(json_object_get(rep, "comm_share")), "p50_ms",
 				    json_number_value(json_object_get(json_object_get(rep, "latency_ms"),
 								      "p50")),
-				    "algo", str(rep, "algo"), "transport", str(rep, "transport"),
+				    "algo", cli_jstr(rep, "algo"), "transport", cli_jstr(rep, "transport"),
 				    "generated", gen ? gen : json_null()));
 		json_decref(rep);
 	}
@@ -1275,7 +1252,7 @@ int cmd_bench_decode(struct cli_ctx *ctx, int argc, char **argv)
 		json_t *r;
 		json_array_foreach(rows, i, r) {
 			char w[16], tp[32], su[32], cs[16], p50[32];
-			snprintf(w, sizeof w, "%lld", num(r, "world_size"));
+			snprintf(w, sizeof w, "%lld", cli_jnum(r, "world_size"));
 			snprintf(tp, sizeof tp, "%.2f", json_number_value(json_object_get(r, "tokens_per_s")));
 			json_t *s = json_object_get(r, "speedup");
 			if (json_is_number(s))
@@ -1285,7 +1262,7 @@ int cmd_bench_decode(struct cli_ctx *ctx, int argc, char **argv)
 			snprintf(cs, sizeof cs, "%.0f%%",
 				 100 * json_number_value(json_object_get(r, "comm_share")));
 			snprintf(p50, sizeof p50, "%.2f", json_number_value(json_object_get(r, "p50_ms")));
-			const char *row[] = {w, tp, su, cs, p50, str(r, "algo")};
+			const char *row[] = {w, tp, su, cs, p50, cli_jstr(r, "algo")};
 			out_table_row(t, row);
 		}
 		out_table_print(t, stdout);

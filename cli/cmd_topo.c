@@ -13,14 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OPT_END {NULL, 0, NULL, 0}
+#define OPT_END CLI_OPT_END
 #define TOPO_PIC_MAX 256
-
-static const char *str(json_t *o, const char *k)
-{
-	json_t *v = json_object_get(o, k);
-	return json_is_string(v) ? json_string_value(v) : "-";
-}
 
 static void upper(const char *s, char *out, size_t len)
 {
@@ -57,9 +51,9 @@ static int parse(struct cli_ctx *ctx, int argc, char **argv, const struct option
 static void end_name(json_t *e, char *buf, size_t len)
 {
 	if (json_is_string(json_object_get(e, "switch")))
-		snprintf(buf, len, "switch %s", str(e, "switch"));
+		snprintf(buf, len, "switch %s", cli_jstr(e, "switch"));
 	else
-		snprintf(buf, len, "%s:%s", str(e, "node"), str(e, "port"));
+		snprintf(buf, len, "%s:%s", cli_jstr(e, "node"), cli_jstr(e, "port"));
 }
 
 static void print_cables(json_t *v)
@@ -86,8 +80,8 @@ static void print_cables(json_t *v)
 		json_array_foreach(tws, k, tw) {
 			json_t *ta = json_object_get(tw, "a"), *tb = json_object_get(tw, "b");
 			size_t o = strlen(nds);
-			snprintf(nds + o, sizeof nds - o, "%s%s%s%s%s", k ? ", " : "", str(ta, "netdev"),
-				 json_is_object(tb) ? "=" : "", json_is_object(tb) ? str(tb, "netdev") : "",
+			snprintf(nds + o, sizeof nds - o, "%s%s%s%s%s", k ? ", " : "", cli_jstr(ta, "netdev"),
+				 json_is_object(tb) ? "=" : "", json_is_object(tb) ? cli_jstr(tb, "netdev") : "",
 				 json_is_true(json_object_get(tw, "ok")) ? "" : " (silent)");
 			if (json_is_integer(json_object_get(ta, "mtu")))
 				ma = (long long)json_integer_value(json_object_get(ta, "mtu"));
@@ -100,7 +94,7 @@ static void print_cables(json_t *v)
 			snprintf(mtu, sizeof mtu, "%lld", ma);
 		else
 			snprintf(mtu, sizeof mtu, "-");
-		const char *row[] = {cab, str(c, "kind"), twins, mtu, nds};
+		const char *row[] = {cab, cli_jstr(c, "kind"), twins, mtu, nds};
 		out_table_row(t, row);
 	}
 	out_table_print(t, stdout);
@@ -113,8 +107,8 @@ static json_t *cable_between(json_t *v, const char *x, const char *y)
 	size_t i;
 	json_t *c;
 	json_array_foreach(json_object_get(v, "cables"), i, c) {
-		const char *a = str(json_object_get(c, "a"), "node"), *b = str(json_object_get(c, "b"), "node");
-		if (strcmp(str(c, "kind"), "direct") == 0 &&
+		const char *a = cli_jstr(json_object_get(c, "a"), "node"), *b = cli_jstr(json_object_get(c, "b"), "node");
+		if (strcmp(cli_jstr(c, "kind"), "direct") == 0 &&
 		    ((strcmp(a, x) == 0 && strcmp(b, y) == 0) || (strcmp(a, y) == 0 && strcmp(b, x) == 0)))
 			return c;
 	}
@@ -124,7 +118,7 @@ static json_t *cable_between(json_t *v, const char *x, const char *y)
 static const char *port_of(json_t *c, const char *node)
 {
 	json_t *a = json_object_get(c, "a"), *b = json_object_get(c, "b");
-	return strcmp(str(a, "node"), node) == 0 ? str(a, "port") : str(b, "port");
+	return strcmp(cli_jstr(a, "node"), node) == 0 ? cli_jstr(a, "port") : cli_jstr(b, "port");
 }
 
 static void link_art(json_t *c, char *buf, size_t len)
@@ -139,7 +133,7 @@ static void link_art(json_t *c, char *buf, size_t len)
  * or the cables one per line when neither fits. */
 static void print_picture(json_t *v)
 {
-	const char *cls = str(v, "class");
+	const char *cls = cli_jstr(v, "class");
 	json_t *order = json_object_get(v, "ring_order");
 	size_t n = json_array_size(order), i;
 	if ((strcmp(cls, "ring") == 0 || strcmp(cls, "pair") == 0) && n >= 2) {
@@ -167,7 +161,7 @@ static void print_picture(json_t *v)
 			const int w = 12;
 			char line[3][TOPO_PIC_MAX];
 			char title[64];
-			snprintf(title, sizeof title, " switch %s ", str(d, "id"));
+			snprintf(title, sizeof title, " switch %s ", cli_jstr(d, "id"));
 			int width = (int)m * w, tl = (int)strlen(title);
 			if (width < tl + 6)
 				width = tl + 6;
@@ -186,13 +180,13 @@ static void print_picture(json_t *v)
 				char pl[16];
 				if (strlen(line[0]) + (size_t)w >= sizeof line[0])
 					break;
-				snprintf(pl, sizeof pl, "p%s", str(p, "port"));
+				snprintf(pl, sizeof pl, "p%s", cli_jstr(p, "port"));
 				size_t o = strlen(line[0]);
 				snprintf(line[0] + o, sizeof line[0] - o, "   %-*s", w - 3, "|");
 				o = strlen(line[1]);
 				snprintf(line[1] + o, sizeof line[1] - o, "   |%-*s", w - 4, pl);
 				o = strlen(line[2]);
-				snprintf(line[2] + o, sizeof line[2] - o, "%-*.*s", w, w - 1, str(p, "node"));
+				snprintf(line[2] + o, sizeof line[2] - o, "%-*.*s", w, w - 1, cli_jstr(p, "node"));
 			}
 			for (int l = 0; l < 3; l++) {
 				size_t len = strlen(line[l]);
@@ -232,8 +226,8 @@ static void print_probes(json_t *v)
 		json_t *a = json_object_get(p, "a"), *b = json_object_get(p, "b");
 		char from[96], to[96], twin[8], p50[24] = "-", p99[24] = "-", gb[24] = "-", mtu[16] = "-",
 										  res[16];
-		snprintf(from, sizeof from, "%s %s", str(a, "node"), str(a, "netdev"));
-		snprintf(to, sizeof to, "%s %s", str(b, "node"), str(b, "netdev"));
+		snprintf(from, sizeof from, "%s %s", cli_jstr(a, "node"), cli_jstr(a, "netdev"));
+		snprintf(to, sizeof to, "%s %s", cli_jstr(b, "node"), cli_jstr(b, "netdev"));
 		snprintf(twin, sizeof twin, "%lld", (long long)json_integer_value(json_object_get(p, "twin")));
 		json_t *x;
 		if (json_is_number(x = json_object_get(p, "p50_us")))
@@ -244,20 +238,20 @@ static void print_probes(json_t *v)
 			snprintf(gb, sizeof gb, "%.2f", json_number_value(x));
 		if (json_is_integer(x = json_object_get(p, "mtu_largest")))
 			snprintf(mtu, sizeof mtu, "%lld", (long long)json_integer_value(x));
-		upper(str(p, "result"), res, sizeof res);
-		const char *row[] = {from, to, twin, str(p, "transport"), p50, p99, gb, mtu, res};
+		upper(cli_jstr(p, "result"), res, sizeof res);
+		const char *row[] = {from, to, twin, cli_jstr(p, "transport"), p50, p99, gb, mtu, res};
 		out_table_row(t, row);
 	}
 	out_table_print(t, stdout);
 	out_table_free(t);
 	json_t *ps = json_object_get(v, "probe_summary");
-	const char *note = str(ps, "note");
+	const char *note = cli_jstr(ps, "note");
 	if (strcmp(note, "-") != 0 && *note)
 		printf("(%s)\n", note);
 	json_array_foreach(probes, i, p)
 		if (json_is_string(json_object_get(p, "fallback_reason")))
-			printf("(%s -> %s: %s)\n", str(json_object_get(p, "a"), "netdev"),
-			       str(json_object_get(p, "b"), "netdev"), str(p, "fallback_reason"));
+			printf("(%s -> %s: %s)\n", cli_jstr(json_object_get(p, "a"), "netdev"),
+			       cli_jstr(json_object_get(p, "b"), "netdev"), cli_jstr(p, "fallback_reason"));
 }
 
 static void print_findings(json_t *v)
@@ -274,12 +268,12 @@ static void print_findings(json_t *v)
 	static const char *const order[] = {"fail", "warn", "info"};
 	for (int s = 0; s < 3; s++)
 		json_array_foreach(f, i, x) {
-			if (strcmp(str(x, "severity"), order[s]) != 0)
+			if (strcmp(cli_jstr(x, "severity"), order[s]) != 0)
 				continue;
 			char sev[8];
 			upper(order[s], sev, sizeof sev);
-			printf("  %-4s  %s: %s\n        fix: %s\n", sev, str(x, "code"), str(x, "message"),
-			       str(x, "fix"));
+			printf("  %-4s  %s: %s\n        fix: %s\n", sev, cli_jstr(x, "code"), cli_jstr(x, "message"),
+			       cli_jstr(x, "fix"));
 		}
 }
 
@@ -292,20 +286,20 @@ static void print_advice(json_t *v)
 	size_t i;
 	json_t *x;
 	json_array_foreach(adv, i, x)
-		printf("  - %s\n", str(x, "message"));
+		printf("  - %s\n", cli_jstr(x, "message"));
 }
 
 static void print_headline(json_t *v, const char *what)
 {
 	char res[8];
-	upper(str(v, "result"), res, sizeof res);
-	printf("%s: %s, %lld nodes: %s", what, str(v, "class"),
+	upper(cli_jstr(v, "result"), res, sizeof res);
+	printf("%s: %s, %lld nodes: %s", what, cli_jstr(v, "class"),
 	       (long long)json_integer_value(json_object_get(v, "nodes")), res);
 	json_t *run = json_object_get(v, "run"), *ps = json_object_get(v, "probe_summary");
 	if (json_is_object(run))
 		printf("  (%s, %lld probes over %s, %.1f s)",
 		       json_is_true(json_object_get(run, "quick")) ? "quick" : "full",
-		       (long long)json_integer_value(json_object_get(ps, "count")), str(ps, "transport"),
+		       (long long)json_integer_value(json_object_get(ps, "count")), cli_jstr(ps, "transport"),
 		       (double)json_integer_value(json_object_get(run, "duration_ms")) / 1000.0);
 	printf("\n\n");
 }
@@ -379,7 +373,7 @@ int cmd_topo_validate(struct cli_ctx *ctx, int argc, char **argv)
 		return 1;
 	if (ctx->tty && ctx->out == OUT_TABLE)
 		fprintf(stderr, "%40s\r", "");
-	const char *res = str(v, "result");
+	const char *res = cli_jstr(v, "result");
 	if (ctx->out == OUT_JSON) {
 		cli_print_json(v);
 	} else {
@@ -396,7 +390,7 @@ int cmd_topo_validate(struct cli_ctx *ctx, int argc, char **argv)
 		size_t n = 0, i;
 		json_t *f;
 		json_array_foreach(json_object_get(v, "findings"), i, f)
-			n += strcmp(str(f, "severity"), "info") != 0;
+			n += strcmp(cli_jstr(f, "severity"), "info") != 0;
 		char up[8];
 		upper(res, up, sizeof up);
 		fprintf(stderr,
@@ -432,7 +426,7 @@ static const char *addr_state(json_t *rep, const char *netdev, const char *addr)
 		size_t k;
 		json_t *x;
 		json_array_foreach(json_object_get(rep, lists[i]), k, x)
-			if (strcmp(str(x, "netdev"), netdev) == 0 && strcmp(str(x, "address"), addr) == 0)
+			if (strcmp(cli_jstr(x, "netdev"), netdev) == 0 && strcmp(cli_jstr(x, "address"), addr) == 0)
 				return i == 0 ? (dry ? "would add" : "added")
 				       : i == 1 ? "in place"
 						: (dry ? "would remove" : "removed");
@@ -484,8 +478,8 @@ int cmd_topo_addresses(struct cli_ctx *ctx, int argc, char **argv)
 		json_decref(d);
 		return ret;
 	}
-	printf("Plan: %s, pool %s, /%lld subnets, one per twin; %s\n\n", str(d, "class"),
-	       str(d, "pool"), (long long)json_integer_value(json_object_get(d, "prefix")),
+	printf("Plan: %s, pool %s, /%lld subnets, one per twin; %s\n\n", cli_jstr(d, "class"),
+	       cli_jstr(d, "pool"), (long long)json_integer_value(json_object_get(d, "prefix")),
 	       json_is_true(json_object_get(d, "applied"))
 		       ? "applied"
 		       : "dry run: nothing changed (add --apply to apply it on every node)");
@@ -494,7 +488,7 @@ int cmd_topo_addresses(struct cli_ctx *ctx, int argc, char **argv)
 	size_t i, k;
 	json_t *r, *e;
 	json_array_foreach(json_object_get(d, "reports"), i, r) {
-		const char *node = str(r, "node");
+		const char *node = cli_jstr(r, "node");
 		json_t *rep = json_object_get(r, "report");
 		json_array_foreach(json_object_get(json_object_get(plan, "nodes"), node), k, e) {
 			char peers[128] = "";
@@ -505,11 +499,11 @@ int cmd_topo_addresses(struct cli_ctx *ctx, int argc, char **argv)
 				snprintf(peers + off, sizeof peers - off, "%s%s", m ? " " : "",
 					 json_string_value(p) ? json_string_value(p) : "");
 			}
-			const char *row[] = {node, str(e, "port"), str(e, "netdev"), str(e, "address"),
+			const char *row[] = {node, cli_jstr(e, "port"), cli_jstr(e, "netdev"), cli_jstr(e, "address"),
 					     peers[0] ? peers : "-",
-					     json_is_object(rep) ? addr_state(rep, str(e, "netdev"),
-									       str(e, "address"))
-								 : str(r, "error")};
+					     json_is_object(rep) ? addr_state(rep, cli_jstr(e, "netdev"),
+									       cli_jstr(e, "address"))
+								 : cli_jstr(r, "error")};
 			out_table_row(t, row);
 		}
 	}
@@ -518,9 +512,9 @@ int cmd_topo_addresses(struct cli_ctx *ctx, int argc, char **argv)
 	json_array_foreach(json_object_get(d, "reports"), i, r) {
 		json_t *rep = json_object_get(r, "report");
 		if (!json_is_object(rep))
-			printf("%s: %s\n", str(r, "node"), str(r, "error"));
+			printf("%s: %s\n", cli_jstr(r, "node"), cli_jstr(r, "error"));
 		else if (json_is_string(json_object_get(rep, "message")))
-			printf("%s: %s\n", str(r, "node"), str(rep, "message"));
+			printf("%s: %s\n", cli_jstr(r, "node"), cli_jstr(rep, "message"));
 	}
 	fflush(stdout);
 	if (ret)
@@ -538,6 +532,6 @@ void cli_topo_status_line(json_t *topology)
 	}
 	char age[32];
 	util_fmt_age((int64_t)json_integer_value(json_object_get(topology, "age_s")), age, sizeof age);
-	printf("Topology: %s %s ago%s\n", str(topology, "summary"), age,
+	printf("Topology: %s %s ago%s\n", cli_jstr(topology, "summary"), age,
 	       json_is_true(json_object_get(topology, "quick")) ? " (quick)" : "");
 }

@@ -3,6 +3,7 @@
 
 #include "spark_config.h"
 
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +75,29 @@ int cli_fail(const char *fmt, ...)
 	emit_line(fmt, ap, "");
 	va_end(ap);
 	return 1;
+}
+
+int cli_next_opt(struct cli_ctx *ctx, int argc, char **argv, const struct option *lo, int *rc)
+{
+	opterr = 0;
+	int ch = getopt_long(argc, argv, "+", lo, NULL);
+	if (ch == '?' || ch == ':') {
+		const char *bad = argv[optind - 1];
+		*rc = cli_usage(ctx, "unknown or incomplete option '%s'", bad ? bad : "?");
+		return -2;
+	}
+	return ch;
+}
+
+const char *cli_jstr(json_t *o, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+	return json_is_string(v) ? json_string_value(v) : "-";
+}
+
+long long cli_jnum(json_t *o, const char *key)
+{
+	return (long long)json_integer_value(json_object_get(o, key));
 }
 
 void cli_print_json(const json_t *j)
