@@ -55,7 +55,7 @@ static json_t *ctl_json(struct sh_sim *s, int k, const char *a1, const char *a2,
 		      : ctl(s, k, &out, a1, "-o", "json", NULL);
 	json_t *j = rc == 0 ? json_loads(out, 0, NULL) : NULL;
 	if (!j)
-		cr_log_warn("sparkctl %s %s %s in node %d: rc=%d: %s", a1, a2 ? a2 : "", a3 ? a3 : "", k,
+		cr_log_info("sparkctl %s %s %s in node %d: rc=%d: %s", a1, a2 ? a2 : "", a3 ? a3 : "", k,
 			    rc, out);
 	free(out);
 	return j;

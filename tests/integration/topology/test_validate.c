@@ -172,7 +172,7 @@ static struct vres validate_until(struct sh_sim *s, int k, const char *want_resu
 		if (r.v && strcmp(vstr(r.v, "result"), want_result) == 0 && (!code || finding(r.v, code)))
 			return r;
 		if (sh_now_us() - t0 > (uint64_t)timeout_ms * 1000) {
-			cr_log_warn("last verdict: %s", r.out ? r.out : "(none)");
+			cr_log_info("last verdict: %s", r.out ? r.out : "(none)");
 			return r;
 		}
 		vres_free(&r);

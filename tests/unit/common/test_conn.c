@@ -88,7 +88,7 @@ static void teardown(void)
 	char cmd[64];
 	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
 	if (system(cmd) != 0)
-		cr_log_warn("cannot remove %s", dir);
+		cr_log_info("cannot remove %s", dir);
 }
 
 TestSuite(conn, .init = setup, .fini = teardown, .timeout = 600);
