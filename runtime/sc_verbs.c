@@ -49,7 +49,7 @@ struct sc_vdev {
 	struct ibv_pd *pd;
 	/* its RoCE v2 GIDs, read once per communicator */
 	struct sc_vgid *gids;
-	int ngids, gids_loaded;
+	int ngids;
 };
 
 struct sc_vctx {
@@ -353,7 +353,6 @@ static void load_gids(sc_comm_t *c)
 			sysfs_gids(c->opt.sysfs_root ? c->opt.sysfs_root : "/sys/class/infiniband",
 			           d->name, NULL, &d->gids, &d->ngids);
 		}
-		d->gids_loaded = 1;
 	}
 	v->gids_at = sc_now_ns();
 }
@@ -582,8 +581,6 @@ int sc_verbs_link_connect(struct sc_vlink *v, const sc_hello_t *peer, char *why,
 	a.qp_state = IBV_QPS_RTS;
 	a.timeout = VQP_TIMEOUT;
 	a.retry_cnt = VQP_RETRY;
-	if (getenv("SCQP_TIMEOUT")) a.timeout = (uint8_t)atoi(getenv("SCQP_TIMEOUT")); /* TMPEXP */
-	if (getenv("SCQP_RETRY")) a.retry_cnt = (uint8_t)atoi(getenv("SCQP_RETRY")); /* TMPEXP */
 	a.rnr_retry = 7; /* infinite: receiver behind means wait */
 	a.sq_psn = v->psn;
 	a.max_rd_atomic = 1;
