@@ -390,11 +390,15 @@ static void op_state(struct topo_agent *t, json_int_t id, const json_t *req)
 		return;
 	}
 	json_t *snap = t->l2 ? topo_l2disc_snapshot(t->l2) : NULL;
+	json_t *hosts = NULL;
+	if (topo_host_addresses(d, &hosts, err, sizeof err) < 0)
+		log_warn("host_addresses_failed", "err=%s", log_q(err));
 	reply_ok(t, id,
-		 json_pack("{s:o, s:o, s:o}", "discovery", d, "l2disc", snap ? snap : json_null(),
+		 json_pack("{s:o, s:o, s:o, s:o}", "discovery", d, "l2disc", snap ? snap : json_null(),
 			   "l2disc_error",
 			   t->l2 ? json_null()
-				 : json_string(t->l2_err[0] ? t->l2_err : "neighbour discovery is not running")));
+				 : json_string(t->l2_err[0] ? t->l2_err : "neighbour discovery is not running"),
+			   "host_addresses", hosts ? hosts : json_null()));
 }
 
 static void op_probe_serve(struct topo_agent *t, json_int_t id, const json_t *req)

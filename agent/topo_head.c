@@ -62,6 +62,7 @@ struct vnode {
 	char id[40], name[64];
 	bool self, reachable, answered;
 	json_t *disc, *l2;
+	json_t *host_addrs; /* its IPv4 addresses outside the fabric (topo_host_addresses) */
 	char l2_err[256];
 	char err[384];
 };
@@ -184,6 +185,7 @@ static void run_free(struct vrun *r)
 	for (size_t i = 0; i < r->n; i++) {
 		json_decref(r->nodes[i].disc);
 		json_decref(r->nodes[i].l2);
+		json_decref(r->nodes[i].host_addrs);
 	}
 	for (size_t i = 0; i < r->np; i++)
 		json_decref(r->probes[i].result);
@@ -310,6 +312,9 @@ static void on_state(struct vrun *r, struct vreq *q, const json_t *m)
 		}
 		json_decref(n->l2);
 		n->l2 = json_is_object(l2) ? json_incref(l2) : NULL;
+		json_t *ha = json_object_get(d, "host_addresses");
+		json_decref(n->host_addrs);
+		n->host_addrs = json_is_array(ha) ? json_incref(ha) : NULL;
 		util_strlcpy(n->l2_err, jstr_or(d, "l2disc_error", ""), sizeof n->l2_err);
 	}
 	if (r->pending == 0)
@@ -510,6 +515,12 @@ static int classify(struct vrun *r, char *err, size_t errlen)
 		}
 	}
 	json_object_set_new(verdict, "frames", frames);
+	/* the addressing plan keeps clear of these (topology/addrplan.h) */
+	json_t *hosts = json_object();
+	for (size_t i = 0; i < r->n; i++)
+		if (r->nodes[i].host_addrs)
+			json_object_set(hosts, r->nodes[i].name, r->nodes[i].host_addrs);
+	json_object_set_new(verdict, "host_addresses", hosts);
 	recompute_result(verdict);
 	json_decref(r->verdict);
 	r->verdict = verdict;

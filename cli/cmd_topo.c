@@ -402,6 +402,42 @@ int cmd_topo_validate(struct cli_ctx *ctx, int argc, char **argv)
 	return pass ? 0 : 1;
 }
 
+/* What the plan kept clear of (topology/addrplan.h "avoided"): each blocked
+ * subnet, and once per network, a pool that lies inside a member's network. */
+static void print_avoided(json_t *plan)
+{
+	size_t i, j;
+	json_t *e, *f;
+	json_t *av = json_object_get(plan, "avoided");
+	json_array_foreach(av, i, e)
+		if (json_is_string(json_object_get(e, "blocked")))
+			printf("Kept clear of %s: %s uses %s on %s.\n", cli_jstr(e, "blocked"), cli_jstr(e, "node"),
+			       cli_jstr(e, "address"), cli_jstr(e, "netdev"));
+	json_array_foreach(av, i, e) {
+		if (!json_is_true(json_object_get(e, "contains_pool")))
+			continue;
+		const char *slash = strchr(cli_jstr(e, "address"), '/'), *nd = cli_jstr(e, "netdev");
+		/* one note per (prefix length, netdev): the same network on every node */
+		bool first = true;
+		char nodes[256] = "";
+		json_array_foreach(av, j, f) {
+			const char *fs = strchr(cli_jstr(f, "address"), '/');
+			if (!json_is_true(json_object_get(f, "contains_pool")) || !slash || !fs ||
+			    strcmp(slash, fs) != 0 || strcmp(cli_jstr(f, "netdev"), nd) != 0)
+				continue;
+			if (j < i)
+				first = false;
+			size_t off = strlen(nodes);
+			snprintf(nodes + off, sizeof nodes - off, "%s%s", off ? ", " : "", cli_jstr(f, "node"));
+		}
+		if (first && slash)
+			printf("Note: the pool %s lies inside the /%s network that %s use%s on %s: a host of that "
+			       "network whose address falls in a fabric subnet is out of their reach; if there "
+			       "are such hosts, set fabric.pool outside it.\n",
+			       cli_jstr(plan, "pool"), slash + 1, nodes, strchr(nodes, ',') ? "" : "s", nd);
+	}
+}
+
 struct aopts {
 	bool apply;
 	const char *netplan;
@@ -509,6 +545,7 @@ int cmd_topo_addresses(struct cli_ctx *ctx, int argc, char **argv)
 	}
 	out_table_print(t, stdout);
 	out_table_free(t);
+	print_avoided(plan);
 	json_array_foreach(json_object_get(d, "reports"), i, r) {
 		json_t *rep = json_object_get(r, "report");
 		if (!json_is_object(rep))

@@ -158,18 +158,14 @@ static void fill_peers(json_t *subnets, json_t *nodes)
 	}
 }
 
-static int plan_direct(json_t *verdict, const struct pool *pl, json_t *subnets, json_t *nodes,
-		       char *err, size_t errlen)
+static int plan_direct(json_t *verdict, const struct pool *pl, unsigned char *used, json_t *subnets,
+		       json_t *nodes, char *err, size_t errlen)
 {
 	json_t *cables = json_object_get(verdict, "cables");
 	size_t n = json_array_size(cables), k = 0, i;
 	struct pend *pv = calloc(n ? n : 1, sizeof *pv);
-	unsigned char *used = calloc(pl->nsub, 1);
-	if (!pv || !used) {
-		free(pv);
-		free(used);
+	if (!pv)
 		return -ENOMEM;
-	}
 	json_t *c;
 	json_array_foreach(cables, i, c) {
 		if (!jstr(c, "kind") || strcmp(jstr(c, "kind"), "direct") != 0)
@@ -233,7 +229,6 @@ static int plan_direct(json_t *verdict, const struct pool *pl, json_t *subnets, 
 		}
 	}
 	free(pv);
-	free(used);
 	return rc;
 }
 
@@ -247,8 +242,8 @@ static int swport_cmp(const void *a, const void *b)
 	return strcmp(((const struct swport *)a)->node, ((const struct swport *)b)->node);
 }
 
-static int plan_switch(json_t *verdict, const struct pool *pl, json_t *subnets, json_t *nodes,
-		       char *err, size_t errlen)
+static int plan_switch(json_t *verdict, const struct pool *pl, unsigned char *used, json_t *subnets,
+		       json_t *nodes, char *err, size_t errlen)
 {
 	/* The main L2 domain: the one with the most nodes (first on a tie). */
 	const char *main_id = NULL;
@@ -294,11 +289,10 @@ static int plan_switch(json_t *verdict, const struct pool *pl, json_t *subnets, 
 		k++;
 	}
 	qsort(sp, k, sizeof sp[0], swport_cmp);
-	unsigned char *used = calloc(pl->nsub, 1);
 	unsigned char *hused = calloc(pl->hosts + 2, 1);
 	uint32_t *host = calloc(k ? k : 1, sizeof *host);
 	int rc = 0;
-	if (!used || !hused || !host)
+	if (!hused || !host)
 		rc = -ENOMEM;
 	for (i = 0; rc == 0 && i < k; i++) {
 		host[i] = pick(sp[i].node, pl->hosts + 2, hused);
@@ -347,10 +341,84 @@ static int plan_switch(json_t *verdict, const struct pool *pl, json_t *subnets, 
 								 "members", members));
 	}
 	free(sp);
-	free(used);
 	free(hused);
 	free(host);
 	return rc;
+}
+
+/* "a.b.c.d/len" -> host-order address and length. */
+static bool parse_cidr(const char *s, uint32_t *ip, int *len)
+{
+	char buf[32];
+	const char *slash = s ? strchr(s, '/') : NULL;
+	if (!slash || (size_t)(slash - s) >= sizeof buf)
+		return false;
+	memcpy(buf, s, (size_t)(slash - s));
+	buf[slash - s] = '\0';
+	char *end = NULL;
+	long l = strtol(slash + 1, &end, 10);
+	struct in_addr a;
+	if (inet_pton(AF_INET, buf, &a) != 1 || !end || *end || end == slash + 1 || l < 0 || l > 32)
+		return false;
+	*ip = ntohl(a.s_addr);
+	*len = (int)l;
+	return true;
+}
+
+static uint32_t prefix_mask(int len) { return len ? ~0u << (32 - len) : 0; }
+
+/* Keep the plan off the networks the members already use on their other
+ * netdevs (verdict "host_addresses"): a fabric /24 inside the office LAN would
+ * route part of that LAN into a cable. Two prefixes are nested or disjoint. A
+ * host network inside the pool blocks the pool subnets it overlaps. One that
+ * holds the whole pool (a 10.0.0.0/8 LAN around a 10.77.0.0/16 pool, or a
+ * 169.254.0.0/16 link-local net around the simulator's pool) blocks only the
+ * subnet of the host's own address, and the entry says "contains_pool". */
+static json_t *block_host_networks(json_t *verdict, const struct pool *pl, unsigned char *used)
+{
+	json_t *out = json_array();
+	const char *node;
+	json_t *list;
+	uint32_t pmask = prefix_mask(pl->plen);
+	json_object_foreach(json_object_get(verdict, "host_addresses"), node, list) {
+		size_t i;
+		json_t *e;
+		json_array_foreach(list, i, e) {
+			uint32_t ip;
+			int len;
+			if (!parse_cidr(jstr(e, "address"), &ip, &len))
+				continue;
+			uint32_t net = ip & prefix_mask(len);
+			bool contains_pool = len <= pl->plen && (pl->base & prefix_mask(len)) == net;
+			bool inside_pool = len > pl->plen && (net & pmask) == pl->base;
+			if (!contains_pool && !inside_pool)
+				continue;
+			uint32_t first, last; /* subnet indices to block */
+			int blen;
+			if (inside_pool && len < pl->prefix) {
+				first = (net - pl->base) >> (32 - pl->prefix);
+				last = first + (1u << (pl->prefix - len)) - 1;
+				blen = len;
+			} else if ((ip & pmask) == pl->base) {
+				first = last = (ip - pl->base) >> (32 - pl->prefix);
+				blen = pl->prefix;
+			} else {
+				first = 1;
+				last = 0; /* the pool is inside that network, the address is not in the pool */
+				blen = 0;
+			}
+			for (uint32_t x = first; x <= last && x < pl->nsub; x++)
+				used[x] = 1;
+			char b[32], bs[40];
+			fmt_ip(subnet_base(pl, first), b, sizeof b);
+			snprintf(bs, sizeof bs, "%s/%d", b, blen);
+			json_array_append_new(out, json_pack("{s:s, s:s?, s:s, s:s?, s:b}", "node", node, "netdev",
+							     jstr(e, "netdev"), "address", jstr(e, "address"),
+							     "blocked", blen ? bs : NULL, "contains_pool",
+							     contains_pool));
+		}
+	}
+	return out;
 }
 
 int topo_addrplan_make(json_t *verdict, const struct topo_addrplan_opts *o, json_t **plan, char *err,
@@ -375,16 +443,27 @@ int topo_addrplan_make(json_t *verdict, const struct topo_addrplan_opts *o, json
 		snprintf(err, errlen, "not a topology verdict (no class or cables)");
 		return -EINVAL;
 	}
+	unsigned char *used = calloc(pl.nsub, 1);
+	if (!used)
+		return -ENOMEM;
+	json_t *avoided = block_host_networks(verdict, &pl, used);
 	json_t *subnets = json_array(), *nodes = json_object();
 	if (strcmp(cls, "ring") == 0 || strcmp(cls, "pair") == 0) {
-		r = plan_direct(verdict, &pl, subnets, nodes, err, errlen);
+		r = plan_direct(verdict, &pl, used, subnets, nodes, err, errlen);
 	} else if (strcmp(cls, "switch") == 0) {
-		r = plan_switch(verdict, &pl, subnets, nodes, err, errlen);
+		r = plan_switch(verdict, &pl, used, subnets, nodes, err, errlen);
 	} else {
 		snprintf(err, errlen, "no addressing plan for topology '%s': fix the cabling first", cls);
 		r = -EINVAL;
 	}
+	free(used);
 	if (r < 0) {
+		if (r == -EINVAL && json_array_size(avoided) > 0) {
+			size_t el = strlen(err);
+			snprintf(err + el, errlen - el, ", after keeping clear of %zu network(s) the members use "
+				 "on other netdevs (plan \"avoided\")", json_array_size(avoided));
+		}
+		json_decref(avoided);
 		json_decref(subnets);
 		json_decref(nodes);
 		return r;
@@ -393,8 +472,8 @@ int topo_addrplan_make(json_t *verdict, const struct topo_addrplan_opts *o, json
 	char net[32], poolstr[48];
 	fmt_ip(pl.base, net, sizeof net);
 	snprintf(poolstr, sizeof poolstr, "%s/%d", net, pl.plen);
-	*plan = json_pack("{s:s, s:i, s:s, s:o, s:o}", "pool", poolstr, "prefix", pl.prefix, "class", cls,
-			  "subnets", subnets, "nodes", nodes);
+	*plan = json_pack("{s:s, s:i, s:s, s:o, s:o, s:o}", "pool", poolstr, "prefix", pl.prefix, "class",
+			  cls, "subnets", subnets, "nodes", nodes, "avoided", avoided);
 	return *plan ? 0 : -ENOMEM;
 }
 
@@ -658,4 +737,56 @@ int topo_addrplan_write_netplan(const char *path, const char *yaml)
 	if (!path || !yaml)
 		return -EINVAL;
 	return util_write_file(path, yaml, strlen(yaml), 0600);
+}
+
+/* ---------- this host's other networks ---------- */
+
+static bool is_fabric_netdev(json_t *discovery, const char *name)
+{
+	size_t i, j;
+	json_t *p, *t;
+	json_array_foreach(json_object_get(discovery, "ports"), i, p)
+		json_array_foreach(json_object_get(p, "twins"), j, t)
+			if (jstr(t, "netdev") && strcmp(jstr(t, "netdev"), name) == 0)
+				return true;
+	return false;
+}
+
+int topo_host_addresses(json_t *discovery, json_t **out, char *err, size_t errlen)
+{
+	char dummy[8];
+	if (!err) {
+		err = dummy;
+		errlen = sizeof dummy;
+	}
+	err[0] = '\0';
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	struct nl_sock *sk = nl_socket_alloc();
+	struct nl_cache *cache = NULL;
+	int nr = -NLE_NOMEM;
+	if (!sk || (nr = nl_connect(sk, NETLINK_ROUTE)) < 0 || (nr = rtnl_addr_alloc_cache(sk, &cache)) < 0) {
+		snprintf(err, errlen, "netlink: %s", nl_geterror(nr));
+		nl_socket_free(sk);
+		return -EIO;
+	}
+	json_t *list = json_array();
+	for (struct nl_object *ob = nl_cache_get_first(cache); ob; ob = nl_cache_get_next(ob)) {
+		struct rtnl_addr *a = (struct rtnl_addr *)ob;
+		struct nl_addr *local = rtnl_addr_get_local(a);
+		char name[IF_NAMESIZE + 1], ip[INET_ADDRSTRLEN], full[48];
+		/* loopback addresses have host scope; fabric netdevs are the plan's */
+		if (rtnl_addr_get_family(a) != AF_INET || !local || rtnl_addr_get_scope(a) == RT_SCOPE_HOST ||
+		    !if_indextoname((unsigned)rtnl_addr_get_ifindex(a), name) ||
+		    is_fabric_netdev(discovery, name) ||
+		    !inet_ntop(AF_INET, nl_addr_get_binary_addr(local), ip, sizeof ip))
+			continue;
+		snprintf(full, sizeof full, "%s/%d", ip, rtnl_addr_get_prefixlen(a));
+		json_array_append_new(list, json_pack("{s:s, s:s}", "netdev", name, "address", full));
+	}
+	nl_cache_free(cache);
+	nl_socket_free(sk);
+	*out = list;
+	return 0;
 }

@@ -22,12 +22,18 @@
  *   so ("changed":false). Needs CAP_NET_ADMIN in the node's namespace.
  * - topo_addrplan_netplan() renders /etc/netplan/40-sparkctl.yaml for one node
  *   without applying it; topo_addrplan_write_netplan() writes it mode 0600.
+ * - Members' own networks (verdict "host_addresses", see topo_host_addresses)
+ *   are never planned over: a subnet that overlaps one is skipped like a
+ *   taken one; a network that holds the whole pool blocks only the subnet of
+ *   the member's address there.
  *
  * PLAN: {"pool","prefix","class",
  *   "subnets":[{"subnet":"169.254.7.0/24","twin":0,"cable":"spark-1:0-spark-2:1"|null,
  *               "rail":0|null,"members":[{"node","port","netdev","address"}]}],
  *   "nodes":{"spark-1":[{"netdev","port","twin","address":"169.254.7.1/24",
- *                        "subnet","peers":["169.254.7.2"]}]}}
+ *                        "subnet","peers":["169.254.7.2"]}]},
+ *   "avoided":[{"node","netdev","address","blocked":"10.77.5.0/24"|null,
+ *               "contains_pool":bool}]}
  * APPLY REPORT: {"node","changed":bool,"dry_run":bool,"added":[{"netdev","address"}],
  *   "removed":[...],"kept":[...],"missing_netdevs":[...],"message"}
  */
@@ -68,6 +74,14 @@ struct topo_addrplan_apply_opts {
  * -EIO netlink failure (the report, when set, lists what was done before). */
 int topo_addrplan_apply(json_t *plan, const struct topo_addrplan_apply_opts *o, json_t **report,
 			char *err, size_t errlen);
+
+/* This host's IPv4 addresses outside its fabric: every address on a netdev
+ * that is not loopback and not a fabric netdev of `discovery`
+ * (ports[].twins[].netdev), as [{"netdev","address":"a.b.c.d/len"}]. The head
+ * puts each member's list into the verdict as "host_addresses"
+ * {"node":[...]}, and topo_addrplan_make() keeps the plan off those networks
+ * (the plan's "avoided" lists what it kept clear of). 0, or -EIO (netlink). */
+int topo_host_addresses(json_t *discovery, json_t **out, char *err, size_t errlen);
 
 /* YAML text for one node (caller frees). mtu > 0 adds "mtu:" to every netdev.
  * 0, or -EINVAL when the plan has nothing for that node. */

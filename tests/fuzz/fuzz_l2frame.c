@@ -1,13 +1,16 @@
 /* libFuzzer target: the neighbour-discovery frame decoder (topology/l2frame.h)
- * and, for inputs starting with '{' or '[', the classifier and cable-map
- * builder over whatever JSON that is (the head feeds them what workers send).
+ * and, for inputs starting with '{' or '[', the classifier, the cable-map
+ * builder and the addressing plan (with the members' "host_addresses") over
+ * whatever JSON that is (the head feeds them what workers send).
  * Garbage must give a clean error, never a crash, leak or out-of-bounds read;
  * a frame that decodes must re-encode to the same bytes. */
+#include "topology/addrplan.h"
 #include "topology/classify.h"
 #include "topology/l2frame.h"
 
 /* Compiled into the target so the code under test carries the fuzzer's
  * coverage instrumentation (see fuzz_sysfs.c). */
+#include "topology/addrplan.c"
 #include "topology/classify.c"
 #include "topology/l2frame.c"
 
@@ -31,6 +34,20 @@ static void fuzz_json(const uint8_t *data, size_t size)
 	struct topo_classify_opts o = {NULL};
 	if (topo_classify(j, &o, &v, err, sizeof err) == 0)
 		json_decref(v);
+	/* the input as a verdict, and its host_addresses on the classified one */
+	static const struct topo_addrplan_opts pools[] = {{NULL, 0}, {"169.254.0.0/16", 24}, {"10.0.0.0/8", 20}};
+	for (size_t i = 0; i < sizeof pools / sizeof pools[0]; i++) {
+		json_t *plan = NULL;
+		if (topo_addrplan_make(j, &pools[i], &plan, err, sizeof err) == 0)
+			json_decref(plan);
+	}
+	if (json_is_object(j) && topo_classify(j, &o, &v, err, sizeof err) == 0) {
+		json_t *plan = NULL;
+		json_object_set(v, "host_addresses", json_object_get(j, "host_addresses"));
+		if (topo_addrplan_make(v, &pools[1], &plan, err, sizeof err) == 0)
+			json_decref(plan);
+		json_decref(v);
+	}
 	o.expect = "ring";
 	if (topo_classify(j, &o, &v, err, sizeof err) == 0)
 		json_decref(v);

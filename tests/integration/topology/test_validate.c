@@ -227,6 +227,42 @@ Test(topo, topo_pair, .timeout = 120)
 	cr_assert_eq(CTL(&s, 2, &out, "status"), 0);
 	cr_expect(strstr(out, "Topology: pair(2) PASS"), "%s", out);
 	free(out);
+
+	/* Node 2's management netdev gets an address in a subnet the plan gave a
+	 * cable: after the next validation the plan keeps clear of it. */
+	cr_assert_eq(CTL(&s, 1, &out, "topo", "addresses", "-o", "json"), 0, "%s", out);
+	json_t *ad = parse_out(out);
+	free(out);
+	char sub[40], cmd[128];
+	snprintf(sub, sizeof sub, "%s",
+		 vstr(json_array_get(json_object_get(json_object_get(ad, "plan"), "subnets"), 0), "subnet"));
+	json_decref(ad);
+	cr_assert(strncmp(sub, "169.254.", 8) == 0, "%s", sub);
+	snprintf(cmd, sizeof cmd, "ip addr add %.*s77/24 dev enP7s7", (int)(strrchr(sub, '.') - sub + 1), sub);
+	char *const sh[] = {"/bin/sh", "-c", cmd, NULL};
+	cr_assert_eq(sh_exec(&s, 2, sh, &out), 0, "%s: %s", cmd, out);
+	free(out);
+	r = validate(&s, 1, "--quick", "pair");
+	expect_pass(&r, "pair", 2, "pair with a management address in a fabric subnet");
+	vres_free(&r);
+	cr_assert_eq(CTL(&s, 1, &out, "topo", "addresses", "-o", "json"), 0, "%s", out);
+	ad = parse_out(out);
+	free(out);
+	size_t i;
+	json_t *e, *plan = json_object_get(ad, "plan");
+	json_array_foreach(json_object_get(plan, "subnets"), i, e)
+		cr_expect_str_neq(vstr(e, "subnet"), sub, "the plan still uses %s", sub);
+	bool kept = false;
+	json_array_foreach(json_object_get(plan, "avoided"), i, e)
+		kept |= vstr(e, "blocked") && strcmp(vstr(e, "blocked"), sub) == 0 &&
+			strcmp(vstr(e, "node"), sh_ns(&s, 2)) == 0 && strcmp(vstr(e, "netdev"), "enP7s7") == 0;
+	cr_expect(kept, "%s not listed in the plan's \"avoided\"", sub);
+	json_decref(ad);
+	cr_assert_eq(CTL(&s, 1, &out, "topo", "addresses"), 0, "%s", out);
+	char line[96];
+	snprintf(line, sizeof line, "Kept clear of %s: ", sub);
+	cr_expect(strstr(out, line), "%s", out);
+	free(out);
 	sh_down(&s);
 }
 

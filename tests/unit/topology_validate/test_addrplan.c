@@ -241,3 +241,150 @@ Test(addrplan, netplan_for_one_node)
 	json_decref(v);
 	json_decref(m);
 }
+
+/* ---- the members' own networks (verdict "host_addresses") ---- */
+
+/* The verdict with one address of one member's non-fabric netdev added. */
+static void add_host_addr(json_t *v, const char *node, const char *netdev, const char *addr)
+{
+	json_t *h = json_object_get(v, "host_addresses");
+	if (!h) {
+		h = json_object();
+		json_object_set_new(v, "host_addresses", h);
+	}
+	json_t *l = json_object_get(h, node);
+	if (!l) {
+		l = json_array();
+		json_object_set_new(h, node, l);
+	}
+	json_array_append_new(l, addr ? json_pack("{s:s, s:s}", "netdev", netdev, "address", addr)
+				       : json_pack("{s:s}", "netdev", netdev));
+}
+
+static bool plan_uses(json_t *plan, const char *subnet)
+{
+	size_t i;
+	json_t *s;
+	json_array_foreach(json_object_get(plan, "subnets"), i, s)
+		if (strcmp(js(s, "subnet"), subnet) == 0)
+			return true;
+	return false;
+}
+
+Test(addrplan, a_members_lan_inside_the_pool_is_never_planned_over)
+{
+	json_t *m = mg_map(4);
+	mg_ring(m, 0, 4);
+	json_t *v = verdict_of(m);
+	json_t *p1 = plan_of(v, NULL, 0);
+	cr_assert_eq(json_array_size(json_object_get(p1, "avoided")), 0);
+	/* spark-3's office LAN happens to be the subnet the plan gave a cable. */
+	char lan_net[40], lan_addr[40];
+	snprintf(lan_net, sizeof lan_net, "%s", subnet_of(p1, "spark-1", "enp1s0f0np0"));
+	snprintf(lan_addr, sizeof lan_addr, "%.*s23/24", (int)(strrchr(lan_net, '.') - lan_net + 1), lan_net);
+	add_host_addr(v, "spark-3", "enP7s7", lan_addr);
+	json_t *p2 = plan_of(v, NULL, 0);
+	cr_assert(!plan_uses(p2, lan_net), "%s still planned", lan_net);
+	cr_assert_eq(json_array_size(json_object_get(p2, "subnets")), 8);
+	json_t *av = json_array_get(json_object_get(p2, "avoided"), 0);
+	cr_assert_str_eq(js(av, "node"), "spark-3");
+	cr_assert_str_eq(js(av, "netdev"), "enP7s7");
+	cr_assert_str_eq(js(av, "address"), lan_addr);
+	cr_assert_str_eq(js(av, "blocked"), lan_net);
+	cr_assert(json_is_false(json_object_get(av, "contains_pool")));
+	/* Only that cable moved. */
+	static const char *const ends[][2] = {{"spark-1", "enP2p1s0f0np0"}, {"spark-2", "enp1s0f0np0"},
+					      {"spark-3", "enp1s0f0np0"}, {"spark-4", "enP2p1s0f0np0"}};
+	for (size_t i = 0; i < 4; i++)
+		if (strcmp(subnet_of(p1, ends[i][0], ends[i][1]), lan_net) != 0)
+			cr_assert_str_eq(addr_of(p1, ends[i][0], ends[i][1]), addr_of(p2, ends[i][0], ends[i][1]));
+	json_decref(p1);
+	json_decref(p2);
+	json_decref(v);
+	json_decref(m);
+}
+
+Test(addrplan, a_wide_lan_inside_the_pool_blocks_every_subnet_it_covers)
+{
+	json_t *m = mg_map(4);
+	mg_ring(m, 0, 4);
+	json_t *v = verdict_of(m);
+	add_host_addr(v, "spark-2", "enP7s7", "10.77.64.9/17"); /* 10.77.0.0/17: half the pool */
+	json_t *p = plan_of(v, NULL, 0);
+	size_t i;
+	json_t *s;
+	json_array_foreach(json_object_get(p, "subnets"), i, s) {
+		int third = -1;
+		sscanf(js(s, "subnet"), "10.77.%d.", &third);
+		cr_assert(third >= 128, "%s is inside spark-2's 10.77.0.0/17", js(s, "subnet"));
+	}
+	cr_assert_str_eq(js(json_array_get(json_object_get(p, "avoided"), 0), "blocked"), "10.77.0.0/17");
+	json_decref(p);
+	json_decref(v);
+	json_decref(m);
+}
+
+Test(addrplan, a_network_holding_the_pool_blocks_only_the_members_own_subnet)
+{
+	json_t *m = mg_map(2);
+	mg_cable(m, 0, 0, 1, 0);
+	json_t *v = verdict_of(m);
+	json_t *p1 = plan_of(v, NULL, 0);
+	char sub[40], addr[40];
+	snprintf(sub, sizeof sub, "%s", js(json_array_get(json_object_get(p1, "subnets"), 0), "subnet"));
+	snprintf(addr, sizeof addr, "%.*s7/8", (int)(strrchr(sub, '.') - sub + 1), sub);
+	add_host_addr(v, "spark-1", "enP7s7", addr);          /* a 10.0.0.0/8 LAN around the pool */
+	add_host_addr(v, "spark-2", "wlP9s9", "10.1.2.3/8");  /* the same LAN, address outside the pool */
+	json_t *p2 = plan_of(v, NULL, 0);
+	cr_assert(!plan_uses(p2, sub));
+	cr_assert_eq(json_array_size(json_object_get(p2, "subnets")), 2);
+	json_t *av = json_object_get(p2, "avoided");
+	cr_assert_eq(json_array_size(av), 2);
+	cr_assert_str_eq(js(json_array_get(av, 0), "blocked"), sub);
+	cr_assert(json_is_true(json_object_get(json_array_get(av, 0), "contains_pool")));
+	cr_assert(json_is_null(json_object_get(json_array_get(av, 1), "blocked")) ||
+		  !json_object_get(json_array_get(av, 1), "blocked"));
+	cr_assert(json_is_true(json_object_get(json_array_get(av, 1), "contains_pool")));
+	json_decref(p1);
+	json_decref(p2);
+	json_decref(v);
+	json_decref(m);
+}
+
+Test(addrplan, unrelated_or_malformed_host_addresses_change_nothing)
+{
+	json_t *m = mg_map(4);
+	mg_ring(m, 0, 4);
+	json_t *v = verdict_of(m);
+	json_t *p1 = plan_of(v, NULL, 0);
+	add_host_addr(v, "spark-1", "enP7s7", "192.0.2.10/24");
+	add_host_addr(v, "spark-1", "enP7s7", "169.254.3.3/16");
+	add_host_addr(v, "spark-2", "x", "nonsense");
+	add_host_addr(v, "spark-2", "x", "10.77.9.9/40");
+	add_host_addr(v, "spark-2", "x", "10.77.9.9");
+	add_host_addr(v, "spark-2", "x", NULL);
+	json_object_set_new(json_object_get(v, "host_addresses"), "spark-3", json_string("not a list"));
+	json_t *p2 = plan_of(v, NULL, 0);
+	cr_assert(json_equal(json_object_get(p1, "nodes"), json_object_get(p2, "nodes")));
+	cr_assert_eq(json_array_size(json_object_get(p2, "avoided")), 0);
+	json_decref(p1);
+	json_decref(p2);
+	json_decref(v);
+	json_decref(m);
+}
+
+Test(addrplan, a_pool_the_members_networks_fill_up_is_refused_with_the_reason)
+{
+	json_t *m = mg_map(2);
+	mg_cable(m, 0, 0, 1, 0);
+	json_t *v = verdict_of(m);
+	add_host_addr(v, "spark-1", "enP7s7", "10.77.1.5/24"); /* of 10.77.0.0/22: .1 and .2 usable */
+	struct topo_addrplan_opts o = {"10.77.0.0/22", 24};
+	json_t *p = NULL;
+	char err[256];
+	cr_assert_eq(topo_addrplan_make(v, &o, &p, err, sizeof err), -EINVAL);
+	cr_assert_null(p);
+	cr_assert(strstr(err, "too few") && strstr(err, "keeping clear of 1 network"), "%s", err);
+	json_decref(v);
+	json_decref(m);
+}

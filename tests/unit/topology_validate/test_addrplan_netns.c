@@ -148,3 +148,43 @@ Test(addrplan_netns, apply_is_idempotent, .timeout = 60)
 	json_decref(res);
 	json_decref(g_plan);
 }
+
+static json_t *host_run(void *arg)
+{
+	(void)arg;
+	json_t *disc = json_pack("{s:[{s:s, s:[{s:s}, {s:s}]}]}", "ports", "name", "0", "twins", "netdev",
+				 "enp1s0f0np0", "netdev", "enP2p1s0f0np0");
+	json_t *out = NULL;
+	char err[256] = "";
+	int rc = topo_host_addresses(disc, &out, err, sizeof err);
+	json_decref(disc);
+	return json_pack("{s:i, s:s, s:o}", "rc", rc, "err", err, "list", out ? out : json_null());
+}
+
+Test(addrplan_netns, host_addresses_are_the_non_fabric_ipv4_ones, .timeout = 60)
+{
+	const struct ns_node nodes[] = {{
+	    "spark-1",
+	    "ip link set lo up && "
+	    "ip link add enp1s0f0np0 type veth peer name enP7s7 && "
+	    "ip link add enP2p1s0f0np0 type veth peer name c1 && "
+	    "ip addr add 169.254.7.1/24 dev enp1s0f0np0 && "   /* fabric */
+	    "ip addr add 169.254.8.1/24 dev enP2p1s0f0np0 && " /* fabric */
+	    "ip addr add 169.254.100.5/16 dev enP7s7 && "      /* management */
+	    "ip addr add fd00::5/64 dev enP7s7",               /* IPv6: not planned */
+	    host_run, NULL}};
+	struct ns_scene s = {nodes, 1, NULL, 0, NULL, 30};
+	bool skip;
+	json_t *res = ns_run(&s, &skip);
+	if (skip)
+		cr_skip_test("needs root and network namespaces");
+	cr_assert_not_null(res);
+	json_t *r = json_object_get(res, "spark-1");
+	char *dump = json_dumps(r, 0);
+	cr_assert_eq(json_integer_value(json_object_get(r, "rc")), 0, "%s", dump);
+	json_t *want = json_pack("[{s:s, s:s}]", "netdev", "enP7s7", "address", "169.254.100.5/16");
+	cr_assert(json_equal(json_object_get(r, "list"), want), "%s", dump);
+	json_decref(want);
+	free(dump);
+	json_decref(res);
+}
