@@ -13,7 +13,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-static int connect_socket(const char *path)
+int cli_connect(const char *path)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	if (strlen(path) >= sizeof sa.sun_path)
@@ -30,6 +30,35 @@ static int connect_socket(const char *path)
 	return fd;
 }
 
+void cli_connect_error(const char *path, int err, char *buf, size_t len)
+{
+	if (err == -ENOENT || err == -ECONNREFUSED)
+		snprintf(buf, len,
+			 "no sparkd is listening on %s; start it (systemctl start sparkd) or pass --socket PATH",
+			 path);
+	else if (err == -EACCES)
+		snprintf(buf, len,
+			 "permission denied on %s; run as root or as a member of the socket's group",
+			 path);
+	else
+		snprintf(buf, len, "cannot connect to %s: %s", path, strerror(-err));
+}
+
+/* The frame of {"v", "type", "id":1, ...args}; args is borrowed (may be NULL). */
+static int encode_request(const char *type, json_t *args, uint8_t **frame, size_t *len)
+{
+	json_t *req = proto_msg(type, 1);
+	if (args) {
+		json_object_update(req, args);
+		json_object_set_new(req, "v", json_integer(PROTO_VERSION));
+		json_object_set_new(req, "type", json_string(type));
+		json_object_set_new(req, "id", json_integer(1));
+	}
+	int r = proto_encode(req, frame, len);
+	json_decref(req);
+	return r;
+}
+
 static int write_all(int fd, const uint8_t *p, size_t n)
 {
 	while (n) {
@@ -43,6 +72,18 @@ static int write_all(int fd, const uint8_t *p, size_t n)
 		n -= (size_t)w;
 	}
 	return 0;
+}
+
+int cli_send_request(int fd, const char *type, json_t *args)
+{
+	uint8_t *frame;
+	size_t len;
+	int r = encode_request(type, args, &frame, &len);
+	if (r < 0)
+		return r;
+	r = write_all(fd, frame, len);
+	free(frame);
+	return r;
 }
 
 /* Read one frame within the deadline. */
@@ -90,35 +131,18 @@ int cli_call_raw(struct cli_ctx *ctx, const char *type, json_t *args, json_t **d
 		*code = NULL;
 	if (message)
 		*message = NULL;
-	json_t *req = proto_msg(type, 1);
-	if (args) {
-		json_object_update(req, args);
-		json_decref(args);
-		json_object_set_new(req, "v", json_integer(PROTO_VERSION));
-		json_object_set_new(req, "type", json_string(type));
-		json_object_set_new(req, "id", json_integer(1));
-	}
 	uint8_t *frame;
 	size_t flen;
-	int r = proto_encode(req, &frame, &flen);
-	json_decref(req);
+	int r = encode_request(type, args, &frame, &flen);
+	json_decref(args);
 	if (r < 0) {
 		set_err(code, message, "bad_request", "request too large");
 		return -1;
 	}
-	int fd = connect_socket(ctx->socket);
+	int fd = cli_connect(ctx->socket);
 	if (fd < 0) {
 		char m[512];
-		if (fd == -ENOENT || fd == -ECONNREFUSED)
-			snprintf(m, sizeof m,
-				 "no sparkd is listening on %s; start it (systemctl start sparkd) or pass --socket PATH",
-				 ctx->socket);
-		else if (fd == -EACCES)
-			snprintf(m, sizeof m,
-				 "permission denied on %s; run as root or as a member of the socket's group",
-				 ctx->socket);
-		else
-			snprintf(m, sizeof m, "cannot connect to %s: %s", ctx->socket, strerror(-fd));
+		cli_connect_error(ctx->socket, fd, m, sizeof m);
 		free(frame);
 		set_err(code, message, "unreachable", m);
 		return -1;

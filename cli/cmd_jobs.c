@@ -15,59 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #define OPT_END CLI_OPT_END
 
 /* ---- streaming requests ------------------------------------------------------ */
-
-static int connect_socket(const char *path)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	if (strlen(path) >= sizeof sa.sun_path)
-		return -ENAMETOOLONG;
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-		int e = -errno;
-		close(fd);
-		return e;
-	}
-	return fd;
-}
-
-static int send_request(int fd, const char *type, json_t *args)
-{
-	json_t *req = proto_msg(type, 1);
-	if (args)
-		json_object_update(req, args);
-	json_object_set_new(req, "type", json_string(type));
-	json_object_set_new(req, "id", json_integer(1));
-	json_object_set_new(req, "v", json_integer(PROTO_VERSION));
-	uint8_t *frame;
-	size_t len;
-	int r = proto_encode(req, &frame, &len);
-	json_decref(req);
-	if (r < 0)
-		return r;
-	size_t off = 0;
-	while (off < len) {
-		ssize_t w = send(fd, frame + off, len - off, MSG_NOSIGNAL);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0) {
-			r = -errno;
-			break;
-		}
-		off += (size_t)w;
-	}
-	free(frame);
-	return r;
-}
 
 static volatile sig_atomic_t interrupted;
 static void on_sigint(int sig)
@@ -91,18 +44,14 @@ static int stream_call(struct cli_ctx *ctx, const char *type, json_t *args, json
 		       const struct stream_opts *so)
 {
 	*data = NULL;
-	int fd = connect_socket(ctx->socket);
+	int fd = cli_connect(ctx->socket);
 	if (fd < 0) {
 		json_decref(args);
-		if (fd == -ENOENT || fd == -ECONNREFUSED)
-			return cli_fail("no sparkd is listening on %s; start it (systemctl start sparkd) "
-					"or pass --socket PATH", ctx->socket);
-		if (fd == -EACCES)
-			return cli_fail("permission denied on %s; run as root or as a member of the "
-					"socket's group", ctx->socket);
-		return cli_fail("cannot connect to %s: %s", ctx->socket, strerror(-fd));
+		char m[512];
+		cli_connect_error(ctx->socket, fd, m, sizeof m);
+		return cli_fail("%s", m);
 	}
-	int r = send_request(fd, type, args);
+	int r = cli_send_request(fd, type, args);
 	json_decref(args);
 	if (r < 0) {
 		close(fd);
@@ -159,11 +108,13 @@ static int stream_call(struct cli_ctx *ctx, const char *type, json_t *args, json
 			}
 			fflush(stdout);
 			fprintf(stderr, "sparkctl: cancelling job %lld (Ctrl-C again to stop waiting)\n", jid);
-			cancel_fd = connect_socket(ctx->socket);
+			cancel_fd = cli_connect(ctx->socket);
 			if (cancel_fd >= 0) {
 				char id[32];
 				snprintf(id, sizeof id, "%lld", jid);
-				send_request(cancel_fd, "job_cancel", json_pack("{s:s}", "job", id));
+				json_t *cancel = json_pack("{s:s}", "job", id);
+				cli_send_request(cancel_fd, "job_cancel", cancel);
+				json_decref(cancel);
 			}
 		}
 		struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = cancel_fd, .events = POLLIN}};
@@ -366,6 +317,75 @@ static void join_names(json_t *arr, char *buf, size_t len)
 		snprintf(buf, len, "-");
 }
 
+/* NAME may come before the flags: take argv[1] when it is not a flag and
+ * shift it out, so that getopt sees the verb and then the flags. */
+static const char *leading_arg(int *argc, char ***argv)
+{
+	char **av = *argv;
+	if (*argc < 2 || av[1][0] == '-')
+		return NULL;
+	const char *arg = av[1];
+	av[1] = av[0];
+	(*argv)++;
+	(*argc)--;
+	return arg;
+}
+
+/* After the flags: the NAME (unless leading_arg took it) and nothing more.
+ * 0, or the exit code of a usage error. */
+static int trailing_arg(struct cli_ctx *ctx, int argc, char **argv, const char *what,
+			const char **name)
+{
+	if (!*name && optind < argc)
+		*name = argv[optind++];
+	if (optind < argc)
+		return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
+	if (!*name)
+		return cli_usage(ctx, "missing %s", what);
+	return 0;
+}
+
+/* `VERB ARG`: send {key: ARG} as a `type` request. 0 with *d (caller
+ * decrefs), or the exit code (2 bad usage, 1 failed). */
+static int call_one_arg(struct cli_ctx *ctx, int argc, char **argv, const char *what,
+			const char *type, const char *key, unsigned timeout_ms, json_t **d)
+{
+	if (argc < 2)
+		return cli_usage(ctx, "missing %s", what);
+	if (argc > 2)
+		return cli_usage(ctx, "unexpected argument '%s'", argv[2]);
+	return cli_call(ctx, type, json_pack("{s:s}", key, argv[1]), d, timeout_ms);
+}
+
+/* -o json: print d and release it; true when that was all there was to do. */
+static bool json_done(struct cli_ctx *ctx, json_t *d)
+{
+	if (ctx->out != OUT_JSON)
+		return false;
+	cli_print_json(d);
+	json_decref(d);
+	return true;
+}
+
+/* The end of a text answer: print its table, release the table and the reply. */
+static int table_done(out_table *t, json_t *d)
+{
+	out_table_print(t, stdout);
+	out_table_free(t);
+	json_decref(d);
+	return 0;
+}
+
+/* Where the caller stands, for the ranks: its working directory and PATH. */
+static void add_caller_env(json_t *args)
+{
+	char cwd[4096];
+	if (getcwd(cwd, sizeof cwd))
+		json_object_set_new(args, "cwd", json_string(cwd));
+	if (getenv("PATH"))
+		json_object_set_new(args, "path", json_string(getenv("PATH")));
+}
+
 int cmd_group_create(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const struct option lo[] = {{"nodes", required_argument, NULL, 'n'},
@@ -377,14 +397,7 @@ int cmd_group_create(struct cli_ctx *ctx, int argc, char **argv)
 	bool shared = false;
 	int ch, rc = 0;
 	optind = 0;
-	/* NAME may come before or after the flags */
-	const char *name = NULL;
-	if (argc > 1 && argv[1][0] != '-') {
-		name = argv[1];
-		argv[1] = argv[0];
-		argv++;
-		argc--;
-	}
+	const char *name = leading_arg(&argc, &argv);
 	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
 		if (ch == -2)
 			return rc;
@@ -399,12 +412,8 @@ int cmd_group_create(struct cli_ctx *ctx, int argc, char **argv)
 				return cli_usage(ctx, "--size: '%s' is not a positive number", optarg);
 		}
 	}
-	if (!name && optind < argc)
-		name = argv[optind++];
-	if (optind < argc)
-		return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
-	if (!name)
-		return cli_usage(ctx, "missing the group NAME");
+	if ((rc = trailing_arg(ctx, argc, argv, "the group NAME", &name)))
+		return rc;
 	if (!util_valid_name(name))
 		return cli_usage(ctx, "'%s' is not a valid group name (1-63 of a-z, 0-9, '-')", name);
 	if (!nodes == !size)
@@ -438,11 +447,8 @@ int cmd_group_ls(struct cli_ctx *ctx, int argc, char **argv)
 	json_t *d;
 	if (cli_call(ctx, "group_ls", NULL, &d, 0))
 		return 1;
-	if (ctx->out == OUT_JSON) {
-		cli_print_json(d);
-		json_decref(d);
+	if (json_done(ctx, d))
 		return 0;
-	}
 	static const char *const hdr[] = {"NAME", "NODES", "SHAPE", "SHARED", "JOBS", "MEMBERS"};
 	out_table *t = out_table_new(6, hdr);
 	size_t i;
@@ -459,36 +465,17 @@ int cmd_group_ls(struct cli_ctx *ctx, int argc, char **argv)
 				     jobs, names};
 		out_table_row(t, row);
 	}
-	out_table_print(t, stdout);
-	out_table_free(t);
-	json_decref(d);
-	return 0;
-}
-
-static int one_arg(struct cli_ctx *ctx, int argc, char **argv, const char *what, const char **out)
-{
-	if (argc < 2)
-		return cli_usage(ctx, "missing %s", what);
-	if (argc > 2)
-		return cli_usage(ctx, "unexpected argument '%s'", argv[2]);
-	*out = argv[1];
-	return 0;
+	return table_done(t, d);
 }
 
 int cmd_group_show(struct cli_ctx *ctx, int argc, char **argv)
 {
-	const char *name = NULL;
-	int r = one_arg(ctx, argc, argv, "the group NAME", &name);
+	json_t *d;
+	int r = call_one_arg(ctx, argc, argv, "the group NAME", "group_show", "name", 0, &d);
 	if (r)
 		return r;
-	json_t *d;
-	if (cli_call(ctx, "group_show", json_pack("{s:s}", "name", name), &d, 0))
-		return 1;
-	if (ctx->out == OUT_JSON) {
-		cli_print_json(d);
-		json_decref(d);
+	if (json_done(ctx, d))
 		return 0;
-	}
 	char jobs[256];
 	join_names(json_object_get(d, "jobs"), jobs, sizeof jobs);
 	printf("Group:    %s%s\n", cli_jstr(d, "name"),
@@ -508,36 +495,23 @@ int cmd_group_show(struct cli_ctx *ctx, int argc, char **argv)
 		const char *row[] = {idx, cli_jstr(m, "name"), cli_jstr(m, "state"), cli_jstr(m, "address")};
 		out_table_row(t, row);
 	}
-	out_table_print(t, stdout);
-	out_table_free(t);
-	json_decref(d);
-	return 0;
+	return table_done(t, d);
 }
 
 int cmd_group_rm(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const struct option lo[] = {{"force", no_argument, NULL, 'f'}, OPT_END};
 	bool force = false;
-	const char *name = NULL;
 	int ch, rc = 0;
 	optind = 0;
-	if (argc > 1 && argv[1][0] != '-') {
-		name = argv[1];
-		argv[1] = argv[0];
-		argv++;
-		argc--;
-	}
+	const char *name = leading_arg(&argc, &argv);
 	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
 		if (ch == -2)
 			return rc;
 		force = true;
 	}
-	if (!name && optind < argc)
-		name = argv[optind++];
-	if (optind < argc)
-		return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
-	if (!name)
-		return cli_usage(ctx, "missing the group NAME");
+	if ((rc = trailing_arg(ctx, argc, argv, "the group NAME", &name)))
+		return rc;
 	json_t *d;
 	if (cli_call(ctx, "group_rm", json_pack("{s:s, s:b}", "name", name, "force", force), &d, 0))
 		return 1;
@@ -686,7 +660,6 @@ int cmd_run(struct cli_ctx *ctx, int argc, char **argv)
 	json_t *cmd = json_array();
 	for (int i = optind; i < argc; i++)
 		json_array_append_new(cmd, json_string(argv[i]));
-	char cwd[4096];
 	json_t *args = json_pack("{s:s, s:s, s:i, s:o, s:o, s:I, s:b}", "group", group, "launcher",
 				 launcher, "ranks_per_node", (int)rpn, "env", env, "argv", cmd,
 				 "timeout_s", (json_int_t)timeout, "detach", detach);
@@ -694,10 +667,7 @@ int cmd_run(struct cli_ctx *ctx, int argc, char **argv)
 		json_object_set_new(args, "name", json_string(name));
 	if (workdir)
 		json_object_set_new(args, "workdir", json_string(workdir));
-	if (getcwd(cwd, sizeof cwd))
-		json_object_set_new(args, "cwd", json_string(cwd));
-	if (getenv("PATH"))
-		json_object_set_new(args, "path", json_string(getenv("PATH")));
+	add_caller_env(args);
 	if (getenv("LANG"))
 		json_object_set_new(args, "lang", json_string(getenv("LANG")));
 	json_t *d = NULL;
@@ -817,11 +787,8 @@ int cmd_job_ls(struct cli_ctx *ctx, int argc, char **argv)
 	if (cli_call(ctx, "job_ls", json_pack("{s:b, s:i}", "running", running, "limit", (int)limit), &d,
 		     0))
 		return 1;
-	if (ctx->out == OUT_JSON) {
-		cli_print_json(d);
-		json_decref(d);
+	if (json_done(ctx, d))
 		return 0;
-	}
 	static const char *const hdr[] = {"ID",	   "NAME", "GROUP",    "USER",   "LAUNCHER",
 					  "RANKS", "STATE", "EXIT", "DURATION", "COMMAND"};
 	out_table *t = out_table_new(10, hdr);
@@ -838,26 +805,17 @@ int cmd_job_ls(struct cli_ctx *ctx, int argc, char **argv)
 				     ranks, cli_jstr(j, "state"), ex, dur, cmd};
 		out_table_row(t, row);
 	}
-	out_table_print(t, stdout);
-	out_table_free(t);
-	json_decref(d);
-	return 0;
+	return table_done(t, d);
 }
 
 int cmd_job_show(struct cli_ctx *ctx, int argc, char **argv)
 {
-	const char *job = NULL;
-	int r = one_arg(ctx, argc, argv, "the JOB (id or name)", &job);
+	json_t *d;
+	int r = call_one_arg(ctx, argc, argv, "the JOB (id or name)", "job_show", "job", 0, &d);
 	if (r)
 		return r;
-	json_t *d;
-	if (cli_call(ctx, "job_show", json_pack("{s:s}", "job", job), &d, 0))
-		return 1;
-	if (ctx->out == OUT_JSON) {
-		cli_print_json(d);
-		json_decref(d);
+	if (json_done(ctx, d))
 		return 0;
-	}
 	char c[40], s[40], e[40], ex[16], env[1024];
 	fmt_ts(cli_jnum(d, "created_at"), c, sizeof c);
 	fmt_ts(cli_jnum(d, "started_at"), s, sizeof s);
@@ -893,10 +851,7 @@ int cmd_job_show(struct cli_ctx *ctx, int argc, char **argv)
 				     cli_jnum(rk, "signal") ? sig : "-"};
 		out_table_row(t, row);
 	}
-	out_table_print(t, stdout);
-	out_table_free(t);
-	json_decref(d);
-	return 0;
+	return table_done(t, d);
 }
 
 int cmd_job_logs(struct cli_ctx *ctx, int argc, char **argv)
@@ -906,15 +861,9 @@ int cmd_job_logs(struct cli_ctx *ctx, int argc, char **argv)
 					   OPT_END};
 	bool follow = false;
 	long rank = -1;
-	const char *job = NULL;
 	int ch, rc = 0;
 	optind = 0;
-	if (argc > 1 && argv[1][0] != '-') {
-		job = argv[1];
-		argv[1] = argv[0];
-		argv++;
-		argc--;
-	}
+	const char *job = leading_arg(&argc, &argv);
 	while ((ch = getopt_long(argc, argv, "fr:", lo, NULL)) != -1) {
 		if (ch == 'f')
 			follow = true;
@@ -927,13 +876,8 @@ int cmd_job_logs(struct cli_ctx *ctx, int argc, char **argv)
 			return cli_usage(ctx, "unknown or incomplete option '%s'", argv[optind - 1]);
 		}
 	}
-	(void)rc;
-	if (!job && optind < argc)
-		job = argv[optind++];
-	if (optind < argc)
-		return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
-	if (!job)
-		return cli_usage(ctx, "missing the JOB (id or name)");
+	if ((rc = trailing_arg(ctx, argc, argv, "the JOB (id or name)", &job)))
+		return rc;
 	json_t *args = json_pack("{s:s, s:b, s:i}", "job", job, "follow", follow, "rank", (int)rank);
 	struct printer p = {.only = -1};
 	struct stream_opts so = {.on_event = on_job_event, .arg = &p};
@@ -948,13 +892,10 @@ int cmd_job_logs(struct cli_ctx *ctx, int argc, char **argv)
 
 int cmd_job_cancel(struct cli_ctx *ctx, int argc, char **argv)
 {
-	const char *job = NULL;
-	int r = one_arg(ctx, argc, argv, "the JOB (id or name)", &job);
+	json_t *d;
+	int r = call_one_arg(ctx, argc, argv, "the JOB (id or name)", "job_cancel", "job", 30000, &d);
 	if (r)
 		return r;
-	json_t *d;
-	if (cli_call(ctx, "job_cancel", json_pack("{s:s}", "job", job), &d, 30000))
-		return 1;
 	if (ctx->out == OUT_JSON) {
 		cli_print_json(d);
 	} else if (json_is_string(json_object_get(d, "note"))) {
@@ -1002,6 +943,20 @@ static void find_tool(const char *var, const char *name, const char *subdir, cha
 }
 
 static void find_bench(char *out, size_t len) { find_tool("SPARK_BENCH", "spark-bench", "", out, len); }
+
+/* The job_run request of a bench: argv cmd (stolen) launched natively on
+ * group, on its first nnodes nodes (0: all of them). */
+static json_t *bench_job(const char *group, const char *name, long rpn, json_t *cmd,
+			 int64_t timeout, long nnodes)
+{
+	json_t *args = json_pack("{s:s, s:s, s:s, s:i, s:o, s:[], s:I}", "group", group, "name", name,
+				 "launcher", "native", "ranks_per_node", (int)rpn, "argv", cmd, "env",
+				 "timeout_s", (json_int_t)timeout);
+	if (nnodes > 0)
+		json_object_set_new(args, "nnodes", json_integer(nnodes));
+	add_caller_env(args);
+	return args;
+}
 
 int cmd_bench_allreduce(struct cli_ctx *ctx, int argc, char **argv)
 {
@@ -1058,15 +1013,7 @@ int cmd_bench_allreduce(struct cli_ctx *ctx, int argc, char **argv)
 	json_t *cmd = json_pack("[s, s]", bench, "allreduce");
 	json_array_extend(cmd, rest);
 	json_decref(rest);
-	char cwd[4096];
-	json_t *args = json_pack("{s:s, s:s, s:s, s:i, s:o, s:[], s:I}", "group", group, "name",
-				 "bench-allreduce", "launcher", "native", "ranks_per_node", (int)rpn,
-				 "argv", cmd, "env", "timeout_s", (json_int_t)timeout);
-	if (getcwd(cwd, sizeof cwd))
-		json_object_set_new(args, "cwd", json_string(cwd));
-	if (getenv("PATH"))
-		json_object_set_new(args, "path", json_string(getenv("PATH")));
-	return run_foreground(ctx, args, 0);
+	return run_foreground(ctx, bench_job(group, "bench-allreduce", rpn, cmd, timeout, 0), 0);
 }
 
 /* ---- bench decode ------------------------------------------------------------- */
@@ -1189,17 +1136,8 @@ int cmd_bench_decode(struct cli_ctx *ctx, int argc, char **argv)
 			json_array_append_new(cmd, json_string("--layers"));
 			json_array_append_new(cmd, json_string(l));
 		}
-		json_t *args = json_pack("{s:s, s:s, s:s, s:i, s:o, s:[], s:I, s:i}", "group", group,
-					 "name", "bench-decode", "launcher", "native", "ranks_per_node",
-					 1, "argv", cmd, "env", "timeout_s", (json_int_t)timeout,
-					 "nnodes", (int)sizes[k]);
-		char cwd[4096];
-		if (getcwd(cwd, sizeof cwd))
-			json_object_set_new(args, "cwd", json_string(cwd));
-		if (getenv("PATH"))
-			json_object_set_new(args, "path", json_string(getenv("PATH")));
 		struct linebuf out = {0};
-		rc = run_job(ctx, args, 0, &out);
+		rc = run_job(ctx, bench_job(group, "bench-decode", 1, cmd, timeout, sizes[k]), 0, &out);
 		json_t *rep = rc == 0 ? decode_report(out.buf) : NULL;
 		if (!rep) {
 			if (out.len)

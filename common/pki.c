@@ -113,57 +113,23 @@ static int set_validity(X509 *x, int days)
 	return 0;
 }
 
-int pki_make_ca(const char *cluster_name, EVP_PKEY *key, X509 **out)
-{
-	*out = NULL;
-	if (!cluster_name || !key)
-		return -EINVAL;
-	char cn[PKI_CN_MAX + 1];
-	snprintf(cn, sizeof cn, "sparkctl CA %s", cluster_name); /* truncated to 64 */
-	X509 *x = X509_new();
-	if (!x)
-		return ossl_fail(-ENOMEM);
-	int r = -EINVAL;
-	if (X509_set_version(x, X509_VERSION_3) != 1)
-		goto fail;
-	if ((r = set_random_serial(x)) < 0)
-		goto fail;
-	if ((r = set_validity(x, 3650)) < 0)
-		goto fail;
-	if ((r = set_cn(X509_get_subject_name(x), cn)) < 0)
-		goto fail;
-	r = -EINVAL;
-	if (X509_set_issuer_name(x, X509_get_subject_name(x)) != 1 || X509_set_pubkey(x, key) != 1)
-		goto fail;
-	if ((r = add_ext(x, x, NID_basic_constraints, "critical,CA:TRUE,pathlen:0")) < 0 ||
-	    (r = add_ext(x, x, NID_key_usage, "critical,keyCertSign,cRLSign")) < 0 ||
-	    (r = add_ext(x, x, NID_subject_key_identifier, "hash")) < 0 ||
-	    (r = add_ext(x, x, NID_authority_key_identifier, "keyid:always")) < 0)
-		goto fail;
-	r = -EINVAL;
-	if (X509_sign(x, key, EVP_sha256()) <= 0)
-		goto fail;
-	*out = x;
-	return 0;
-fail:
-	X509_free(x);
-	return ossl_fail(r);
-}
+struct cert_ext {
+	int nid;
+	const char *value;
+};
 
-/* Issue a leaf for pub, signed by ca/ca_key. */
-static int issue_leaf(X509 *ca, EVP_PKEY *ca_key, EVP_PKEY *pub, const char *cn, int days,
-		      X509 **out, char serial_hex[41])
+/* Build and sign a v3 certificate for pub: a random serial, valid from an
+ * hour ago for `days`, subject CN cn, the extensions exts[0..next), issued
+ * by issuer and signed with sign_key (issuer NULL: self-signed, by pub's
+ * private half sign_key). */
+static int build_cert(X509 *issuer, EVP_PKEY *sign_key, EVP_PKEY *pub, const char *cn, int days,
+		      const struct cert_ext *exts, size_t next, X509 **out)
 {
-	*out = NULL;
-	if (!ca || !ca_key || !pub || !cn || days < 1 || days > 36500)
-		return -EINVAL;
-	if (!is_p256(pub))
-		return -EINVAL;
-	if (X509_check_private_key(ca, ca_key) != 1)
-		return ossl_fail(-EINVAL);
 	X509 *x = X509_new();
 	if (!x)
 		return ossl_fail(-ENOMEM);
+	if (!issuer)
+		issuer = x;
 	int r = -EINVAL;
 	if (X509_set_version(x, X509_VERSION_3) != 1)
 		goto fail;
@@ -174,24 +140,65 @@ static int issue_leaf(X509 *ca, EVP_PKEY *ca_key, EVP_PKEY *pub, const char *cn,
 	if ((r = set_cn(X509_get_subject_name(x), cn)) < 0)
 		goto fail;
 	r = -EINVAL;
-	if (X509_set_issuer_name(x, X509_get_subject_name(ca)) != 1 || X509_set_pubkey(x, pub) != 1)
+	if (X509_set_issuer_name(x, X509_get_subject_name(issuer)) != 1 ||
+	    X509_set_pubkey(x, pub) != 1)
 		goto fail;
-	if ((r = add_ext(x, ca, NID_basic_constraints, "critical,CA:FALSE")) < 0 ||
-	    (r = add_ext(x, ca, NID_key_usage, "critical,digitalSignature")) < 0 ||
-	    (r = add_ext(x, ca, NID_ext_key_usage, "serverAuth,clientAuth")) < 0 ||
-	    (r = add_ext(x, ca, NID_subject_key_identifier, "hash")) < 0 ||
-	    (r = add_ext(x, ca, NID_authority_key_identifier, "keyid:always")) < 0)
-		goto fail;
+	for (size_t i = 0; i < next; i++)
+		if ((r = add_ext(x, issuer, exts[i].nid, exts[i].value)) < 0)
+			goto fail;
 	r = -EINVAL;
-	if (X509_sign(x, ca_key, EVP_sha256()) <= 0)
-		goto fail;
-	if (serial_hex && (r = pki_cert_serial(x, serial_hex)) < 0)
+	if (X509_sign(x, sign_key, EVP_sha256()) <= 0)
 		goto fail;
 	*out = x;
 	return 0;
 fail:
 	X509_free(x);
 	return ossl_fail(r);
+}
+
+int pki_make_ca(const char *cluster_name, EVP_PKEY *key, X509 **out)
+{
+	static const struct cert_ext exts[] = {
+		{NID_basic_constraints, "critical,CA:TRUE,pathlen:0"},
+		{NID_key_usage, "critical,keyCertSign,cRLSign"},
+		{NID_subject_key_identifier, "hash"},
+		{NID_authority_key_identifier, "keyid:always"},
+	};
+	*out = NULL;
+	if (!cluster_name || !key)
+		return -EINVAL;
+	char cn[PKI_CN_MAX + 1];
+	snprintf(cn, sizeof cn, "sparkctl CA %s", cluster_name); /* truncated to 64 */
+	return build_cert(NULL, key, key, cn, 3650, exts, sizeof exts / sizeof exts[0], out);
+}
+
+int pki_issue(X509 *ca, EVP_PKEY *ca_key, EVP_PKEY *pub, const char *cn, int days, X509 **out,
+	      char serial_hex[41])
+{
+	static const struct cert_ext exts[] = {
+		{NID_basic_constraints, "critical,CA:FALSE"},
+		{NID_key_usage, "critical,digitalSignature"},
+		{NID_ext_key_usage, "serverAuth,clientAuth"},
+		{NID_subject_key_identifier, "hash"},
+		{NID_authority_key_identifier, "keyid:always"},
+	};
+	*out = NULL;
+	if (!ca || !ca_key || !pub || !cn || days < 1 || days > 36500)
+		return -EINVAL;
+	if (!is_p256(pub))
+		return -EINVAL;
+	if (X509_check_private_key(ca, ca_key) != 1)
+		return ossl_fail(-EINVAL);
+	X509 *x;
+	int r = build_cert(ca, ca_key, pub, cn, days, exts, sizeof exts / sizeof exts[0], &x);
+	if (r < 0)
+		return r;
+	if (serial_hex && (r = pki_cert_serial(x, serial_hex)) < 0) {
+		X509_free(x);
+		return ossl_fail(r);
+	}
+	*out = x;
+	return 0;
 }
 
 int pki_make_csr(EVP_PKEY *key, const char *cn, char **csr_pem)
@@ -251,19 +258,13 @@ int pki_sign_csr(X509 *ca, EVP_PKEY *ca_key, const char *csr_pem, const char *cn
 		return ossl_fail(-EACCES);
 	}
 	X509 *x = NULL;
-	r = issue_leaf(ca, ca_key, pub, cn, days, &x, serial_hex);
+	r = pki_issue(ca, ca_key, pub, cn, days, &x, serial_hex);
 	X509_REQ_free(req);
 	if (r < 0)
 		return r;
 	*cert_pem = pki_cert_to_pem(x);
 	X509_free(x);
 	return *cert_pem ? 0 : -ENOMEM;
-}
-
-int pki_issue(X509 *ca, EVP_PKEY *ca_key, EVP_PKEY *key, const char *cn, int days, X509 **out,
-	      char serial_hex[41])
-{
-	return issue_leaf(ca, ca_key, key, cn, days, out, serial_hex);
 }
 
 int pki_spki_sha256(X509 *cert, char hex[PKI_HASH_HEX])

@@ -302,6 +302,38 @@ static int files_apply(struct prov_host *h, int step, struct prov_file *fs, int 
 	return 0;
 }
 
+/* The check of a step that writes fs[0..n): mark what differs and keep it for
+ * the apply. PROV_DONE when nothing differs (the caller says so in detail),
+ * PROV_NEEDED with detail "VERB <the files that differ>", or an error. */
+static int files_step_check(struct prov_host *h, int step, struct prov_file *fs, int n,
+			    const char *verb, char *detail, size_t dlen)
+{
+	int r = files_check(h, fs, n, detail, dlen);
+	if (r < 0)
+		return r;
+	need_save(h, step, fs, n);
+	if (r == 0)
+		return PROV_DONE;
+	char list[200];
+	files_list(fs, n, true, list, sizeof list);
+	snprintf(detail, dlen, "%s %s", verb, list);
+	return PROV_NEEDED;
+}
+
+/* The apply of such a step: write the files its check found different, and
+ * name them in list (when list is not NULL). */
+static int files_step_apply(struct prov_host *h, int step, struct prov_file *fs, int n,
+			    char *list, size_t llen, char *detail, size_t dlen)
+{
+	need_load(h, step, fs, n);
+	int r = files_apply(h, step, fs, n, detail, dlen);
+	if (r < 0)
+		return r;
+	if (list)
+		files_list(fs, n, true, list, llen);
+	return 0;
+}
+
 /* Put back what this step replaced (journal, newest first). */
 static int files_undo(struct prov_host *h, int step, char *detail, size_t dlen)
 {
@@ -499,31 +531,21 @@ static int upload_check(struct prov_host *h, char *detail, size_t dlen)
 {
 	struct prov_file fs[2];
 	upload_files(h, fs);
-	int n = files_check(h, fs, 2, detail, dlen);
-	if (n < 0)
-		return n;
-	need_save(h, PROV_STEP_UPLOAD, fs, 2);
-	if (n == 0) {
+	int r = files_step_check(h, PROV_STEP_UPLOAD, fs, 2, "upload", detail, dlen);
+	if (r == PROV_DONE)
 		snprintf(detail, dlen, "sparkd, sparkctl up to date (sha256 %.12s..., %.12s...)",
 			 fs[0].sha, fs[1].sha);
-		return PROV_DONE;
-	}
-	char list[200];
-	files_list(fs, 2, true, list, sizeof list);
-	snprintf(detail, dlen, "upload %s", list);
-	return PROV_NEEDED;
+	return r;
 }
 
 static int upload_apply(struct prov_host *h, char *detail, size_t dlen)
 {
 	struct prov_file fs[2];
 	upload_files(h, fs);
-	need_load(h, PROV_STEP_UPLOAD, fs, 2);
-	int r = files_apply(h, PROV_STEP_UPLOAD, fs, 2, detail, dlen);
+	char list[200];
+	int r = files_step_apply(h, PROV_STEP_UPLOAD, fs, 2, list, sizeof list, detail, dlen);
 	if (r < 0)
 		return r;
-	char list[200];
-	files_list(fs, 2, true, list, sizeof list);
 	snprintf(detail, dlen, "%s, SHA-256 verified", list);
 	return 0;
 }
@@ -545,34 +567,24 @@ static int install_check(struct prov_host *h, char *detail, size_t dlen)
 {
 	struct prov_file fs[2];
 	install_files(h, fs);
-	int n = files_check(h, fs, 2, detail, dlen);
-	if (n < 0)
-		return n;
-	need_save(h, PROV_STEP_INSTALL, fs, 2);
-	if (n == 0) {
+	int r = files_step_check(h, PROV_STEP_INSTALL, fs, 2, "write", detail, dlen);
+	if (r == PROV_DONE)
 		snprintf(detail, dlen, "%s, %s up to date", fs[0].path, fs[1].path);
-		return PROV_DONE;
-	}
-	char list[200];
-	files_list(fs, 2, true, list, sizeof list);
-	snprintf(detail, dlen, "write %s", list);
-	return PROV_NEEDED;
+	return r;
 }
 
 static int install_apply(struct prov_host *h, char *detail, size_t dlen)
 {
 	struct prov_file fs[2];
 	install_files(h, fs);
-	need_load(h, PROV_STEP_INSTALL, fs, 2);
-	int r = files_apply(h, PROV_STEP_INSTALL, fs, 2, detail, dlen);
+	char list[200];
+	int r = files_step_apply(h, PROV_STEP_INSTALL, fs, 2, list, sizeof list, detail, dlen);
 	if (r < 0)
 		return r;
 	if (h->use_systemd &&
 	    (r = rrun_ok(h, "systemctl daemon-reload", "systemctl daemon-reload", NULL, detail,
 			 dlen)) < 0)
 		return r;
-	char list[200];
-	files_list(fs, 2, true, list, sizeof list);
 	snprintf(detail, dlen, "wrote %s", list);
 	return 0;
 }
@@ -646,8 +658,7 @@ static int netplan_apply(struct prov_host *h, char *detail, size_t dlen)
 	int r = netplan_file(h, &f, detail, dlen);
 	if (r != PROV_NEEDED)
 		return r < 0 ? r : 0;
-	need_load(h, PROV_STEP_NETPLAN, &f, 1);
-	if ((r = files_apply(h, PROV_STEP_NETPLAN, &f, 1, detail, dlen)) < 0)
+	if ((r = files_step_apply(h, PROV_STEP_NETPLAN, &f, 1, NULL, 0, detail, dlen)) < 0)
 		return r;
 	const char *how = " (not applied: --prefix)";
 	if (prefix_is_root(h)) {

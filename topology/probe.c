@@ -289,6 +289,17 @@ static void sa_str(const struct sa *a, char *buf, size_t len)
 	snprintf(buf, len, a->ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", h, sa_port(a));
 }
 
+/* "addr:port" of fd's own end (peer false) or of its peer. */
+static void sock_str(int fd, bool peer, char *buf, size_t len)
+{
+	struct sa a = {.len = sizeof a.ss};
+	if (peer)
+		getpeername(fd, (struct sockaddr *)&a.ss, &a.len);
+	else
+		getsockname(fd, (struct sockaddr *)&a.ss, &a.len);
+	sa_str(&a, buf, len);
+}
+
 static int bind_dev(int fd, const char *netdev)
 {
 	if (!netdev || !*netdev)
@@ -327,6 +338,28 @@ static int wait_fd(int fd, short ev, int64_t deadline, int stopfd)
 			return -ECANCELED;
 		if (p[0].revents)
 			return 0;
+	}
+}
+
+/* Read fd until the sender shuts it down (or deadline), counting the bytes
+ * into *n; buf holds BULK_CHUNK. 0 or a negative errno. */
+static int drain(int fd, uint8_t *buf, uint64_t *n, int64_t deadline, int stopfd)
+{
+	for (;;) {
+		ssize_t r = recv(fd, buf, BULK_CHUNK, MSG_DONTWAIT);
+		if (r > 0) {
+			*n += (uint64_t)r;
+			continue;
+		}
+		if (r == 0)
+			return 0;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN)
+			return -errno;
+		int rc = wait_fd(fd, POLLIN, deadline, stopfd);
+		if (rc < 0)
+			return rc;
 	}
 }
 
@@ -611,11 +644,8 @@ int topo_probe_server_run(struct topo_probe_server *s, json_t **result, char *er
 		return cfd;
 	}
 	nodelay(cfd);
-	struct sa peer;
-	peer.len = sizeof peer.ss;
-	getpeername(cfd, (struct sockaddr *)&peer.ss, &peer.len);
 	char peerstr[80];
-	sa_str(&peer, peerstr, sizeof peerstr);
+	sock_str(cfd, true, peerstr, sizeof peerstr);
 	uint8_t *buf = malloc(BULK_CHUNK);
 	uint64_t pings = 0, bytes_in = 0, bytes_out = 0, echoed = 0, nonce = 0;
 	int rc = buf ? 0 : -ENOMEM;
@@ -678,23 +708,7 @@ int topo_probe_server_run(struct topo_probe_server *s, json_t **result, char *er
 			int64_t end = now_ms() + ms + s->timeout_ms;
 			uint64_t t0 = probe_now_ns(), n = 0;
 			if (rc == 0 && in) {
-				for (;;) {
-					ssize_t r = recv(dfd, buf, BULK_CHUNK, MSG_DONTWAIT);
-					if (r > 0) {
-						n += (uint64_t)r;
-						continue;
-					}
-					if (r == 0)
-						break;
-					if (errno == EINTR)
-						continue;
-					if (errno != EAGAIN) {
-						rc = -errno;
-						break;
-					}
-					if ((rc = wait_fd(dfd, POLLIN, end, stopfd)) < 0)
-						break;
-				}
+				rc = drain(dfd, buf, &n, end, stopfd);
 				uint64_t us = (probe_now_ns() - t0) / 1000;
 				bytes_in += n;
 				if (rc == 0)
@@ -909,11 +923,8 @@ int topo_probe_client_run(const struct topo_probe_client_opts *o, json_t **resul
 	if (cfd < 0)
 		return cfd;
 	nodelay(cfd);
-	struct sa local;
-	local.len = sizeof local.ss;
-	getsockname(cfd, (struct sockaddr *)&local.ss, &local.len);
 	char localstr[80];
-	sa_str(&local, localstr, sizeof localstr);
+	sock_str(cfd, false, localstr, sizeof localstr);
 	uint8_t *buf = malloc(BULK_CHUNK);
 	size_t nlat = pp->ping_iters + WARMUP;
 	uint64_t *rtt = calloc(nlat, sizeof *rtt);
@@ -983,23 +994,7 @@ int topo_probe_client_run(const struct topo_probe_client_opts *o, json_t **resul
 			}
 		} else if (rc == 0) {
 			uint64_t t0 = probe_now_ns(), n = 0;
-			for (;;) {
-				ssize_t r = recv(dfd, buf, BULK_CHUNK, MSG_DONTWAIT);
-				if (r > 0) {
-					n += (uint64_t)r;
-					continue;
-				}
-				if (r == 0)
-					break;
-				if (errno == EINTR)
-					continue;
-				if (errno != EAGAIN) {
-					rc = -errno;
-					break;
-				}
-				if ((rc = wait_fd(dfd, POLLIN, end, -1)) < 0)
-					break;
-			}
+			rc = drain(dfd, buf, &n, end, -1);
 			uint64_t ns = probe_now_ns() - t0;
 			if (rc == 0 && ns > 0) {
 				from_gbps = (double)n * 8 / (double)ns;

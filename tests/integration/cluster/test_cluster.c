@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static struct h_cluster *C;
@@ -35,6 +36,32 @@ static void start_all(int n)
 static struct h_result join(int i, const char *token)
 {
 	return h_ctl(C, i, "join", h_addr(C, 0), "--token", token, "--timeout", "3s", NULL);
+}
+
+/* A head and one worker that joined it. */
+static void start_pair(void)
+{
+	start_all(2);
+	char *tok = h_init(C);
+	struct h_result r = join(1, tok);
+	cr_assert_eq(r.rc, 0, "%s", r.err);
+	h_result_free(&r);
+	free(tok);
+}
+
+/* `token create [OPT VAL]` on the head: the token (caller frees), and its id
+ * in *id (caller frees) when id is not NULL. */
+static char *create_token(const char *opt, const char *val, char **id)
+{
+	struct h_result r = h_ctl(C, 0, "token", "create", "-o", "json", opt, val, NULL);
+	cr_assert_eq(r.rc, 0, "token create: %s", r.err);
+	json_t *j = h_json(&r);
+	char *tok = strdup(json_string_value(json_object_get(j, "token")));
+	if (id)
+		*id = strdup(json_string_value(json_object_get(j, "id")));
+	json_decref(j);
+	h_result_free(&r);
+	return tok;
 }
 
 static int count_nodes(int via)
@@ -133,31 +160,18 @@ Test(cluster, bad_tokens_are_refused_and_nothing_is_recorded)
 	cr_assert(strstr(r.err, "malformed token"), "%s", r.err);
 	h_result_free(&r);
 	/* revoked */
-	r = h_ctl(C, 0, "token", "create", "-o", "json", NULL);
-	cr_assert_eq(r.rc, 0);
-	json_t *j = h_json(&r);
-	char *tok2 = strdup(json_string_value(json_object_get(j, "token")));
-	char *id2 = strdup(json_string_value(json_object_get(j, "id")));
-	json_decref(j);
-	h_result_free(&r);
+	char *id2;
+	char *tok2 = create_token(NULL, NULL, &id2);
 	r = h_ctl(C, 0, "token", "revoke", id2, NULL);
 	cr_assert_eq(r.rc, 0, "%s", r.err);
 	h_result_free(&r);
 	expect_refused(1, tok2, "revoked");
 	/* expired */
-	r = h_ctl(C, 0, "token", "create", "--ttl", "1s", "-o", "json", NULL);
-	j = h_json(&r);
-	char *tok3 = strdup(json_string_value(json_object_get(j, "token")));
-	json_decref(j);
-	h_result_free(&r);
+	char *tok3 = create_token("--ttl", "1s", NULL);
 	sleep(2);
 	expect_refused(1, tok3, "expired");
 	/* single use, then used up */
-	r = h_ctl(C, 0, "token", "create", "--uses", "1", "-o", "json", NULL);
-	j = h_json(&r);
-	char *tok4 = strdup(json_string_value(json_object_get(j, "token")));
-	json_decref(j);
-	h_result_free(&r);
+	char *tok4 = create_token("--uses", "1", NULL);
 	r = join(1, tok4);
 	cr_assert_eq(r.rc, 0, "%s", r.err);
 	h_result_free(&r);
@@ -207,12 +221,7 @@ Test(cluster, name_taken_already_joined_and_unreachable_head)
 
 Test(cluster, killed_worker_goes_unreachable_and_comes_back_without_token)
 {
-	start_all(2);
-	char *tok = h_init(C);
-	struct h_result r = join(1, tok);
-	cr_assert_eq(r.rc, 0, "%s", r.err);
-	h_result_free(&r);
-	free(tok);
+	start_pair();
 	h_kill(C, 1, SIGKILL);
 	long ms = h_wait_state(C, 0, "node-2", "unreachable", 6000);
 	cr_assert(ms >= 0, "node-2 not unreachable within 6 s");
@@ -238,6 +247,40 @@ static int sql_int(const char *db, const char *q)
 	sqlite3_finalize(st);
 	sqlite3_close(h);
 	return v;
+}
+
+/* Heartbeats (one a second per worker) are not each written to cluster.db:
+ * status takes a connected node's last_seen from its session, and the exact
+ * value is stored when the session ends (agent/head.c HEAD_SEEN_FLUSH_S). */
+Test(cluster, heartbeats_are_not_each_written_but_last_seen_is_kept)
+{
+	start_pair();
+	char db[600];
+	snprintf(db, sizeof db, "%s/cluster.db", C->nodes[0].dir);
+	const char *q = "SELECT last_seen FROM nodes WHERE name = 'node-2'";
+	sleep(1); /* the worker's hello is in */
+	int stored = sql_int(db, q);
+	sleep(3);
+	struct h_result r = h_ctl(C, 0, "status", "-o", "json", NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.err);
+	json_t *j = h_json(&r);
+	json_t *n = h_status_node(j, "node-2");
+	cr_assert(n);
+	cr_assert_leq(json_integer_value(json_object_get(n, "last_seen_ago_s")), 2,
+		      "a connected node's last_seen lags: %s", r.out);
+	json_decref(j);
+	h_result_free(&r);
+	cr_assert_eq(sql_int(db, q), stored, "every heartbeat was written");
+	/* the worker stops: its last heartbeat is stored */
+	h_kill(C, 1, SIGTERM);
+	long t0 = h_now_ms();
+	int now = 0, seen = 0;
+	do {
+		usleep(100 * 1000);
+		now = (int)time(NULL);
+		seen = sql_int(db, q);
+	} while (seen < now - 2 && h_now_ms() - t0 < 5000);
+	cr_assert_geq(seen, now - 2, "last_seen %d not stored at disconnect (now %d)", seen, now);
 }
 
 Test(cluster, head_killed_during_joins_leaves_a_consistent_db)
@@ -295,18 +338,13 @@ Test(cluster, head_killed_during_joins_leaves_a_consistent_db)
 
 Test(cluster, removed_node_certificate_is_refused)
 {
-	start_all(2);
-	char *tok = h_init(C);
-	struct h_result r = join(1, tok);
-	cr_assert_eq(r.rc, 0, "%s", r.err);
-	h_result_free(&r);
-	free(tok);
+	start_pair();
 	/* Keep a copy of the worker's identity, as an attacker with the disk would. */
 	h_kill(C, 1, SIGKILL);
 	char cmd[1024];
 	snprintf(cmd, sizeof cmd, "cp -a %s %s.bak", C->nodes[1].dir, C->nodes[1].dir);
 	cr_assert_eq(system(cmd), 0);
-	r = h_ctl(C, 0, "node", "rm", "node-2", NULL);
+	struct h_result r = h_ctl(C, 0, "node", "rm", "node-2", NULL);
 	cr_assert_eq(r.rc, 0, "%s", r.err);
 	cr_assert(strstr(r.out, "revoked"), "%s", r.out);
 	h_result_free(&r);
@@ -429,12 +467,7 @@ static void spray_garbage_unix(const char *path, int n)
 
 Test(cluster, malformed_frames_do_not_hurt_the_daemons)
 {
-	start_all(2);
-	char *tok = h_init(C);
-	struct h_result r = join(1, tok);
-	cr_assert_eq(r.rc, 0, "%s", r.err);
-	h_result_free(&r);
-	free(tok);
+	start_pair();
 	spray_garbage_tcp(C->nodes[0].port, 1000);
 	spray_garbage_unix(C->nodes[0].sock, 1000);
 	spray_garbage_tcp(C->nodes[1].port, 200);

@@ -13,53 +13,14 @@
 #include <errno.h>
 #include <grp.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-static const char *const twin_name[2][2] = {{"enp1s0f0np0", "enP2p1s0f0np0"},
-					    {"enp1s0f1np1", "enP2p1s0f1np1"}};
 #define SYS_PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-static void sleep_ms(int ms)
-{
-	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-	nanosleep(&ts, NULL);
-}
-
-/* sparkctl ARGS... (NULL-terminated) in node k; stdout+stderr in *out. */
-static int ctl(struct sh_sim *s, int k, char **out, ...)
-{
-	const char *argv[48] = {sh_bin("sparkctl")};
-	int n = 1;
-	va_list ap;
-	va_start(ap, out);
-	const char *a;
-	while ((a = va_arg(ap, const char *)) && n < 47)
-		argv[n++] = a;
-	va_end(ap);
-	argv[n] = NULL;
-	return sh_exec(s, k, (char *const *)argv, out);
-}
-
-static json_t *ctl_json(struct sh_sim *s, int k, const char *a1, const char *a2, const char *a3)
-{
-	char *out = NULL;
-	int rc = a3 ? ctl(s, k, &out, a1, a2, a3, "-o", "json", NULL)
-		 : a2 ? ctl(s, k, &out, a1, a2, "-o", "json", NULL)
-		      : ctl(s, k, &out, a1, "-o", "json", NULL);
-	json_t *j = rc == 0 ? json_loads(out, 0, NULL) : NULL;
-	if (!j)
-		cr_log_info("sparkctl %s %s %s in node %d: rc=%d: %s", a1, a2 ? a2 : "", a3 ? a3 : "", k,
-			    rc, out);
-	free(out);
-	return j;
-}
 
 /* Number of lines of s. */
 static int lines(const char *s)
@@ -102,44 +63,15 @@ static const char *ev(json_t *env, const char *k)
  * node's fabric report on the head. */
 static void cluster_up(struct sh_sim *s, const char *tag, int nodes, enum sim_topo topo)
 {
-	sh_require_root();
-	const char *sparkd = sh_bin("sparkd");
-	if (!sparkd || !sh_bin("sparkctl"))
-		cr_skip_test("sparkd or sparkctl is not built");
-	struct sim_opts o = {.nodes = nodes, .topo = topo, .port = -1, .sparkd = sparkd};
-	cr_assert_eq(sh_up(s, tag, &o), 0, "sim up: %s", s->err);
-	json_t *init = ctl_json(s, 1, "init", "--name", "jobs");
-	cr_assert(init, "init failed");
-	char token[256];
-	snprintf(token, sizeof token, "%s", json_string_value(json_object_get(init, "token")));
-	json_decref(init);
-	for (int k = 2; k <= nodes; k++) {
-		char *out = NULL;
-		int rc = ctl(s, k, &out, "join", "169.254.100.1:7300", "--token", token, NULL);
-		cr_assert_eq(rc, 0, "join of node %d: %s", k, out);
-		free(out);
-	}
-	for (int tries = 0; tries < 200; tries++) {
-		json_t *st = ctl_json(s, 1, "status", NULL, NULL);
-		int have = 0;
-		size_t i;
-		json_t *n;
-		json_array_foreach(json_object_get(st, "nodes"), i, n)
-			have += json_is_object(json_object_get(n, "fabric")) &&
-				strcmp(json_string_value(json_object_get(n, "state")) ?: "", "ready") == 0;
-		json_decref(st);
-		if (have == nodes)
-			return;
-		sleep_ms(50);
-	}
-	cr_assert_fail("the head did not get every node ready with a fabric report");
+	sh_cluster_up(s, tag, nodes, topo, "jobs");
+	sh_wait_reports(s, nodes, true);
 }
 
 static json_t *job_show(struct sh_sim *s, int k, long long id)
 {
 	char ids[32];
 	snprintf(ids, sizeof ids, "%lld", id);
-	return ctl_json(s, k, "job", "show", ids);
+	return sh_ctl_json(s, k, "job", "show", ids, NULL);
 }
 
 static const char *jstate(json_t *j) { return json_string_value(json_object_get(j, "state")) ?: "?"; }
@@ -160,13 +92,13 @@ static json_t *wait_job(struct sh_sim *s, long long id, int timeout_ms)
 		json_decref(j);
 		if (t >= timeout_ms)
 			return NULL;
-		sleep_ms(100);
+		sh_sleep_ms(100);
 	}
 }
 
 static int count_jobs(struct sh_sim *s)
 {
-	json_t *j = ctl_json(s, 1, "job", "ls", NULL);
+	json_t *j = sh_ctl_json(s, 1, "job", "ls", NULL);
 	int n = (int)json_array_size(json_object_get(j, "jobs"));
 	json_decref(j);
 	return n;
@@ -174,7 +106,7 @@ static int count_jobs(struct sh_sim *s)
 
 static int count_groups(struct sh_sim *s)
 {
-	json_t *j = ctl_json(s, 1, "group", "ls", NULL);
+	json_t *j = sh_ctl_json(s, 1, "group", "ls", NULL);
 	int n = (int)json_array_size(json_object_get(j, "groups"));
 	json_decref(j);
 	return n;
@@ -204,7 +136,7 @@ Test(jobs, jobs_native_env_ring_groups_bad_input, .timeout = 120)
 	struct sh_sim s;
 	cluster_up(&s, "jenv", 4, SIM_RING);
 	char *out = NULL;
-	int rc = ctl(&s, 2, &out, "run", "--group", "all", "--env", "FOO=bar", "--env", "NCCL_ALGO=Tree",
+	int rc = sh_ctl(&s, 2, &out, "run", "--group", "all", "--env", "FOO=bar", "--env", "NCCL_ALGO=Tree",
 		     "--", "env", NULL);
 	cr_assert_eq(rc, 0, "run: %s", out);
 	json_t *env0 = env_of(out, 0);
@@ -240,8 +172,8 @@ Test(jobs, jobs_native_env_ring_groups_bad_input, .timeout = 120)
 		snprintf(want, sizeof want, "169.254.100.%d", r + 1);
 		cr_expect_str_eq(ev(e, "VLLM_HOST_IP"), want);
 		/* both twins of both ports, this node's own names */
-		snprintf(want, sizeof want, "%s,%s,%s,%s", twin_name[0][0], twin_name[0][1],
-			 twin_name[1][0], twin_name[1][1]);
+		snprintf(want, sizeof want, "%s,%s,%s,%s", sh_twin_name[0][0], sh_twin_name[0][1],
+			 sh_twin_name[1][0], sh_twin_name[1][1]);
 		cr_expect_str_eq(ev(e, "SPARK_FABRIC_NETDEVS"), want);
 		cr_expect_str_eq(ev(e, "NCCL_IB_SUBNET_AWARE_ROUTING"), "1");
 		cr_expect_str_eq(ev(e, "NCCL_NET_PLUGIN"), "none", "a ring of 4");
@@ -256,23 +188,23 @@ Test(jobs, jobs_native_env_ring_groups_bad_input, .timeout = 120)
 	free(out);
 
 	/* groups: the planner picks a contiguous arc and says what a chain costs */
-	rc = ctl(&s, 3, &out, "group", "create", "left", "--size", "3", NULL);
+	rc = sh_ctl(&s, 3, &out, "group", "create", "left", "--size", "3", NULL);
 	cr_assert_eq(rc, 0, "%s", out);
 	cr_expect(strstr(out, "chain") && strstr(out, "one-shot"), "%s", out);
 	free(out);
-	json_t *g = ctl_json(&s, 1, "group", "show", "left");
+	json_t *g = sh_ctl_json(&s, 1, "group", "show", "left", NULL);
 	json_t *nodes = json_object_get(g, "nodes");
 	cr_assert_eq(json_array_size(nodes), 3);
 	for (int i = 0; i < 3; i++)
 		cr_expect_str_eq(json_string_value(json_array_get(nodes, (size_t)i)), sh_ns(&s, i + 1));
 	json_decref(g);
-	json_t *st = ctl_json(&s, 4, "status", NULL, NULL);
+	json_t *st = sh_ctl_json(&s, 4, "status", NULL);
 	json_t *n2 = json_array_get(json_object_get(st, "nodes"), 1);
 	cr_expect_str_eq(json_string_value(json_array_get(json_object_get(n2, "groups"), 0)) ?: "",
 			 "left", "status shows each node's group");
 	json_decref(st);
 	/* the group's ranks follow its order */
-	rc = ctl(&s, 4, &out, "run", "--group", "left", "--ranks-per-node", "2", "--", "sh", "-c",
+	rc = sh_ctl(&s, 4, &out, "run", "--group", "left", "--ranks-per-node", "2", "--", "sh", "-c",
 		 "echo $SPARK_RANK/$SPARK_LOCAL_RANK@$SPARK_NODE", NULL);
 	cr_assert_eq(rc, 0, "%s", out);
 	for (int r = 0; r < 6; r++) {
@@ -284,27 +216,27 @@ Test(jobs, jobs_native_env_ring_groups_bad_input, .timeout = 120)
 
 	/* bad input: one line each, nothing half-made */
 	int jobs = count_jobs(&s), groups = count_groups(&s);
-	rc = ctl(&s, 2, &out, "group", "create", "more", "--size", "2", NULL);
+	rc = sh_ctl(&s, 2, &out, "group", "create", "more", "--size", "2", NULL);
 	expect_one_line(rc, 1, out, "larger than the 1 free node");
 	free(out);
-	rc = ctl(&s, 2, &out, "group", "create", "x", "--nodes", "jx-1,nonode", NULL);
+	rc = sh_ctl(&s, 2, &out, "group", "create", "x", "--nodes", "jx-1,nonode", NULL);
 	expect_one_line(rc, 1, out, "no node named 'jx-1'");
 	free(out);
 	char busy[64];
 	snprintf(busy, sizeof busy, "%s,%s", sh_ns(&s, 4), sh_ns(&s, 1));
-	rc = ctl(&s, 2, &out, "group", "create", "x", "--nodes", busy, NULL);
+	rc = sh_ctl(&s, 2, &out, "group", "create", "x", "--nodes", busy, NULL);
 	expect_one_line(rc, 1, out, "in group left");
 	free(out);
-	rc = ctl(&s, 2, &out, "run", "--group", "nope", "--", "true", NULL);
+	rc = sh_ctl(&s, 2, &out, "run", "--group", "nope", "--", "true", NULL);
 	expect_one_line(rc, 1, out, "no group 'nope'");
 	free(out);
-	rc = ctl(&s, 2, &out, "run", "--group", "all", "--env", "NOVALUE", "--", "true", NULL);
+	rc = sh_ctl(&s, 2, &out, "run", "--group", "all", "--env", "NOVALUE", "--", "true", NULL);
 	expect_one_line(rc, 2, out, "--env");
 	free(out);
-	rc = ctl(&s, 2, &out, "run", "--group", "all", "--env", "1X=y", "--", "true", NULL);
+	rc = sh_ctl(&s, 2, &out, "run", "--group", "all", "--env", "1X=y", "--", "true", NULL);
 	expect_one_line(rc, 2, out, "KEY=VALUE");
 	free(out);
-	rc = ctl(&s, 2, &out, "exec", "nonode", "--", "true", NULL);
+	rc = sh_ctl(&s, 2, &out, "exec", "nonode", "--", "true", NULL);
 	cr_expect_neq(rc, 0);
 	cr_expect(strstr(out, "no node 'nonode'"), "%s", out);
 	free(out);
@@ -338,7 +270,7 @@ Test(jobs, jobs_native_env_ring_groups_bad_input, .timeout = 120)
 		rc = sh_sh(&s, 3, line, &out);
 		expect_one_line(rc, 1, out, "no job '1' of yours");
 		free(out);
-		json_t *all = ctl_json(&s, 1, "job", "ls", NULL);
+		json_t *all = sh_ctl_json(&s, 1, "job", "ls", NULL);
 		json_t *last = json_array_get(json_object_get(all, "jobs"), 0);
 		cr_expect_str_eq(json_string_value(json_object_get(last, "user")), "nobody",
 				 "root sees everyone's jobs");
@@ -359,7 +291,7 @@ Test(jobs, jobs_native_env_ring_groups_bad_input, .timeout = 120)
 		 dir);
 	cr_assert_eq(system(cmd), 0, "%s", cmd);
 	uint64_t t0 = sh_now_us();
-	rc = ctl(&s, 1, &out, "run", "--group", "all", "--", tool, NULL);
+	rc = sh_ctl(&s, 1, &out, "run", "--group", "all", "--", tool, NULL);
 	uint64_t dt = sh_now_us() - t0;
 	cr_expect_eq(rc, 127, "%s", out);
 	snprintf(want, sizeof want, "2: sparkd: rank 2 on %s: command not found: %s", sh_ns(&s, 3), tool);
@@ -400,14 +332,14 @@ Test(jobs, jobs_native_env_switch_other_port_index, .timeout = 120)
 		char cmd[256];
 		snprintf(cmd, sizeof cmd,
 			 "ip addr add 169.254.20.%d/24 dev %s && ip addr add 169.254.21.%d/24 dev %s", k,
-			 twin_name[p][0], k, twin_name[p][1]);
+			 sh_twin_name[p][0], k, sh_twin_name[p][1]);
 		cr_assert_eq(sh_sh(&s, k, cmd, NULL), 0, "%s", cmd);
 	}
 	/* wait for the reports with addresses */
 	for (int tries = 0;; tries++) {
 		int ok = 0;
 		for (int k = 1; k <= 4; k++) {
-			json_t *show = ctl_json(&s, 1, "node", "show", sh_ns(&s, k));
+			json_t *show = sh_ctl_json(&s, 1, "node", "show", sh_ns(&s, k), NULL);
 			char *txt = json_dumps(show, 0);
 			char want[32];
 			snprintf(want, sizeof want, "169.254.21.%d/24", k);
@@ -418,10 +350,10 @@ Test(jobs, jobs_native_env_switch_other_port_index, .timeout = 120)
 		if (ok == 4)
 			break;
 		cr_assert_lt(tries, 100, "the head did not get the fabric addresses");
-		sleep_ms(100);
+		sh_sleep_ms(100);
 	}
 	char *out = NULL;
-	int rc = ctl(&s, 3, &out, "run", "--group", "all", "--", "env", NULL);
+	int rc = sh_ctl(&s, 3, &out, "run", "--group", "all", "--", "env", NULL);
 	cr_assert_eq(rc, 0, "run: %s", out);
 	for (int r = 0; r < 4; r++) {
 		json_t *e = env_of(out, r);
@@ -429,9 +361,9 @@ Test(jobs, jobs_native_env_switch_other_port_index, .timeout = 120)
 		char want[256];
 		cr_expect_str_eq(ev(e, "SPARK_NET"), "fabric", "rank %d", r);
 		cr_expect_str_eq(ev(e, "SPARK_TOPOLOGY"), "switch");
-		cr_expect_str_eq(ev(e, "GLOO_SOCKET_IFNAME"), twin_name[p][0], "rank %d: its own port", r);
-		cr_expect_str_eq(ev(e, "TP_SOCKET_IFNAME"), twin_name[p][0]);
-		snprintf(want, sizeof want, "%s,%s", twin_name[p][0], twin_name[p][1]);
+		cr_expect_str_eq(ev(e, "GLOO_SOCKET_IFNAME"), sh_twin_name[p][0], "rank %d: its own port", r);
+		cr_expect_str_eq(ev(e, "TP_SOCKET_IFNAME"), sh_twin_name[p][0]);
+		snprintf(want, sizeof want, "%s,%s", sh_twin_name[p][0], sh_twin_name[p][1]);
 		cr_expect_str_eq(ev(e, "NCCL_SOCKET_IFNAME"), want, "rank %d: both twins", r);
 		cr_expect_str_eq(ev(e, "UCX_NET_DEVICES"), want);
 		cr_expect_str_eq(ev(e, "SPARK_FABRIC_NETDEVS"), want);
@@ -445,11 +377,11 @@ Test(jobs, jobs_native_env_switch_other_port_index, .timeout = 120)
 	}
 	free(out);
 	/* exec by fabric address; the planner on a switch takes any free nodes */
-	rc = ctl(&s, 1, &out, "exec", "169.254.21.3", "--", "sh", "-c", "echo $SPARKCTL_SOCKET", NULL);
+	rc = sh_ctl(&s, 1, &out, "exec", "169.254.21.3", "--", "sh", "-c", "echo $SPARKCTL_SOCKET", NULL);
 	cr_expect_eq(rc, 0, "%s", out);
 	cr_expect(strstr(out, sh_ns(&s, 3)) != NULL, "%s", out);
 	free(out);
-	rc = ctl(&s, 1, &out, "group", "create", "two", "--size", "2", NULL);
+	rc = sh_ctl(&s, 1, &out, "group", "create", "two", "--size", "2", NULL);
 	cr_expect_eq(rc, 0, "%s", out);
 	cr_expect(strstr(out, "switch") != NULL, "%s", out);
 	free(out);
@@ -457,7 +389,7 @@ Test(jobs, jobs_native_env_switch_other_port_index, .timeout = 120)
 	char bench[512];
 	snprintf(bench, sizeof bench, "%s/runtime/spark-bench", getenv("SPARK_BUILD_DIR"));
 	if (access(bench, X_OK) == 0) {
-		rc = ctl(&s, 2, &out, "bench", "allreduce", "--group", "all", "-b", "8", "-e", "4K", "-f",
+		rc = sh_ctl(&s, 2, &out, "bench", "allreduce", "--group", "all", "-b", "8", "-e", "4K", "-f",
 			 "8", "--iters", "5", NULL);
 		cr_expect_eq(rc, 0, "%s", out);
 		cr_expect(strstr(out, "4 ranks") && strstr(out, "4096"), "%s", out);
@@ -490,7 +422,7 @@ Test(jobs, jobs_torchrun_gloo_allreduce, .timeout = 150)
 	close(fd);
 	chmod(path, 0644);
 	char *out = NULL;
-	int rc = ctl(&s, 2, &out, "run", "--group", "all", "--launcher", "torchrun", "--env", SYS_PATH,
+	int rc = sh_ctl(&s, 2, &out, "run", "--group", "all", "--launcher", "torchrun", "--env", SYS_PATH,
 		     "--timeout", "120s", "--", path, NULL);
 	cr_expect_eq(rc, 0, "%s", out);
 	for (int r = 0; r < 4; r++) {
@@ -533,7 +465,7 @@ Test(jobs, jobs_mpi_hello_allreduce, .timeout = 120)
 	struct sh_sim s;
 	cluster_up(&s, "jmpi", 4, SIM_RING);
 	char *out = NULL;
-	int rc = ctl(&s, 1, &out, "run", "--group", "all", "--launcher", "mpi", "--env", SYS_PATH,
+	int rc = sh_ctl(&s, 1, &out, "run", "--group", "all", "--launcher", "mpi", "--env", SYS_PATH,
 		     "--timeout", "90s", "--", bin, NULL);
 	cr_expect_eq(rc, 0, "%s", out);
 	for (int r = 0; r < 4; r++) {
@@ -555,7 +487,7 @@ Test(jobs, jobs_mpi_hello_allreduce, .timeout = 120)
 static long long detach(struct sh_sim *s, int k, const char *shcmd)
 {
 	char *out = NULL;
-	int rc = ctl(s, k, &out, "run", "--group", "all", "--detach", "--", "sh", "-c", shcmd, NULL);
+	int rc = sh_ctl(s, k, &out, "run", "--group", "all", "--detach", "--", "sh", "-c", shcmd, NULL);
 	cr_assert_eq(rc, 0, "run --detach: %s", out);
 	long long id = atoll(out);
 	cr_assert_gt(id, 0, "%s", out);
@@ -571,7 +503,7 @@ Test(jobs, jobs_fail_fast_cancel_detach_restart, .timeout = 150)
 
 	/* fail fast: rank 2 fails after 1 s, the others would sleep 60 s */
 	uint64_t t0 = sh_now_us();
-	int rc = ctl(&s, 1, &out, "run", "--group", "all", "--", "sh", "-c",
+	int rc = sh_ctl(&s, 1, &out, "run", "--group", "all", "--", "sh", "-c",
 		     "if [ $SPARK_RANK = 2 ]; then sleep 1; echo failing; exit 3; fi; exec sleep 60", NULL);
 	uint64_t dt = sh_now_us() - t0;
 	cr_expect_eq(rc, 3, "run exits with the failing rank's code: %s", out);
@@ -594,11 +526,11 @@ Test(jobs, jobs_fail_fast_cancel_detach_restart, .timeout = 150)
 
 	/* cancel from another node */
 	long long id = detach(&s, 2, "exec sleep 60");
-	sleep_ms(300);
+	sh_sleep_ms(300);
 	char ids[32];
 	snprintf(ids, sizeof ids, "%lld", id);
 	t0 = sh_now_us();
-	rc = ctl(&s, 3, &out, "job", "cancel", ids, NULL);
+	rc = sh_ctl(&s, 3, &out, "job", "cancel", ids, NULL);
 	cr_expect_eq(rc, 0, "%s", out);
 	cr_expect(strstr(out, "cancelled") != NULL, "%s", out);
 	cr_expect_lt(sh_now_us() - t0, 2000000);
@@ -609,17 +541,17 @@ Test(jobs, jobs_fail_fast_cancel_detach_restart, .timeout = 150)
 	json_decref(j);
 
 	/* group rm is refused while a job runs, --force cancels it */
-	rc = ctl(&s, 1, &out, "group", "create", "pair", "--size", "2", NULL);
+	rc = sh_ctl(&s, 1, &out, "group", "create", "pair", "--size", "2", NULL);
 	cr_assert_eq(rc, 0, "%s", out);
 	free(out);
-	rc = ctl(&s, 1, &out, "run", "--group", "pair", "--detach", "--", "sleep", "60", NULL);
+	rc = sh_ctl(&s, 1, &out, "run", "--group", "pair", "--detach", "--", "sleep", "60", NULL);
 	cr_assert_eq(rc, 0, "%s", out);
 	long long pid_job = atoll(out);
 	free(out);
-	rc = ctl(&s, 1, &out, "group", "rm", "pair", NULL);
+	rc = sh_ctl(&s, 1, &out, "group", "rm", "pair", NULL);
 	expect_one_line(rc, 1, out, "running job(s)");
 	free(out);
-	rc = ctl(&s, 1, &out, "group", "rm", "pair", "--force", NULL);
+	rc = sh_ctl(&s, 1, &out, "group", "rm", "pair", "--force", NULL);
 	cr_expect_eq(rc, 0, "%s", out);
 	free(out);
 	j = wait_job(&s, pid_job, 5000);
@@ -629,7 +561,7 @@ Test(jobs, jobs_fail_fast_cancel_detach_restart, .timeout = 150)
 	/* detach, then follow the logs from another node */
 	id = detach(&s, 1, "for i in 1 2 3 4 5; do echo tick $i $SPARK_NODE; sleep 0.2; done");
 	snprintf(ids, sizeof ids, "%lld", id);
-	rc = ctl(&s, 4, &out, "job", "logs", ids, "-f", NULL);
+	rc = sh_ctl(&s, 4, &out, "job", "logs", ids, "-f", NULL);
 	cr_expect_eq(rc, 0, "%s", out);
 	for (int r = 0; r < 4; r++)
 		for (int i = 1; i <= 5; i++) {
@@ -638,7 +570,7 @@ Test(jobs, jobs_fail_fast_cancel_detach_restart, .timeout = 150)
 			cr_expect(strstr(out, want) != NULL, "'%s' in %s", want, out);
 		}
 	free(out);
-	rc = ctl(&s, 2, &out, "job", "logs", ids, "--rank", "3", NULL);
+	rc = sh_ctl(&s, 2, &out, "job", "logs", ids, "--rank", "3", NULL);
 	cr_expect_eq(rc, 0);
 	cr_expect_eq(lines(out), 5, "one rank, no prefix: %s", out);
 	cr_expect(strncmp(out, "tick 1 ", 7) == 0, "%s", out);
@@ -651,7 +583,7 @@ Test(jobs, jobs_fail_fast_cancel_detach_restart, .timeout = 150)
 		 sh_bin("sparkctl"));
 	rc = sh_sh(&s, 2, line, NULL);
 	cr_expect_eq(rc, 137, "the CLI was killed");
-	json_t *ls = ctl_json(&s, 1, "job", "ls", NULL);
+	json_t *ls = sh_ctl_json(&s, 1, "job", "ls", NULL);
 	json_t *last = json_array_get(json_object_get(ls, "jobs"), 0);
 	long long cli_job = json_integer_value(json_object_get(last, "id"));
 	cr_expect_str_eq(jstate(last), "running");
@@ -662,11 +594,11 @@ Test(jobs, jobs_fail_fast_cancel_detach_restart, .timeout = 150)
 
 	/* sparkd of node 3 killed (-9) and restarted during a job */
 	id = detach(&s, 1, "for i in 1 2 3 4 5 6 7 8; do echo step $i; sleep 0.25; done");
-	sleep_ms(500);
+	sh_sleep_ms(500);
 	pid_t old = agent_pid(&s, 3);
 	cr_assert_gt(old, 0);
 	kill(old, SIGKILL);
-	sleep_ms(300);
+	sh_sleep_ms(300);
 	const char *argv[] = {sh_bin("sparkctl"), "sim", "fault", "start", sh_ns(&s, 3), NULL};
 	pid_t p = fork();
 	if (p == 0) {
@@ -682,7 +614,7 @@ Test(jobs, jobs_fail_fast_cancel_detach_restart, .timeout = 150)
 	cr_expect_str_eq(json_string_value(json_object_get(rank_of(j, 2), "state")), "exited");
 	json_decref(j);
 	snprintf(ids, sizeof ids, "%lld", id);
-	rc = ctl(&s, 1, &out, "job", "logs", ids, "--rank", "2", NULL);
+	rc = sh_ctl(&s, 1, &out, "job", "logs", ids, "--rank", "2", NULL);
 	cr_expect_eq(lines(out), 8, "the whole log of the adopted rank: %s", out);
 	free(out);
 	/* no zombie children of the new sparkd */
@@ -697,13 +629,13 @@ Test(jobs, jobs_fail_fast_cancel_detach_restart, .timeout = 150)
 		pclose(f);
 	}
 	cr_expect_eq(zombies, 0, "sparkd %d leaves no zombies", (int)cur);
-	rc = ctl(&s, 3, &out, "status", NULL);
+	rc = sh_ctl(&s, 3, &out, "status", NULL);
 	cr_expect_eq(rc, 0);
 	free(out);
 
 	/* a node that becomes unreachable fails its job, with that reason */
 	id = detach(&s, 2, "exec sleep 60");
-	sleep_ms(300);
+	sh_sleep_ms(300);
 	const char *kargv[] = {sh_bin("sparkctl"), "sim", "fault", "kill", sh_ns(&s, 4), NULL};
 	p = fork();
 	if (p == 0) {
@@ -735,17 +667,17 @@ static void bench_decode_on(const char *tag, enum sim_topo topo)
 	cluster_up(&s, tag, 2, topo);
 	char *out = NULL;
 	/* a stored validation run: the planner takes its class and ring order */
-	int rc = ctl(&s, 1, &out, "topo", "validate", "--quick", NULL);
+	int rc = sh_ctl(&s, 1, &out, "topo", "validate", "--quick", NULL);
 	cr_log_info("topo validate: rc=%d %s", rc, out);
 	free(out);
-	json_t *all = ctl_json(&s, 1, "group", "show", "all");
+	json_t *all = sh_ctl_json(&s, 1, "group", "show", "all", NULL);
 	/* (two nodes on a switch validate as a pair, too: "ring" either way) */
 	cr_expect_str_eq(json_string_value(json_object_get(all, "topology")) ?: "?", "ring");
 	json_decref(all);
-	rc = ctl(&s, 1, &out, "group", "create", "dec", "--size", "2", NULL);
+	rc = sh_ctl(&s, 1, &out, "group", "create", "dec", "--size", "2", NULL);
 	cr_assert_eq(rc, 0, "%s", out);
 	free(out);
-	rc = ctl(&s, 2, &out, "bench", "decode", "--group", "dec", "--model", "tiny", "--tokens", "6",
+	rc = sh_ctl(&s, 2, &out, "bench", "decode", "--group", "dec", "--model", "tiny", "--tokens", "6",
 		 "-o", "json", NULL);
 	cr_assert_eq(rc, 0, "bench decode: %s", out);
 	json_t *j = json_loads(out, 0, NULL);
@@ -768,7 +700,7 @@ static void bench_decode_on(const char *tag, enum sim_topo topo)
 	json_decref(j);
 	free(out);
 	/* the table */
-	rc = ctl(&s, 1, &out, "bench", "decode", "--group", "dec", "--model", "tiny", "--tokens", "6",
+	rc = sh_ctl(&s, 1, &out, "bench", "decode", "--group", "dec", "--model", "tiny", "--tokens", "6",
 		 "--algo", "ring", NULL);
 	cr_expect_eq(rc, 0, "%s", out);
 	cr_expect(strstr(out, "TOKENS/S") && strstr(out, "1.00x"), "%s", out);
@@ -776,7 +708,7 @@ static void bench_decode_on(const char *tag, enum sim_topo topo)
 	fprintf(stderr, "bench decode (%s):\n%s", tag, out);
 	free(out);
 	/* bad input: one line */
-	rc = ctl(&s, 1, &out, "bench", "decode", "--group", "nope", "--model", "tiny", NULL);
+	rc = sh_ctl(&s, 1, &out, "bench", "decode", "--group", "nope", "--model", "tiny", NULL);
 	expect_one_line(rc, 1, out, "nope");
 	free(out);
 	sh_down(&s);

@@ -5,33 +5,11 @@
 # runs (ranks outlive sparkd). Any definite leak or memory error makes valgrind
 # exit 99 and this test fail. The shims (sparkd --rank-shim) are not traced.
 set -euo pipefail
-B=${SPARK_BUILD_DIR:?}
-SPARKD=$B/agent/sparkd
-SPARKCTL=$B/cli/sparkctl
-DIR=$(mktemp -d /tmp/sparkctl-vgj-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  [ -n "${LEFT:-}" ] && kill -9 $LEFT 2>/dev/null || true
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-declare -A PORT
-for n in h w1 w2; do
-  PORT[$n]=$(port)
-  valgrind -q --leak-check=full --errors-for-leak-kinds=definite --error-exitcode=99 \
-    --log-file="$DIR/$n.vg" \
-    "$SPARKD" --state-dir "$DIR/$n" --socket "$DIR/$n.sock" --listen "127.0.0.1:${PORT[$n]}" \
-    --name "$n" --config /dev/null 2>"$DIR/$n.log" &
-  pids+=($!)
-done
-for n in h w1 w2; do
-  for _ in $(seq 300); do [ -S "$DIR/$n.sock" ] && break; sleep 0.05; done
-  [ -S "$DIR/$n.sock" ] || { echo "sparkd $n did not start"; cat "$DIR/$n.log"; exit 1; }
-done
-ctl() { local n=$1; shift; "$SPARKCTL" --socket "$DIR/$n.sock" "$@"; }
-TOKEN=$(ctl h init --name vgj -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])')
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+vg_init vgj
+vg_on_exit() { [ -n "${LEFT:-}" ] && kill -9 $LEFT 2>/dev/null || true; }
+vg_loopback_agents h w1 w2
+TOKEN=$(ctl h init --name vgj -o json | jget token)
 ctl w1 join "127.0.0.1:${PORT[h]}" --token "$TOKEN" --timeout 20s >/dev/null
 ctl w2 join "127.0.0.1:${PORT[h]}" --token "$TOKEN" --timeout 20s >/dev/null
 sleep 2
@@ -54,12 +32,4 @@ ctl h group rm g2 --force >/dev/null
 ctl w1 run --group all --detach -- sleep 3 >/dev/null   # still running at SIGTERM
 sleep 0.5
 LEFT=$(pgrep -f -- "--rank-shim $DIR" || true)
-rc=0
-for i in 0 1 2; do kill -TERM "${pids[$i]}"; done
-for i in 0 1 2; do if ! wait "${pids[$i]}"; then rc=1; fi; done
-pids=()
-for n in h w1 w2; do
-  if [ -s "$DIR/$n.vg" ]; then echo "== valgrind $n"; cat "$DIR/$n.vg"; rc=1; fi
-done
-[ $rc -eq 0 ] && echo "valgrind: no leaks or errors in 3 daemons running jobs"
-exit $rc
+vg_finish "3 daemons running jobs"

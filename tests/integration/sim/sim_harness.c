@@ -11,6 +11,7 @@
 #include <net/if.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +31,10 @@ uint64_t sh_now_us(void)
 	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
-static void sleep_ms(int ms)
+const char *const sh_twin_name[2][2] = {{"enp1s0f0np0", "enP2p1s0f0np0"},
+					   {"enp1s0f1np1", "enP2p1s0f1np1"}};
+
+void sh_sleep_ms(int ms)
 {
 	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
 	nanosleep(&ts, NULL);
@@ -248,7 +252,7 @@ bool sh_wait_clean(const char *prefix, const char *root, int timeout_ms)
 			return true;
 		if (t >= timeout_ms)
 			return false;
-		sleep_ms(20);
+		sh_sleep_ms(20);
 	}
 }
 
@@ -313,6 +317,99 @@ int sh_sh(struct sh_sim *s, int k, const char *cmd, char **out)
 {
 	char *argv[] = {"/bin/sh", "-c", (char *)cmd, NULL};
 	return sh_exec(s, k, argv, out);
+}
+
+/* sparkctl, the arguments of ap up to NULL, then extra (NULL-terminated). */
+static int ctl_va(struct sh_sim *s, int k, char **out, va_list ap, const char *const *extra)
+{
+	const char *argv[48] = {sh_bin("sparkctl")};
+	int n = 1;
+	const char *a;
+	while ((a = va_arg(ap, const char *)) && n < 41)
+		argv[n++] = a;
+	for (; extra && *extra; extra++)
+		argv[n++] = *extra;
+	argv[n] = NULL;
+	return sh_exec(s, k, (char *const *)argv, out);
+}
+
+int sh_ctl(struct sh_sim *s, int k, char **out, ...)
+{
+	va_list ap;
+	va_start(ap, out);
+	int rc = ctl_va(s, k, out, ap, NULL);
+	va_end(ap);
+	return rc;
+}
+
+json_t *sh_ctl_json(struct sh_sim *s, int k, ...)
+{
+	static const char *const json_out[] = {"-o", "json", NULL};
+	char *out = NULL;
+	va_list ap;
+	va_start(ap, k);
+	int rc = ctl_va(s, k, &out, ap, json_out);
+	va_end(ap);
+	json_t *j = rc == 0 ? json_loads(out, 0, NULL) : NULL;
+	if (!j) {
+		char args[512] = "";
+		size_t o = 0;
+		va_start(ap, k);
+		for (const char *a; (a = va_arg(ap, const char *)) && o < sizeof args;)
+			o += (size_t)snprintf(args + o, sizeof args - o, " %s", a);
+		va_end(ap);
+		cr_log_info("sparkctl%s in node %d: rc=%d: %s", args, k, rc, out);
+	}
+	free(out);
+	return j;
+}
+
+void sh_agents_up(struct sh_sim *s, const char *tag, int nodes, enum sim_topo topo)
+{
+	sh_require_root();
+	const char *sparkd = sh_bin("sparkd");
+	if (!sparkd || !sh_bin("sparkctl"))
+		cr_skip_test("sparkd or sparkctl is not built");
+	struct sim_opts o = {.nodes = nodes, .topo = topo, .port = -1, .sparkd = sparkd};
+	cr_assert_eq(sh_up(s, tag, &o), 0, "sim up: %s", s->err);
+}
+
+void sh_cluster_up(struct sh_sim *s, const char *tag, int nodes, enum sim_topo topo,
+		   const char *name)
+{
+	sh_agents_up(s, tag, nodes, topo);
+	json_t *init = sh_ctl_json(s, 1, "init", "--name", name, NULL);
+	cr_assert(init, "init failed");
+	char token[256];
+	snprintf(token, sizeof token, "%s", json_string_value(json_object_get(init, "token")));
+	json_decref(init);
+	for (int k = 2; k <= nodes; k++) {
+		char *out = NULL;
+		int rc = sh_ctl(s, k, &out, "join", "169.254.100.1:7300", "--token", token, NULL);
+		cr_assert_eq(rc, 0, "join of node %d: %s", k, out);
+		free(out);
+	}
+}
+
+void sh_wait_reports(struct sh_sim *s, int nodes, bool ready)
+{
+	for (int tries = 0; tries < 200; tries++) {
+		json_t *st = sh_ctl_json(s, 1, "status", NULL);
+		int have = 0;
+		size_t i;
+		json_t *n;
+		json_array_foreach(json_object_get(st, "nodes"), i, n)
+			have += json_is_object(json_object_get(n, "fabric")) &&
+				(!ready ||
+				 strcmp(json_string_value(json_object_get(n, "state")) ?: "", "ready") == 0);
+		json_decref(st);
+		if (have == nodes)
+			return;
+		sh_sleep_ms(50);
+	}
+	if (ready)
+		cr_assert_fail("the head did not get every node ready with a fabric report");
+	cr_assert_fail("the head did not get a fabric report of all %d nodes", nodes);
 }
 
 /* ---- raw frames ---- */
@@ -446,16 +543,12 @@ const char *sh_ep_name(struct sh_sim *s, int e)
 	static int i;
 	char *o = buf[i++ % 8];
 	int k = e / 4 + 1, port = (e % 4) / 2, twin = e % 2;
-	static const char *const n[2][2] = {{"enp1s0f0np0", "enP2p1s0f0np0"},
-					    {"enp1s0f1np1", "enP2p1s0f1np1"}};
-	snprintf(o, 96, "%s-%d:%s", s->prefix, k, n[port][twin]);
+	snprintf(o, 96, "%s-%d:%s", s->prefix, k, sh_twin_name[port][twin]);
 	return o;
 }
 
 int sh_frame_map(struct sh_sim *s, bool heard[4 * SIM_MAX_NODES][4 * SIM_MAX_NODES])
 {
-	static const char *const n[2][2] = {{"enp1s0f0np0", "enP2p1s0f0np0"},
-					    {"enp1s0f1np1", "enP2p1s0f1np1"}};
 	int ne = 4 * s->nodes;
 	int fds[4 * SIM_MAX_NODES];
 	bool up[4 * SIM_MAX_NODES];
@@ -464,8 +557,8 @@ int sh_frame_map(struct sh_sim *s, bool heard[4 * SIM_MAX_NODES][4 * SIM_MAX_NOD
 	for (int e = 0; e < ne; e++) {
 		int k = e / 4 + 1, port = (e % 4) / 2, twin = e % 2;
 		struct sim_link_info li;
-		up[e] = sim_link_query(sh_ns(s, k), n[port][twin], &li) == 0 && li.admin_up;
-		fds[e] = sh_raw_open(sh_ns(s, k), n[port][twin], SH_ETHERTYPE);
+		up[e] = sim_link_query(sh_ns(s, k), sh_twin_name[port][twin], &li) == 0 && li.admin_up;
+		fds[e] = sh_raw_open(sh_ns(s, k), sh_twin_name[port][twin], SH_ETHERTYPE);
 		if (fds[e] < 0) {
 			r = fds[e];
 			for (int j = 0; j < e; j++)

@@ -67,6 +67,22 @@ int sh_sh(struct sh_sim *s, int k, const char *cmd, char **out);
  * or NULL if it is not built. */
 const char *sh_bin(const char *name);
 
+/* The built sparkctl with ARGS... (NULL-terminated, at most 40) in node k,
+ * stdout+stderr in *out (caller frees; may be NULL). Returns its exit code. */
+int sh_ctl(struct sh_sim *s, int k, char **out, ...) __attribute__((sentinel));
+/* sh_ctl of "ARGS... -o json", the output parsed (caller decrefs); NULL, and
+ * a cr_log_info line with the output, when it failed or was not JSON. */
+json_t *sh_ctl_json(struct sh_sim *s, int k, ...) __attribute__((sentinel));
+/* A sim of `nodes` nodes with agents (skips unless root, and unless sparkd
+ * and sparkctl are built). Asserts on failure. */
+void sh_agents_up(struct sh_sim *s, const char *tag, int nodes, enum sim_topo topo);
+/* sh_agents_up, then node 1 inits cluster `name` and every other node joins it. */
+void sh_cluster_up(struct sh_sim *s, const char *tag, int nodes, enum sim_topo topo,
+		   const char *name);
+/* Wait (up to 200 status polls) until the head's status has a fabric report
+ * of each of its `nodes` nodes, and with `ready`, every node ready. Asserts. */
+void sh_wait_reports(struct sh_sim *s, int nodes, bool ready);
+
 /* Raw Ethernet frames. A socket for ethertype on ifname inside namespace ns. */
 int sh_raw_open(const char *ns, const char *ifname, uint16_t ethertype);
 /* Send a broadcast frame (source: the netdev's MAC). */
@@ -87,6 +103,10 @@ int sh_frame_map(struct sh_sim *s, bool heard[4 * SIM_MAX_NODES][4 * SIM_MAX_NOD
 /* "spark-2:enP2p1s0f1np1" for endpoint e, in a static rotating buffer. */
 const char *sh_ep_name(struct sh_sim *s, int e);
 
+/* Fabric netdev names of a node: sh_twin_name[port][twin]. */
+extern const char *const sh_twin_name[2][2];
+
 uint64_t sh_now_us(void);
+void sh_sleep_ms(int ms);
 
 #endif

@@ -13,40 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #define LATENCY_LIMIT_US 2000000 /* the bound: the head shows it within 2 s */
-
-static const char *const twin_name[2][2] = {{"enp1s0f0np0", "enP2p1s0f0np0"},
-					    {"enp1s0f1np1", "enP2p1s0f1np1"}};
-
-static void sleep_ms(int ms)
-{
-	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-	nanosleep(&ts, NULL);
-}
-
-/* sparkctl ARGS... in node k; stdout+stderr in *out (caller frees). */
-static int ctl(struct sh_sim *s, int k, char **out, const char *a1, const char *a2,
-	       const char *a3, const char *a4, const char *a5)
-{
-	const char *argv[] = {sh_bin("sparkctl"), a1, a2, a3, a4, a5, NULL};
-	return sh_exec(s, k, (char *const *)argv, out);
-}
-
-/* `sparkctl ... -o json` in node k, parsed; NULL on failure. */
-static json_t *ctl_json(struct sh_sim *s, int k, const char *a1, const char *a2, const char *a3)
-{
-	char *out = NULL;
-	int rc = ctl(s, k, &out, a1, a2 ? a2 : "-o", a2 ? a3 : "json", a2 ? "-o" : NULL,
-		     a2 ? "json" : NULL);
-	json_t *j = rc == 0 ? json_loads(out, 0, NULL) : NULL;
-	if (!j)
-		cr_log_info("sparkctl %s %s in node %d: rc=%d: %s", a1, a2 ? a2 : "", k, rc, out);
-	free(out);
-	return j;
-}
 
 /* `sparkctl sim ARGS` from the host, as a user would type it. */
 static int sim_cli(const char *a1, const char *a2, const char *a3, const char *a4)
@@ -64,31 +33,9 @@ static int sim_cli(const char *a1, const char *a2, const char *a3, const char *a
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-/* A sim with agents, node 1 the head, every other node joined. */
-static void cluster_up(struct sh_sim *s, const char *tag, int nodes, enum sim_topo topo)
-{
-	sh_require_root();
-	const char *sparkd = sh_bin("sparkd");
-	if (!sparkd || !sh_bin("sparkctl"))
-		cr_skip_test("sparkd or sparkctl is not built");
-	struct sim_opts o = {.nodes = nodes, .topo = topo, .port = -1, .sparkd = sparkd};
-	cr_assert_eq(sh_up(s, tag, &o), 0, "sim up: %s", s->err);
-	json_t *init = ctl_json(s, 1, "init", "--name", "fab");
-	cr_assert(init, "init failed");
-	char token[256];
-	snprintf(token, sizeof token, "%s", json_string_value(json_object_get(init, "token")));
-	json_decref(init);
-	for (int k = 2; k <= nodes; k++) {
-		char *out = NULL;
-		int rc = ctl(s, k, &out, "join", "169.254.100.1:7300", "--token", token, NULL);
-		cr_assert_eq(rc, 0, "join of node %d: %s", k, out);
-		free(out);
-	}
-}
-
 static json_t *node_show(struct sh_sim *s, int k)
 {
-	return ctl_json(s, 1, "node", "show", sh_ns(s, k));
+	return sh_ctl_json(s, 1, "node", "show", sh_ns(s, k), NULL);
 }
 
 /* The stored twin of node k (as the head has it), borrowed from show. */
@@ -124,26 +71,8 @@ static int64_t wait_port(struct sh_sim *s, int k, int port, bool want, uint64_t 
 			return (int64_t)dt;
 		if (dt > (uint64_t)timeout_ms * 1000)
 			return -1;
-		sleep_ms(25);
+		sh_sleep_ms(25);
 	}
-}
-
-/* Wait until the head has a report of every node. */
-static void wait_reports(struct sh_sim *s, int nodes)
-{
-	for (int tries = 0; tries < 200; tries++) {
-		json_t *st = ctl_json(s, 1, "status", NULL, NULL);
-		int have = 0;
-		size_t i;
-		json_t *n;
-		json_array_foreach(json_object_get(st, "nodes"), i, n)
-			have += json_is_object(json_object_get(n, "fabric"));
-		json_decref(st);
-		if (have == nodes)
-			return;
-		sleep_ms(50);
-	}
-	cr_assert_fail("the head did not get a fabric report of all %d nodes", nodes);
 }
 
 static int count_events(json_t *show, const char *detail)
@@ -172,8 +101,8 @@ static bool has_finding(json_t *show, const char *code, const char *netdev)
 Test(topology, fabric_ring4_twins_cut_restore, .timeout = 150)
 {
 	struct sh_sim s;
-	cluster_up(&s, "fring", 4, SIM_RING);
-	wait_reports(&s, 4);
+	sh_cluster_up(&s, "fring", 4, SIM_RING, "fab");
+	sh_wait_reports(&s, 4, false);
 
 	/* node show (JSON): four twins grouped into two ports, by the fabric.ports map. */
 	json_t *show = node_show(&s, 3);
@@ -189,10 +118,10 @@ Test(topology, fabric_ring4_twins_cut_restore, .timeout = 150)
 		cr_assert_eq(json_array_size(tw), 2);
 		for (int t = 0; t < 2; t++) {
 			json_t *x = json_array_get(tw, (size_t)t);
-			cr_expect_str_eq(json_string_value(json_object_get(x, "netdev")), twin_name[p][t]);
+			cr_expect_str_eq(json_string_value(json_object_get(x, "netdev")), sh_twin_name[p][t]);
 			cr_expect(json_is_true(json_object_get(x, "present")));
 			cr_expect(json_is_true(json_object_get(x, "carrier")), "ring: %s is cabled",
-				  twin_name[p][t]);
+				  sh_twin_name[p][t]);
 			cr_expect_eq(json_integer_value(json_object_get(x, "mtu")), 1500);
 		}
 	}
@@ -209,7 +138,7 @@ Test(topology, fabric_ring4_twins_cut_restore, .timeout = 150)
 
 	/* The table output of node show, from another node (forwarded to the head). */
 	char *out = NULL;
-	cr_assert_eq(ctl(&s, 2, &out, "node", "show", sh_ns(&s, 3), NULL, NULL), 0, "%s", out);
+	cr_assert_eq(sh_ctl(&s, 2, &out, "node", "show", sh_ns(&s, 3), NULL), 0, "%s", out);
 	cr_expect(strstr(out, "Fabric:      2/2 up 10G mtu1500"), "%s", out);
 	const char *p0 = strstr(out, "\n0      enp1s0f0np0 "), *t1 = strstr(out, "\n       enP2p1s0f0np0 ");
 	const char *p1 = strstr(out, "\n1      enp1s0f1np1 "), *t3 = strstr(out, "\n       enP2p1s0f1np1 ");
@@ -217,7 +146,7 @@ Test(topology, fabric_ring4_twins_cut_restore, .timeout = 150)
 	free(out);
 
 	/* status -o json: a summary per node; the table has FABRIC and FINDINGS. */
-	json_t *st = ctl_json(&s, 4, "status", NULL, NULL);
+	json_t *st = sh_ctl_json(&s, 4, "status", NULL);
 	cr_assert(st);
 	size_t i;
 	json_t *n;
@@ -229,7 +158,7 @@ Test(topology, fabric_ring4_twins_cut_restore, .timeout = 150)
 		cr_expect(json_is_integer(json_object_get(fs, "updated_at")));
 	}
 	json_decref(st);
-	cr_assert_eq(ctl(&s, 1, &out, "status", NULL, NULL, NULL, NULL), 0);
+	cr_assert_eq(sh_ctl(&s, 1, &out, "status", NULL), 0);
 	cr_expect(strstr(out, "FABRIC") && strstr(out, "FINDINGS") && strstr(out, "2/2 up 10G mtu1500"),
 		  "%s", out);
 	free(out);
@@ -271,7 +200,7 @@ Test(topology, fabric_ring4_twins_cut_restore, .timeout = 150)
 		found = has_finding(show, "twin_down", "enP2p1s0f1np1");
 		json_decref(show);
 		if (!found)
-			sleep_ms(50);
+			sh_sleep_ms(50);
 	}
 	cr_expect(found, "no twin_down finding for %s", tgt);
 	cr_assert_eq(sim_cli("fault", "restore", tgt, NULL), 0);
@@ -281,8 +210,8 @@ Test(topology, fabric_ring4_twins_cut_restore, .timeout = 150)
 Test(topology, fabric_pair_head_restart_and_mtu, .timeout = 150)
 {
 	struct sh_sim s;
-	cluster_up(&s, "fpair", 2, SIM_PAIR);
-	wait_reports(&s, 2);
+	sh_cluster_up(&s, "fpair", 2, SIM_PAIR, "fab");
+	sh_wait_reports(&s, 2, false);
 
 	/* MTU 9000 on one twin of node 2: the head (cluster MTU 1500 from the sim's
 	 * fabric.mtu) finds both mismatches and logs the change. */
@@ -298,7 +227,7 @@ Test(topology, fabric_pair_head_restart_and_mtu, .timeout = 150)
 		found = has_finding(show, "mtu_twin_mismatch", NULL) &&
 			has_finding(show, "mtu_cluster_mismatch", "enP2p1s0f0np0");
 		if (!found)
-			sleep_ms(50);
+			sh_sleep_ms(50);
 	}
 	cr_expect(found, "no MTU findings on the head");
 	cr_expect_eq(count_events(show, "port 0 enP2p1s0f0np0 mtu 1500 -> 9000"), 1);
@@ -326,7 +255,7 @@ Test(topology, fabric_pair_head_restart_and_mtu, .timeout = 150)
 	cr_expect_eq(count_events(show, "port 0 enP2p1s0f0np0 mtu 1500 -> 9000"), 1);
 	json_decref(show);
 	/* And the head's own report, refreshed at its start. */
-	json_t *st = ctl_json(&s, 1, "status", NULL, NULL);
+	json_t *st = sh_ctl_json(&s, 1, "status", NULL);
 	cr_assert(st);
 	json_t *h = json_array_get(json_object_get(st, "nodes"), 0);
 	cr_expect_str_eq(json_string_value(json_object_get(h, "role")), "head");
@@ -335,12 +264,12 @@ Test(topology, fabric_pair_head_restart_and_mtu, .timeout = 150)
 	json_decref(st);
 
 	/* The worker comes back and reports again (updated_at is in seconds). */
-	sleep_ms(1100);
+	sh_sleep_ms(1100);
 	snprintf(node, sizeof node, "%s", sh_ns(&s, 2));
 	cr_assert_eq(sim_cli("fault", "start", node, NULL), 0);
 	json_int_t now_upd = updated;
 	for (int tries = 0; tries < 100 && now_upd == updated; tries++) {
-		sleep_ms(100);
+		sh_sleep_ms(100);
 		show = node_show(&s, 2);
 		now_upd = json_integer_value(json_object_get(json_object_get(show, "fabric"), "updated_at"));
 		json_decref(show);

@@ -91,16 +91,6 @@ static void form(struct sh_sim *s, int head, int first, int last, const char *na
 	}
 }
 
-static void cluster_up(struct sh_sim *s, const char *tag, int nodes, enum sim_topo topo)
-{
-	sh_require_root();
-	const char *sparkd = sh_bin("sparkd");
-	if (!sparkd || !sh_bin("sparkctl"))
-		cr_skip_test("sparkd or sparkctl is not built");
-	struct sim_opts o = {.nodes = nodes, .topo = topo, .port = -1, .sparkd = sparkd};
-	cr_assert_eq(sh_up(s, tag, &o), 0, "sim up: %s", s->err);
-}
-
 struct vres {
 	int rc;
 	json_t *v; /* the verdict (NULL if the output was not JSON) */
@@ -207,7 +197,7 @@ static double run_ms(json_t *v)
 Test(topo, topo_pair, .timeout = 120)
 {
 	struct sh_sim s;
-	cluster_up(&s, "vpair", 2, SIM_PAIR);
+	sh_agents_up(&s, "vpair", 2, SIM_PAIR);
 	form(&s, 1, 1, 2, "vpair");
 	struct vres r = validate(&s, 2, "", "pair"); /* full, from the worker */
 	expect_pass(&r, "pair", 2, "pair");
@@ -269,7 +259,7 @@ Test(topo, topo_pair, .timeout = 120)
 Test(topo, topo_ring3, .timeout = 120)
 {
 	struct sh_sim s;
-	cluster_up(&s, "vring3", 3, SIM_RING);
+	sh_agents_up(&s, "vring3", 3, SIM_RING);
 	form(&s, 1, 1, 3, "vring3");
 	struct vres r = validate(&s, 3, "", "ring"); /* full */
 	expect_pass(&r, "ring", 3, "3-ring");
@@ -283,7 +273,7 @@ Test(topo, topo_ring3, .timeout = 120)
 Test(topo, topo_ring4_faults, .timeout = 240)
 {
 	struct sh_sim s;
-	cluster_up(&s, "vring4", 4, SIM_RING);
+	sh_agents_up(&s, "vring4", 4, SIM_RING);
 	form(&s, 1, 1, 4, "vring4");
 	char n[5][48];
 	for (int k = 1; k <= 4; k++)
@@ -399,7 +389,7 @@ Test(topo, topo_ring4_faults, .timeout = 240)
 Test(topo, topo_ring8, .timeout = 180)
 {
 	struct sh_sim s;
-	cluster_up(&s, "vring8", 8, SIM_RING);
+	sh_agents_up(&s, "vring8", 8, SIM_RING);
 	form(&s, 1, 1, 8, "vring8");
 	struct vres r = validate(&s, 5, "--quick", NULL);
 	vres_free(&r);
@@ -449,7 +439,7 @@ static void forge(struct sh_sim *s, int k, const char *netdev, const char *cid)
 Test(topo, topo_switch4_second_cluster_forged_frame, .timeout = 180)
 {
 	struct sh_sim s;
-	cluster_up(&s, "vsw2c", 6, SIM_SWITCH);
+	sh_agents_up(&s, "vsw2c", 6, SIM_SWITCH);
 	form(&s, 1, 1, 4, "clusa");
 	form(&s, 5, 5, 6, "clusb");
 	struct vres r = validate(&s, 3, "", "switch"); /* full */
@@ -506,7 +496,7 @@ Test(topo, topo_switch4_second_cluster_forged_frame, .timeout = 180)
 Test(topo, topo_switch8, .timeout = 180)
 {
 	struct sh_sim s;
-	cluster_up(&s, "vsw8", 8, SIM_SWITCH);
+	sh_agents_up(&s, "vsw8", 8, SIM_SWITCH);
 	form(&s, 1, 1, 8, "vsw8");
 	struct vres r = validate(&s, 1, "--quick", NULL);
 	vres_free(&r);
