@@ -11,9 +11,11 @@
 
 #include <errno.h>
 #include <grp.h>
+#include <malloc.h>
 #include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -40,6 +42,50 @@ static void h_version(struct agent *a, conn *c, const json_t *req)
 			      "role", role_name(a->id.role), "node", a->id.node_name,
 			      "cluster", a->id.cluster_name, "uptime_s",
 			      (json_int_t)(util_now() - a->started_at));
+	control_reply(c, req, d);
+}
+
+/* Where this daemon's memory is (a debugging aid, not a stable interface):
+ * resident set from /proc/self/status, glibc heap (mallinfo2) and, on the
+ * head, SQLite's share of it. bench/cluster/run.py --mem prints it. */
+static void h_debug_memory(struct agent *a, conn *c, const json_t *req)
+{
+	json_t *d = json_object();
+	FILE *f = fopen("/proc/self/status", "re");
+	char line[256];
+	while (f && fgets(line, sizeof line, f)) {
+		static const char *const keys[] = {"VmRSS", "RssAnon", "RssFile", "VmHWM"};
+		for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
+			size_t n = strlen(keys[i]);
+			if (strncmp(line, keys[i], n) == 0 && line[n] == ':') {
+				char key[32];
+				snprintf(key, sizeof key, "%s_kib", keys[i]);
+				json_object_set_new(d, key, json_integer(strtoll(line + n + 1, NULL, 10)));
+			}
+		}
+	}
+	if (f)
+		fclose(f);
+	struct mallinfo2 mi = mallinfo2();
+	json_object_set_new(d, "heap", json_pack("{s:I, s:I, s:I, s:I, s:I}",
+						 "arena", (json_int_t)mi.arena,
+						 "mmapped", (json_int_t)mi.hblkhd,
+						 "in_use", (json_int_t)mi.uordblks,
+						 "free", (json_int_t)mi.fordblks,
+						 "top_free", (json_int_t)mi.keepcost));
+	db_mem m;
+	if (a->db && db_memory(a->db, &m) == 0)
+		json_object_set_new(d, "sqlite", json_pack("{s:I, s:I, s:I, s:I, s:I}",
+							   "cache", (json_int_t)m.cache,
+							   "schema", (json_int_t)m.schema,
+							   "stmt", (json_int_t)m.stmt,
+							   "lookaside_slots_hiwtr",
+							   (json_int_t)m.lookaside_slots,
+							   "total", (json_int_t)m.total));
+	size_t n = 0;
+	for (struct session *s = a->sessions; s; s = s->next)
+		n++;
+	json_object_set_new(d, "sessions", json_integer((json_int_t)n));
 	control_reply(c, req, d);
 }
 
@@ -109,6 +155,7 @@ struct ctl_handler {
 
 static const struct ctl_handler handlers[] = {
 	{"version", h_version},
+	{"debug_memory", h_debug_memory},
 	{"init", h_init},
 	{"join", h_join},
 	{"leave", h_leave},

@@ -121,8 +121,12 @@ int agent_tls_setup(struct agent *a, char *err, size_t errlen)
 	if (a->cli_ctx)
 		SSL_CTX_free(a->cli_ctx);
 	a->srv_ctx = tls_server_ctx(crt, key, ca, err, errlen);
-	a->cli_ctx = a->srv_ctx ? tls_client_ctx(crt, key, ca, err, errlen) : NULL;
-	return a->srv_ctx && a->cli_ctx ? 0 : -EINVAL;
+	a->cli_ctx = NULL;
+	/* Only a worker dials out (to the head); a head only accepts. Each
+	 * context holds its own certificate, key, trust store and cipher tables. */
+	if (a->srv_ctx && a->id.role != ROLE_HEAD)
+		a->cli_ctx = tls_client_ctx(crt, key, ca, err, errlen);
+	return a->srv_ctx && (a->cli_ctx || a->id.role == ROLE_HEAD) ? 0 : -EINVAL;
 }
 
 static void on_agent_conn(uv_stream_t *server, int status)

@@ -60,6 +60,14 @@ int proto_decoder_next(proto_decoder *d, json_t **msg, char *err, size_t errlen)
 			       JSON_REJECT_DUPLICATES, &jerr);
 	memmove(d->buf, d->buf + 4 + flen, d->len - 4 - flen);
 	d->len -= 4 + flen;
+	if (d->len == 0) {
+		/* Nothing buffered: give the buffer back. It grows to the largest
+		 * frame seen (up to 1 MiB) and a long-lived connection (a worker's
+		 * session on the head) is idle almost all the time. */
+		free(d->buf);
+		d->buf = NULL;
+		d->cap = 0;
+	}
 	if (!j)
 		return fail(err, errlen, -EBADMSG, "frame is not valid JSON");
 	if (!json_is_object(j)) {

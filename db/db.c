@@ -232,7 +232,7 @@ static const char *const migrations[] = {
 enum q {
 	Q_BEGIN, Q_COMMIT, Q_ROLLBACK,
 	Q_CLUSTER_INSERT, Q_CLUSTER_GET,
-	Q_NODE_INSERT, Q_NODE_GET, Q_NODE_GET_NAME, Q_NODE_LIST, Q_NODE_SEEN,
+	Q_NODE_INSERT, Q_NODE_GET, Q_NODE_GET_NAME, Q_NODE_LIST, Q_NODE_SEEN, Q_NODE_TOUCH,
 	Q_NODE_STATE, Q_NODE_DRAINED, Q_NODE_DELETE, Q_NODE_NAME_USED,
 	Q_CERT_REVOKE, Q_CERT_REVOKED,
 	Q_TOKEN_INSERT, Q_TOKEN_LIST, Q_TOKEN_GET, Q_TOKEN_REVOKE, Q_TOKEN_USE,
@@ -265,6 +265,8 @@ static const char *const sql_text[Q_COUNT] = {
 	[Q_NODE_SEEN] =
 		"UPDATE nodes SET last_seen = ?2, address = coalesce(?3, address), "
 		"version = coalesce(?4, version), state = 'ready' WHERE id = ?1",
+	/* Never moves last_seen backwards (a late flush after a newer write). */
+	[Q_NODE_TOUCH] = "UPDATE nodes SET last_seen = max(last_seen, ?2) WHERE id = ?1",
 	[Q_NODE_STATE] = "UPDATE nodes SET state = ?2 WHERE id = ?1",
 	[Q_NODE_DRAINED] = "UPDATE nodes SET drained = ?2 WHERE id = ?1",
 	[Q_NODE_DELETE] = "DELETE FROM nodes WHERE id = ?1",
@@ -517,6 +519,9 @@ static bool digest_eq(const char *a, const char *b, size_t cap)
 
 /* ---------- open, migrations ---------- */
 
+/* Page cache size, in KiB (negative = KiB in SQLite's PRAGMA): ~14 pages. */
+#define DB_CACHE_KIB_SQL "-64"
+
 static int pragma_int(db *d, const char *sql, int *out)
 {
 	sqlite3_stmt *s = NULL;
@@ -599,11 +604,27 @@ static int migrate(db *d)
 	return 0;
 }
 
+/* Process-wide SQLite settings; must run before SQLite initialises (the first
+ * open). db.c is the only SQLite user in the process. */
+static void db_configure(void)
+{
+	static bool done;
+	if (done)
+		return;
+	done = true;
+	/* No up-front bulk page allocation per page cache (SQLite reserves 20
+	 * pages, ~87 KiB, at the first read): pages are allocated as they are
+	 * used, and db_release_memory() can hand all unused ones back. Fails
+	 * harmlessly (SQLITE_MISUSE) if SQLite was already initialised. */
+	sqlite3_config(SQLITE_CONFIG_PAGECACHE, (void *)NULL, 0, 0);
+}
+
 int db_open(const char *path, db **out)
 {
 	if (!path || !out)
 		return -EINVAL;
 	*out = NULL;
+	db_configure();
 	db *d = calloc(1, sizeof *d);
 	if (!d)
 		return -ENOMEM;
@@ -621,7 +642,12 @@ int db_open(const char *path, db **out)
 		e = -EROFS;
 		goto err;
 	}
-	if ((e = set_journal_wal(d)) < 0 ||
+	/* The page cache before anything reads a page: cluster.db is a few hundred
+	 * KiB, read from the OS page cache in microseconds, and the head's idle
+	 * work (heartbeats, liveness) touches a handful of pages. SQLite's default
+	 * (2 MiB) would end up holding a private copy of the whole file. */
+	if ((e = exec_sql(d, "PRAGMA cache_size = " DB_CACHE_KIB_SQL, "cache_size")) < 0 ||
+	    (e = set_journal_wal(d)) < 0 ||
 	    (e = exec_sql(d, "PRAGMA synchronous = NORMAL", "synchronous")) < 0 ||
 	    (e = exec_sql(d, "PRAGMA foreign_keys = ON", "foreign_keys")) < 0)
 		goto err;
@@ -690,6 +716,38 @@ int db_integrity_check(db *d)
 		sqlite3_finalize(s);
 	}
 	return e;
+}
+
+int db_memory(db *d, db_mem *out)
+{
+	if (!d || !out)
+		return -EINVAL;
+	int cur = 0, hi = 0;
+	memset(out, 0, sizeof *out);
+	if (sqlite3_db_status(d->h, SQLITE_DBSTATUS_CACHE_USED, &cur, &hi, 0) == SQLITE_OK)
+		out->cache = cur;
+	if (sqlite3_db_status(d->h, SQLITE_DBSTATUS_SCHEMA_USED, &cur, &hi, 0) == SQLITE_OK)
+		out->schema = cur;
+	if (sqlite3_db_status(d->h, SQLITE_DBSTATUS_STMT_USED, &cur, &hi, 0) == SQLITE_OK)
+		out->stmt = cur;
+	if (sqlite3_db_status(d->h, SQLITE_DBSTATUS_LOOKASIDE_USED, &cur, &hi, 0) == SQLITE_OK)
+		out->lookaside_slots = hi;
+	out->total = sqlite3_memory_used();
+	return 0;
+}
+
+void db_release_memory(db *d)
+{
+	if (!d)
+		return;
+	/* Every cached statement is reset when the function that used it returns
+	 * (done()), so none is running here; a busy one is left alone anyway. */
+	for (int i = 0; i < Q_COUNT; i++)
+		if (d->st[i] && !sqlite3_stmt_busy(d->st[i])) {
+			sqlite3_finalize(d->st[i]);
+			d->st[i] = NULL;
+		}
+	sqlite3_db_release_memory(d->h);
 }
 
 /* ---------- cluster ---------- */
@@ -891,6 +949,19 @@ int db_node_seen(db *d, const char *id, int64_t ts, const char *address, const c
 	bind_str(s, 3, address); /* NULL keeps the stored value */
 	bind_str(s, 4, version);
 	return update_one(d, s, "node_seen");
+}
+
+int db_node_touch(db *d, const char *id, int64_t ts)
+{
+	if (!d || !id)
+		return -EINVAL;
+	int e = 0;
+	sqlite3_stmt *s = stmt(d, Q_NODE_TOUCH, &e);
+	if (!s)
+		return e;
+	bind_str(s, 1, id);
+	sqlite3_bind_int64(s, 2, ts);
+	return update_one(d, s, "node_touch");
 }
 
 int db_node_set_state(db *d, const char *id, const char *state)

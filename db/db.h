@@ -59,6 +59,17 @@ int db_schema_version(db *d);
 /* "ok" from PRAGMA integrity_check -> 0, otherwise -EIO. */
 int db_integrity_check(db *d);
 
+/* Heap SQLite holds for this connection, in bytes (sqlite3_db_status), and for
+ * the whole process (sqlite3_memory_used). For `sparkd` memory diagnostics. */
+typedef struct db_mem {
+	int64_t cache, schema, stmt, lookaside_slots, total;
+} db_mem;
+int db_memory(db *d, db_mem *out);
+/* Give back heap the connection only caches: prepared statements (prepared
+ * again on their next use) and page-cache pages not in use. For quiet moments
+ * after a burst of work; never needed for correctness. */
+void db_release_memory(db *d);
+
 /* Cluster row (exactly one once initialised). -ENOENT before init. */
 int db_cluster_create(db *d, const db_cluster *c, const db_node *head);
 int db_cluster_get(db *d, db_cluster *out);
@@ -69,6 +80,8 @@ int db_node_get_by_name(db *d, const char *name, db_node *out);
 int db_node_list(db *d, db_node **out, size_t *n); /* ordered: head first, then joined_at, name */
 /* Heartbeat/hello: set last_seen, address, version and state "ready". */
 int db_node_seen(db *d, const char *id, int64_t ts, const char *address, const char *version);
+/* Only last_seen, and only forwards (never below the stored value). */
+int db_node_touch(db *d, const char *id, int64_t ts);
 int db_node_set_state(db *d, const char *id, const char *state);
 int db_node_set_drained(db *d, const char *id, bool drained);
 /* Remove the node and revoke its certificate serial, in one transaction. */

@@ -6,7 +6,10 @@ The peer for status latency is `sparkctl version` against the same local sparkd
 in the same invocation: it costs a process start and one local round trip, so the
 ratio shows what forwarding to the head and reading cluster.db add.
 
-Usage: bench/cluster/run.py [--build DIR] [--idle SECONDS] [--runs N]
+--mem also prints where the head's and one worker's memory is at the end of the
+idle period (the daemon's debug_memory request and /proc/PID/smaps per mapping).
+
+Usage: bench/cluster/run.py [--build DIR] [--idle SECONDS] [--runs N] [--mem]
 """
 import argparse
 import json
@@ -15,6 +18,7 @@ import shutil
 import signal
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -29,11 +33,52 @@ def free_port():
     return p
 
 
+def debug_memory(sock):
+    """The daemon's own view: {"type":"debug_memory"} on its control socket."""
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sock)
+    body = json.dumps({"v": 1, "type": "debug_memory", "id": 1}).encode()
+    s.sendall(struct.pack(">I", len(body)) + body)
+    buf = b""
+    while len(buf) < 4 or len(buf) < 4 + struct.unpack(">I", buf[:4])[0]:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+    s.close()
+    return json.loads(buf[4:]).get("data", {})
+
+
+def smaps_by_file(pid):
+    """Rss and private dirty KiB per mapped file (or [heap], [stack], [anon])."""
+    agg = {}
+    cur = None
+    for line in open(f"/proc/{pid}/smaps"):
+        f = line.split()
+        if not f[0].endswith(":"):
+            name = f[5] if len(f) > 5 else "[anon]"
+            cur = agg.setdefault(os.path.basename(name), [0, 0])
+        elif f[0] == "Rss:":
+            cur[0] += int(f[1])
+        elif f[0] == "Private_Dirty:":
+            cur[1] += int(f[1])
+    return agg
+
+
+def print_memory(label, d):
+    print(f"--- {label} {d['name']} (pid {d['pid']}): {json.dumps(debug_memory(d['sock']))}")
+    for name, (rss, dirty) in sorted(smaps_by_file(d["pid"]).items(), key=lambda kv: -kv[1][0]):
+        if rss:
+            print(f"    {name:32} rss {rss:6} KiB   private dirty {dirty:6} KiB")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build-bench")
     ap.add_argument("--idle", type=int, default=60)
     ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument("--mem", action="store_true",
+                    help="print memory details of the head and a worker after the idle period")
     args = ap.parse_args()
     sparkd = os.path.join(args.build, "agent", "sparkd")
     sparkctl = os.path.join(args.build, "cli", "sparkctl")
@@ -100,6 +145,9 @@ def main():
         c1 = [cpu_ticks(d["pid"]) for d in nodes]
         cpu_head = (c1[0] - c0[0]) / hz / args.idle * 100
         cpu_worker = max((c1[i] - c0[i]) / hz / args.idle * 100 for i in range(1, 8))
+        if args.mem:
+            for label, d in (("head", nodes[0]), ("worker", nodes[1])):
+                print_memory(label, d)
         rss_head = rss_kib(nodes[0]["pid"]) / 1024
         rss_worker = max(rss_kib(d["pid"]) for d in nodes[1:]) / 1024
         anon_head = rss_kib(nodes[0]["pid"], "RssAnon:") / 1024

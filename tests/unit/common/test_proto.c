@@ -263,6 +263,46 @@ Test(proto, good_frame_then_bad_frame)
 	proto_decoder_free(&d);
 }
 
+/* An idle connection holds no buffer: once every byte is decoded the decoder
+ * gives its buffer back, however large the last frame made it; a partial
+ * frame stays buffered. */
+Test(proto, decoder_releases_its_buffer_when_empty)
+{
+	size_t big = 200000;
+	char *body = malloc(big + 64);
+	cr_assert_not_null(body);
+	int n = snprintf(body, 64, "{\"v\":1,\"type\":\"a\",\"id\":1,\"pad\":\"");
+	memset(body + n, 'x', big);
+	memcpy(body + n + big, "\"}", 2);
+	size_t blen = (size_t)n + big + 2;
+	uint8_t *buf = malloc(blen + 4);
+	cr_assert_not_null(buf);
+	size_t off = frame_raw(buf, body, (uint32_t)blen);
+	proto_decoder d;
+	proto_decoder_init(&d);
+	json_t *m;
+	cr_assert_eq(proto_decoder_feed(&d, buf, off - 1), 0);
+	cr_assert_eq(proto_decoder_next(&d, &m, NULL, 0), 0);
+	cr_assert_not_null(d.buf);
+	cr_assert_eq(proto_decoder_feed(&d, buf + off - 1, 1), 0);
+	cr_assert_eq(proto_decoder_next(&d, &m, NULL, 0), 1);
+	json_decref(m);
+	cr_assert_null(d.buf);
+	cr_assert_eq(d.cap, 0);
+	cr_assert_eq(d.len, 0);
+	/* and it is usable again */
+	const char *small = "{\"v\":1,\"type\":\"b\",\"id\":2}";
+	off = frame_raw(buf, small, (uint32_t)strlen(small));
+	cr_assert_eq(proto_decoder_feed(&d, buf, off), 0);
+	cr_assert_eq(proto_decoder_next(&d, &m, NULL, 0), 1);
+	cr_assert_str_eq(json_string_value(json_object_get(m, "type")), "b");
+	json_decref(m);
+	cr_assert_null(d.buf);
+	proto_decoder_free(&d);
+	free(buf);
+	free(body);
+}
+
 Test(proto, builders_and_getters)
 {
 	json_t *e = proto_error(9, "bad_frame", "frame is not valid JSON");

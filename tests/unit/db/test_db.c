@@ -474,6 +474,55 @@ Test(db, node_seen_state_drain)
 	cr_assert_eq(db_node_set_drained(D, "ghost", true), -ENOENT);
 }
 
+/* Heartbeats only move last_seen (agent/head.c HEAD_SEEN_FLUSH_S): never the
+ * state, never backwards. */
+Test(db, node_touch_only_moves_last_seen_forward)
+{
+	open_db();
+	init_cluster();
+	add_token("aaaaaaaaaaaaaaaa", HASH_A, 0, -1);
+	db_node n = mknode("w1", "spark-2", "worker", NOW);
+	cr_assert_eq(db_join_commit(D, "aaaaaaaaaaaaaaaa", HASH_A, NOW, &n), 0);
+	cr_assert_eq(db_node_set_state(D, "w1", "unreachable"), 0);
+
+	db_node g;
+	cr_assert_eq(db_node_touch(D, "w1", NOW + 30), 0);
+	cr_assert_eq(db_node_get(D, "w1", &g), 0);
+	cr_assert_eq(g.last_seen, NOW + 30);
+	cr_assert_str_eq(g.state, "unreachable");
+	cr_assert_eq(db_node_touch(D, "w1", NOW + 10), 0);
+	cr_assert_eq(db_node_get(D, "w1", &g), 0);
+	cr_assert_eq(g.last_seen, NOW + 30);
+	cr_assert_eq(db_node_touch(D, "ghost", NOW), -ENOENT);
+	cr_assert_eq(db_node_touch(NULL, "w1", NOW), -EINVAL);
+	cr_assert_eq(db_node_touch(D, NULL, NOW), -EINVAL);
+}
+
+/* Dropping the cached statements and pages changes nothing but memory. */
+Test(db, release_memory_keeps_working)
+{
+	open_db();
+	init_cluster();
+	db_node g;
+	cr_assert_eq(db_node_get(D, "head-id", &g), 0);
+	db_mem before, after;
+	cr_assert_eq(db_memory(D, &before), 0);
+	cr_assert_gt(before.schema, 0);
+	cr_assert_gt(before.stmt, 0);
+	db_release_memory(D);
+	cr_assert_eq(db_memory(D, &after), 0);
+	cr_assert_eq(after.stmt, 0);
+	cr_assert_leq(after.cache, before.cache);
+	cr_assert_eq(db_node_get(D, "head-id", &g), 0);
+	cr_assert_str_eq(g.name, "spark-1");
+	cr_assert_eq(db_node_seen(D, "head-id", NOW + 5, NULL, NULL), 0);
+	db_release_memory(D);
+	cr_assert_eq(db_node_get(D, "head-id", &g), 0);
+	cr_assert_eq(g.last_seen, NOW + 5);
+	db_release_memory(NULL);
+	cr_assert_eq(db_memory(NULL, &after), -EINVAL);
+}
+
 Test(db, node_list_order)
 {
 	open_db();
