@@ -1075,8 +1075,13 @@ int cmd_bench_decode(struct cli_ctx *ctx, int argc, char **argv)
 		} else if (ch == 'm') {
 			model = optarg;
 		} else if (ch == 'a') {
-			if (strcmp(optarg, "auto") && strcmp(optarg, "oneshot") && strcmp(optarg, "ring"))
-				return cli_usage(ctx, "--algo: '%s' is not auto, oneshot or ring", optarg);
+			static const char *const algos[] = {"auto", "oneshot", "ring", "relay", "doubling"};
+			bool known = false;
+			for (size_t k = 0; k < sizeof algos / sizeof algos[0]; k++)
+				known |= strcmp(optarg, algos[k]) == 0;
+			if (!known)
+				return cli_usage(ctx, "--algo: '%s' is not auto, oneshot, ring, relay or doubling",
+						 optarg);
 			algo = optarg;
 		} else if (ch == 'l' || ch == 'n') {
 			long v = strtol(optarg, &end, 10);

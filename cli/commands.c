@@ -224,13 +224,13 @@ const struct cli_cmd cli_commands[] = {
 	 "  --netplan FILE  also write this node's netplan file (e.g. /etc/netplan/40-sparkctl.yaml)\n"
 	 "Pool and subnet size: fabric.pool (default 10.77.0.0/16) and fabric.prefix in sparkd.yaml.\n"},
 	{"bench", "decode", cmd_bench_decode,
-	 "bench decode --group G --model SHAPE [--layers N] [--algo auto|oneshot|ring] [--tokens N]"
+	 "bench decode --group G --model SHAPE [--layers N] [--algo auto|oneshot|ring|relay|doubling] [--tokens N]"
 	 " [--timeout D] [-o table|json]",
 	 "tensor-parallel decode speed-up of a group: spark-decode as a job at 1, 2, 4 ... N nodes",
 	 "  --group G      the group to measure (or all); its first K nodes run world size K\n"
 	 "  --model SHAPE  a synthetic shape of 'spark-decode --list-shapes' (tiny, dense-27b...)\n"
 	 "  --layers N     only the first N layers (to fit memory)\n"
-	 "  --algo A       all-reduce algorithm: auto (default), oneshot or ring\n"
+	 "  --algo A       all-reduce algorithm: auto (default), oneshot, ring, relay or doubling\n"
 	 "  --tokens N     tokens to generate per run (default 32)\n"
 	 "  --timeout D    give up on a run after D (default 10m)\n"
 	 "Prints world size, tokens/s, speed-up over one rank, communication share and the\n"

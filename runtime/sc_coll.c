@@ -3,6 +3,23 @@
  * one-shot all-reduce: every rank sends its whole input to every other rank
  *   and reduces the n inputs itself in rank order, so every rank computes the
  *   same bits. One step, (n-1) * bytes sent per rank. Needs all pairs.
+ * relay all-reduce: one-shot over neighbour links only. Every input travels
+ *   both ways round the ring: rank r sends its input to both neighbours, then
+ *   forwards what arrives from the left to the right and vice versa, until
+ *   each rank holds all n inputs (ceil((n-1)/2) dependent steps; for even n
+ *   the last step goes rightwards only, so each input arrives once), and
+ *   reduces them in rank order like one-shot (the same bits). Every step is
+ *   posted at once: a forward is a send that waits for its receive, so it
+ *   leaves as soon as the data is in, without a round through the caller.
+ * recursive doubling: for a power-of-two n, log2 n steps; at step k a rank
+ *   exchanges its partial result with rank ^ (2^(k+1) - 1) (the mirror rank
+ *   in the other half of its 2^(k+1) group) and combines the two, the lower
+ *   half's partial first, so both partners (and in the end every rank) hold
+ *   the same bits. n log2 n messages per call against one-shot's n(n-1): it
+ *   wins where each message costs CPU (TCP, ranks sharing cores); the
+ *   calibration decides. Mirror partners make every exchange of a 4-rank
+ *   world one between ring neighbours (0-1, 2-3, then 0-3, 1-2), so at 4
+ *   ranks it runs on a physical ring too; from 8 it needs every pair.
  * ring all-reduce: reduce-scatter then all-gather around the ring, 2(n-1)
  *   steps of bytes/n, neighbour traffic only. Each chunk is reduced at one
  *   rank and copied to the others, so all ranks hold the same bits too.
@@ -83,6 +100,126 @@ static int oneshot_allreduce(sc_comm_t *c, int coll, const uint8_t *send, uint8_
 		sc_reduce(recv + off * es, srcs, n, nel, dt, op);
 		off += nel;
 		step++;
+	} while (off < count);
+	return 0;
+}
+
+/* Post a whole relay: this rank's block `own` to both neighbours, every other
+ * rank's block p received into base + slot(p) * bytes (slot(p) = p, or with
+ * skip_self the index of p among the other ranks) and forwarded on. The
+ * left-to-right stream carries L = n/2 blocks, the right-to-left one
+ * R = (n-1)/2; at n = 2 the one neighbour gets one message. The header step
+ * is (segment << 8 | s), bit 15 set for the leftward stream. */
+static uint8_t *relay_slot(uint8_t *base, size_t bytes, int p, int r, int skip_self)
+{
+	return base + (size_t)(skip_self && p > r ? p - 1 : p) * bytes;
+}
+
+static int relay_post(sc_comm_t *c, const sc_hdr_t *h0, int seg, const uint8_t *own,
+                      uint8_t *base, size_t bytes, int skip_self)
+{
+	int n = c->world, r = c->rank, L = n / 2, R = (n - 1) / 2;
+	sc_xfer_t *from_l = NULL, *from_r = NULL, *so;
+
+	for (int s = 1; s <= L; s++) {
+		sc_hdr_t h = *h0;
+		h.step = (uint16_t)(((unsigned)(seg & 0x7f) << 8) | (unsigned)s);
+		/* rightward: block r-s+1 out (own first), block r-s in from the left */
+		so = sc_op_send(c, c->right, &h,
+		                s == 1 ? own : relay_slot(base, bytes, mod(r - s + 1, n), r, skip_self),
+		                bytes);
+		if (!so)
+			return sc_fail(c, -ENOTCONN, "no link to rank %d", c->right);
+		so->after = from_l;
+		from_l = sc_op_recv(c, c->left, &h, relay_slot(base, bytes, mod(r - s, n), r, skip_self),
+		                    bytes);
+		if (!from_l)
+			return sc_fail(c, -ENOTCONN, "no link to rank %d", c->left);
+		if (s > R)
+			continue; /* even n: the last step goes rightwards only */
+		/* leftward: block r+s-1 out, block r+s in from the right */
+		h.step |= 0x8000;
+		so = sc_op_send(c, c->left, &h,
+		                s == 1 ? own : relay_slot(base, bytes, mod(r + s - 1, n), r, skip_self),
+		                bytes);
+		if (!so)
+			return sc_fail(c, -ENOTCONN, "no link to rank %d", c->left);
+		so->after = from_r;
+		from_r = sc_op_recv(c, c->right, &h, relay_slot(base, bytes, mod(r + s, n), r, skip_self),
+		                    bytes);
+		if (!from_r)
+			return sc_fail(c, -ENOTCONN, "no link to rank %d", c->right);
+	}
+	return 0;
+}
+
+static int relay_allreduce(sc_comm_t *c, int coll, const uint8_t *send, uint8_t *recv,
+                           size_t count, sc_dtype_t dt, sc_op_t op)
+{
+	int n = c->world, r = c->rank, rc;
+	size_t es = sc_dtype_size(dt);
+	size_t seg_el = ONESHOT_SEG / es, off = 0;
+	int seg = 0;
+	const void *srcs[SC_MAX_WORLD];
+
+	if ((rc = sc_ops_reserve(c, 2 * n)) < 0)
+		return rc;
+	do {
+		size_t nel = count - off < seg_el ? count - off : seg_el;
+		size_t bytes = nel * es;
+		sc_hdr_t h = mkhdr(c, coll, count, dt, op, SC_ALGO_RELAY, 0);
+		if ((rc = sc_tmp_reserve(c, (size_t)(n - 1) * bytes + 1)) < 0)
+			return rc;
+		if ((rc = relay_post(c, &h, seg, send + off * es, c->tmp, bytes, 1)) < 0 ||
+		    (rc = sc_engine_run(c)) < 0)
+			return rc;
+		for (int p = 0; p < n; p++)
+			srcs[p] = p == r ? (const void *)(send + off * es)
+			                 : (const void *)(c->tmp + (size_t)(p < r ? p : p - 1) * bytes);
+		sc_reduce(recv + off * es, srcs, n, nel, dt, op);
+		off += nel;
+		seg++;
+	} while (off < count);
+	return 0;
+}
+
+int sc_doubling_ok(const sc_comm_t *c)
+{
+	return c && c->world >= 2 && (c->world & (c->world - 1)) == 0 &&
+	       (c->oneshot_ok || c->world <= 4);
+}
+
+static int doubling_allreduce(sc_comm_t *c, int coll, const uint8_t *send, uint8_t *recv,
+                              size_t count, sc_dtype_t dt, sc_op_t op)
+{
+	int n = c->world, r = c->rank, rc, seg = 0;
+	size_t es = sc_dtype_size(dt), seg_el = ONESHOT_SEG / es, off = 0;
+
+	if ((rc = sc_ops_reserve(c, 2)) < 0)
+		return rc;
+	if (recv != send && count)
+		memmove(recv, send, count * es);
+	do {
+		size_t nel = count - off < seg_el ? count - off : seg_el, bytes = nel * es;
+		uint8_t *mine = recv + off * es;
+		if ((rc = sc_tmp_reserve(c, bytes + 1)) < 0)
+			return rc;
+		for (int mask = 1, k = 0; mask < n; mask <<= 1, k++) {
+			int p = r ^ (2 * mask - 1);
+			sc_hdr_t h = mkhdr(c, coll, count, dt, op, SC_ALGO_DOUBLING,
+			                   (int)(((unsigned)(seg & 0xff) << 8) | (unsigned)k));
+			if (!sc_op_send(c, p, &h, mine, bytes) || !sc_op_recv(c, p, &h, c->tmp, bytes))
+				return sc_fail(c, -ENOTCONN, "no link to rank %d", p);
+			if ((rc = sc_engine_run(c)) < 0)
+				return rc;
+			/* the lower group's partial first: both partners get the same bits */
+			if (r < p)
+				sc_reduce2(mine, mine, c->tmp, nel, dt, op);
+			else
+				sc_reduce2(mine, c->tmp, mine, nel, dt, op);
+		}
+		off += nel;
+		seg++;
 	} while (off < count);
 	return 0;
 }
@@ -172,13 +309,27 @@ static int check_args(sc_comm_t *c, const void *send, void *recv, size_t count, 
 	return 0;
 }
 
+/* What runs for a requested algorithm on this communicator (every rank
+ * agrees: oneshot_ok and the world size are agreed). */
+static sc_algo_t runnable(const sc_comm_t *c, sc_algo_t a)
+{
+	if (a == SC_ALGO_DOUBLING && !sc_doubling_ok(c))
+		a = SC_ALGO_ONESHOT;
+	if (a == SC_ALGO_ONESHOT && !c->oneshot_ok)
+		a = SC_ALGO_RELAY; /* the self-test turned it off */
+	return a;
+}
+
 sc_algo_t sc_comm_pick_algo(const sc_comm_t *c, size_t bytes)
 {
-	if (!c || !c->oneshot_ok)
+	sc_algo_t a;
+
+	if (!c)
 		return SC_ALGO_RING;
-	if (c->opt.algo == SC_ALGO_ONESHOT || c->opt.algo == SC_ALGO_RING)
-		return c->opt.algo;
-	return bytes <= c->oneshot_max ? SC_ALGO_ONESHOT : SC_ALGO_RING;
+	a = c->opt.algo;
+	if ((unsigned)a >= SC_ALGO_COUNT || a == SC_ALGO_AUTO)
+		a = bytes <= c->oneshot_max ? c->small_algo : SC_ALGO_RING;
+	return runnable(c, a);
 }
 
 int sc_allreduce_impl(sc_comm_t *c, int coll, const void *send, void *recv, size_t count,
@@ -197,11 +348,14 @@ int sc_allreduce_impl(sc_comm_t *c, int coll, const void *send, void *recv, size
 	}
 	if (algo == SC_ALGO_AUTO)
 		algo = sc_comm_pick_algo(c, bytes);
-	if (algo == SC_ALGO_ONESHOT && !c->oneshot_ok)
-		algo = SC_ALGO_RING; /* self-test disabled it: every rank agrees */
+	algo = runnable(c, algo);
 	c->seq++;
 	if (algo == SC_ALGO_ONESHOT)
 		return oneshot_allreduce(c, coll, send, recv, count, dt, op);
+	if (algo == SC_ALGO_RELAY)
+		return relay_allreduce(c, coll, send, recv, count, dt, op);
+	if (algo == SC_ALGO_DOUBLING)
+		return doubling_allreduce(c, coll, send, recv, count, dt, op);
 	return ring_allreduce(c, coll, send, recv, count, dt, op);
 }
 
@@ -214,7 +368,7 @@ int sc_allreduce(sc_comm_t *c, const void *send, void *recv, size_t count, sc_dt
 int sc_allreduce_algo(sc_comm_t *c, const void *send, void *recv, size_t count, sc_dtype_t dt,
                       sc_op_t op, sc_algo_t algo)
 {
-	if ((unsigned)algo > SC_ALGO_RING)
+	if ((unsigned)algo >= SC_ALGO_COUNT)
 		return -EINVAL;
 	return sc_allreduce_impl(c, SC_COLL_ALLREDUCE, send, recv, count, dt, op, algo);
 }
@@ -237,11 +391,18 @@ int sc_allgather_impl(sc_comm_t *c, int coll, const void *send, void *recv, size
 		return 0;
 	if (algo == SC_ALGO_AUTO)
 		algo = sc_comm_pick_algo(c, bytes * (size_t)n);
-	if (algo == SC_ALGO_ONESHOT && !c->oneshot_ok)
-		algo = SC_ALGO_RING;
+	if (algo == SC_ALGO_DOUBLING)
+		algo = SC_ALGO_ONESHOT; /* all-gather has no doubling of its own */
+	algo = runnable(c, algo);
 	c->seq++;
 	if ((rc = sc_ops_reserve(c, 2 * n)) < 0)
 		return rc;
+	if (algo == SC_ALGO_RELAY) {
+		sc_hdr_t h = mkhdr(c, coll, count, dt, SC_SUM, SC_ALGO_RELAY, 0);
+		if ((rc = relay_post(c, &h, 0, out + (size_t)r * bytes, out, bytes, 0)) < 0)
+			return rc;
+		return sc_engine_run(c);
+	}
 	if (algo == SC_ALGO_ONESHOT) {
 		sc_hdr_t h = mkhdr(c, coll, count, dt, SC_SUM, SC_ALGO_ONESHOT, 0);
 		for (int k = 1; k < n; k++) {
@@ -290,7 +451,8 @@ int sc_broadcast(sc_comm_t *c, void *buf, size_t count, sc_dtype_t dt, int root)
 	es = sc_dtype_size(dt);
 	bytes = count * es;
 	c->seq++;
-	if (sc_comm_pick_algo(c, bytes) == SC_ALGO_ONESHOT) {
+	if (c->oneshot_ok && (sc_comm_pick_algo(c, bytes) == SC_ALGO_ONESHOT ||
+	                      sc_comm_pick_algo(c, bytes) == SC_ALGO_DOUBLING)) {
 		/* root sends to everyone; root rank in `step` so a wrong root is caught */
 		sc_hdr_t h = mkhdr(c, SC_COLL_BCAST, count, dt, SC_SUM, SC_ALGO_ONESHOT, root);
 		if ((rc = sc_ops_reserve(c, n)) < 0)

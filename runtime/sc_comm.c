@@ -1,6 +1,8 @@
 /* sc_comm.c - communicator life cycle: options and environment, connection,
  * self-test (one-shot only if every pair connected and a checksum all-reduce
- * agrees on every rank), crossover calibration, info and errors. */
+ * agrees on every rank; relay, over neighbours only, otherwise), calibration
+ * of the crossover between that small-message algorithm and ring, info and
+ * errors. */
 #include "sc_internal.h"
 
 #include <arpa/inet.h>
@@ -140,7 +142,8 @@ int sc_comm_info(const sc_comm_t *c, sc_info_t *info)
 	info->topology = c->opt.topology;
 	info->algo = c->opt.algo;
 	info->oneshot_enabled = c->oneshot_ok;
-	info->oneshot_max = c->oneshot_ok ? c->oneshot_max : 0;
+	info->oneshot_max = c->oneshot_max;
+	info->small_algo = c->small_algo;
 	info->calibrated = c->calibrated;
 	snprintf(info->decision, sizeof(info->decision), "%s", c->decision);
 	snprintf(info->transport, sizeof(info->transport), "%s", c->transport);
@@ -234,7 +237,9 @@ static int selftest(sc_comm_t *c)
 
 /* ---- crossover calibration ------------------------------------------------ */
 
-/* Calibration, bounded by about CAL_BUDGET_NS of wall time:
+/* Calibration of the crossover between the small algorithm (c->small_algo:
+ * one-shot, or relay when one-shot is off; "one-shot" below stands for it)
+ * and ring, bounded by about CAL_BUDGET_NS of wall time:
  * 0. a sample is a burst of CAL_BURST back-to-back calls of one algorithm,
  *    timed without its first call (the steady state an application and
  *    spark-bench see: single calls flatter one-shot, since a rank that
@@ -335,10 +340,11 @@ size_t sc_calib_crossover(const size_t *sizes, const int64_t *os, const int64_t 
 	}
 }
 
-/* One sample: CAL_BURST back-to-back calls of one algorithm (0 = one-shot,
- * 1 = ring), the mean time of all but the first (which absorbs the switch
- * from the other algorithm and the ranks' skew) into *ns. */
-static int cal_sample(sc_comm_t *c, float *buf, size_t bytes, int algo, int64_t *ns)
+/* One sample: CAL_BURST back-to-back calls of one algorithm (0 = the small
+ * algorithm, one-shot or relay; 1 = ring), the mean time of all but the first
+ * (which absorbs the switch from the other algorithm and the ranks' skew)
+ * into *ns. */
+static int cal_sample_algo(sc_comm_t *c, float *buf, size_t bytes, sc_algo_t algo, int64_t *ns)
 {
 	uint64_t t0 = 0;
 	for (int b = 0; b < CAL_BURST; b++) {
@@ -346,11 +352,67 @@ static int cal_sample(sc_comm_t *c, float *buf, size_t bytes, int algo, int64_t 
 		if (b == 1)
 			t0 = sc_now_ns();
 		rc = sc_allreduce_impl(c, SC_COLL_SELFTEST, buf, buf, bytes / sizeof(float), SC_F32,
-		                       SC_MAX, algo == 0 ? SC_ALGO_ONESHOT : SC_ALGO_RING);
+		                       SC_MAX, algo);
 		if (rc < 0)
 			return rc;
 	}
 	*ns = (int64_t)(sc_now_ns() - t0) / (CAL_BURST - 1);
+	return 0;
+}
+
+static int cal_sample(sc_comm_t *c, float *buf, size_t bytes, int algo, int64_t *ns)
+{
+	return cal_sample_algo(c, buf, bytes, algo == 0 ? c->small_algo : SC_ALGO_RING, ns);
+}
+
+/* Before the crossover: the small algorithm (one-shot, or relay when
+ * one-shot is off) or recursive doubling, where doubling can run (a
+ * power-of-two world of at least 4; at 2 the two are the same exchange).
+ * Both are timed at 4 and 16 KiB, CAL_PICK_ROUNDS interleaved samples each,
+ * order alternating; each rank's medians, the slowest rank's; doubling must
+ * be CAL_ONESHOT_MARGIN faster at both sizes (fewer messages pay where a
+ * message costs CPU: TCP, ranks sharing cores; one step pays where latency
+ * is the wire's). Rank 0 decides, every rank takes its answer. */
+enum { CAL_PICK_ROUNDS = 5 };
+static int pick_small(sc_comm_t *c, float *buf)
+{
+	static const size_t sz[2] = {4096, 16384};
+	const sc_algo_t al[2] = {c->small_algo, SC_ALGO_DOUBLING};
+	int64_t smp[2][2][CAL_PICK_ROUNDS], v[4];
+	int rc;
+
+	if (!sc_doubling_ok(c) || c->world < 4)
+		return 0;
+	for (int r = 0; r < CAL_PICK_ROUNDS; r++)
+		for (int k = 0; k < 2; k++)
+			for (int i = 0; i < 2; i++) {
+				int a = i ^ ((r + k) & 1);
+				if ((rc = cal_sample_algo(c, buf, sz[k], al[a], &smp[k][a][r])) < 0)
+					return rc;
+			}
+	for (int k = 0; k < 2; k++)
+		for (int a = 0; a < 2; a++)
+			v[2 * k + a] = -median_i64(smp[k][a], CAL_PICK_ROUNDS);
+	if ((rc = agree_min(c, v, 4)) < 0)
+		return rc;
+	if (getenv("SPARK_COLL_DEBUG") && c->rank == 0)
+		for (int k = 0; k < 2; k++)
+			fprintf(stderr, "sparkcoll: calibrate size=%zu %s_us=%.1f doubling_us=%.1f\n",
+			        sz[k], sc_algo_name(al[0]), (double)-v[2 * k] / 1e3,
+			        (double)-v[2 * k + 1] / 1e3);
+	if (c->rank == 0) {
+		int dbl = 1;
+		for (int k = 0; k < 2; k++)
+			if ((double)-v[2 * k + 1] * CAL_ONESHOT_MARGIN >= (double)-v[2 * k])
+				dbl = 0;
+		v[0] = dbl;
+	} else {
+		v[0] = INT64_MAX;
+	}
+	if ((rc = agree_min(c, v, 1)) < 0)
+		return rc;
+	if (v[0] == 1)
+		c->small_algo = SC_ALGO_DOUBLING;
 	return 0;
 }
 
@@ -361,7 +423,7 @@ static int calibrate(sc_comm_t *c)
 	enum { NS = sizeof(sizes) / sizeof(sizes[0]) };
 	int64_t smp[NS][2][CAL_MAX_SAMPLES], os[NS], rg[NS], v[2 * NS];
 	int64_t elapsed = 0, round_cost = 0;
-	uint64_t t_start = sc_now_ns();
+	uint64_t t_start = sc_now_ns(), t_all = t_start;
 	float *buf;
 	int rc = 0, measured = 0, nsmp = 1, rounds = 0, cut = 0;
 	int dbg = getenv("SPARK_COLL_DEBUG") && c->rank == 0;
@@ -369,6 +431,10 @@ static int calibrate(sc_comm_t *c)
 	buf = calloc(sizes[NS - 1] / sizeof(float), sizeof(float));
 	if (!buf)
 		return -ENOMEM;
+	/* 0. the small algorithm, where there is a choice */
+	if ((rc = pick_small(c, buf)) < 0)
+		goto out;
+	t_start = sc_now_ns(); /* the crossover gets its own budget */
 	/* 1. sweep (min of negatives = max over ranks) */
 	for (int k = 0; k < NS; k++) {
 		for (int a = 0; a < 2; a++)
@@ -426,8 +492,9 @@ static int calibrate(sc_comm_t *c)
 		os[k] = -v[2 * k];
 		rg[k] = -v[2 * k + 1];
 		if (dbg)
-			fprintf(stderr, "sparkcoll: calibrate size=%zu oneshot_us=%.1f ring_us=%.1f\n",
-			        sizes[k], (double)os[k] / 1e3, (double)rg[k] / 1e3);
+			fprintf(stderr, "sparkcoll: calibrate size=%zu %s_us=%.1f ring_us=%.1f\n",
+			        sizes[k], sc_algo_name(c->small_algo), (double)os[k] / 1e3,
+			        (double)rg[k] / 1e3);
 	}
 	if (c->rank == 0) {
 		size_t x = sc_calib_crossover(sizes, os, rg, measured, NS);
@@ -443,10 +510,11 @@ static int calibrate(sc_comm_t *c)
 		goto out;
 	c->oneshot_max = (size_t)v[0];
 	c->calibrated = 1;
-	c->calib_ns = sc_now_ns() - t_start;
+	c->calib_ns = sc_now_ns() - t_all;
 	if (dbg)
-		fprintf(stderr, "sparkcoll: calibrate sizes=%d samples=%d ms=%.1f oneshot_max=%zu\n",
-		        measured, nsmp, (double)c->calib_ns / 1e6, c->oneshot_max);
+		fprintf(stderr, "sparkcoll: calibrate sizes=%d samples=%d ms=%.1f small=%s small_max=%zu\n",
+		        measured, nsmp, (double)c->calib_ns / 1e6, sc_algo_name(c->small_algo),
+		        c->oneshot_max);
 out:
 	free(buf);
 	return rc;
@@ -542,10 +610,10 @@ static void log_decision(sc_comm_t *c)
 	if (c->calibrated)
 		snprintf(cal, sizeof(cal), " calibrated=1 calib_ms=%.1f", (double)c->calib_ns / 1e6);
 	fprintf(stderr,
-	        "sparkcoll: rank=%d world=%d transport=%s algo=%s oneshot=%s oneshot_max=%zu%s "
+	        "sparkcoll: rank=%d world=%d transport=%s algo=%s oneshot=%s small=%s small_max=%zu%s "
 	        "host_ranks=%d cpus=%ld spin_us=%d decision=\"%s\" transport_reason=\"%s\"\n",
 	        c->rank, c->world, c->transport, sc_algo_name(c->opt.algo),
-	        c->oneshot_ok ? "on" : "off", c->oneshot_ok ? c->oneshot_max : 0,
+	        c->oneshot_ok ? "on" : "off", sc_algo_name(c->small_algo), c->oneshot_max,
 	        cal, c->host_ranks, c->host_cpus, c->spin_us,
 	        c->decision, c->transport_reason);
 }
@@ -572,6 +640,7 @@ int sc_comm_init(sc_comm_t **out, int rank, int world, const char *const *peers,
 		sc_options_default(&c->opt);
 	c->rank = rank;
 	c->world = world;
+	c->small_algo = SC_ALGO_RELAY; /* until the self-test allows one-shot */
 	c->left = (rank - 1 + world) % world;
 	c->right = (rank + 1) % world;
 	c->peers = calloc((size_t)world, sizeof(char *));
@@ -650,15 +719,17 @@ int sc_comm_init(sc_comm_t **out, int rank, int world, const char *const *peers,
 	}
 	if ((rc = host_spin(c)) < 0 || (rc = selftest(c)) < 0)
 		goto fail_msg;
-	if (c->oneshot_ok) {
-		if (c->opt.oneshot_max != SC_ONESHOT_CALIBRATE)
-			c->oneshot_max = c->opt.oneshot_max;
-		else if (c->opt.algo == SC_ALGO_AUTO) {
-			if ((rc = calibrate(c)) < 0)
-				goto fail_msg;
-		} else
-			c->oneshot_max = DEFAULT_ONESHOT_MAX;
-	}
+	/* auto's small-message algorithm: one-shot, or relay (neighbours only)
+	 * when the self-test turned one-shot off; the crossover to ring is set,
+	 * measured, or the default */
+	c->small_algo = c->oneshot_ok ? SC_ALGO_ONESHOT : SC_ALGO_RELAY;
+	if (c->opt.oneshot_max != SC_ONESHOT_CALIBRATE)
+		c->oneshot_max = c->opt.oneshot_max;
+	else if (c->opt.algo == SC_ALGO_AUTO) {
+		if ((rc = calibrate(c)) < 0)
+			goto fail_msg;
+	} else
+		c->oneshot_max = DEFAULT_ONESHOT_MAX;
 	log_decision(c);
 	*out = c;
 	return 0;

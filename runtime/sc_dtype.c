@@ -23,14 +23,14 @@ size_t sc_dtype_size(sc_dtype_t d)
 
 static const char *const dtype_names[] = {"f32", "f16", "bf16", "i32", "i64"};
 static const char *const op_names[] = {"sum", "max", "min"};
-static const char *const algo_names[] = {"auto", "oneshot", "ring"};
+static const char *const algo_names[] = {"auto", "oneshot", "ring", "relay", "doubling"};
 
 const char *sc_dtype_name(sc_dtype_t d)
 {
 	return (unsigned)d < SC_DTYPE_COUNT ? dtype_names[d] : "?";
 }
 const char *sc_op_name(sc_op_t o) { return (unsigned)o < SC_OP_COUNT ? op_names[o] : "?"; }
-const char *sc_algo_name(sc_algo_t a) { return (unsigned)a <= SC_ALGO_RING ? algo_names[a] : "?"; }
+const char *sc_algo_name(sc_algo_t a) { return (unsigned)a < SC_ALGO_COUNT ? algo_names[a] : "?"; }
 
 static int parse_name(const char *s, const char *const *names, int n)
 {
@@ -70,7 +70,7 @@ int sc_op_parse(const char *s, sc_op_t *out)
 
 int sc_algo_parse(const char *s, sc_algo_t *out)
 {
-	int i = parse_name(s, algo_names, 3);
+	int i = parse_name(s, algo_names, SC_ALGO_COUNT);
 	if (i < 0) {
 		if (s && (strcasecmp(s, "one-shot") == 0 || strcasecmp(s, "one_shot") == 0))
 			i = SC_ALGO_ONESHOT;

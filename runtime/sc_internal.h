@@ -76,7 +76,8 @@ struct sc_comm {
 	sc_link_t **links;      /* [world]; NULL for self and unconnected pairs */
 	int links_connected, links_verbs;
 	int oneshot_ok;
-	size_t oneshot_max;
+	sc_algo_t small_algo;   /* auto's small-message algorithm: ONESHOT or DOUBLING, else RELAY */
+	size_t oneshot_max;     /* auto: small_algo up to this many bytes, ring above */
 	int calibrated;
 	uint32_t seq;
 	int error;
@@ -149,6 +150,9 @@ SC_HIDDEN sc_link_t *sc_verbs_link_wrap(struct sc_vlink *v, int fd, int peer);
 /* sc_coll.c */
 SC_HIDDEN int sc_allreduce_impl(sc_comm_t *c, int coll, const void *send, void *recv,
                                 size_t count, sc_dtype_t dt, sc_op_t op, sc_algo_t algo);
+/* 1 if recursive doubling can run: a power-of-two world >= 2, and every pair
+ * connected from 8 ranks (at 2 and 4 every partner is a ring neighbour) */
+SC_HIDDEN int sc_doubling_ok(const sc_comm_t *c);
 SC_HIDDEN int sc_allgather_impl(sc_comm_t *c, int coll, const void *send, void *recv,
                                 size_t count, sc_dtype_t dt, sc_algo_t algo);
 
@@ -163,9 +167,10 @@ SC_HIDDEN uint64_t sc_host_id(void);
  * 50) and *spin_yield (yield_env if set and non-empty, else the same test). */
 SC_HIDDEN int sc_spin_decide(const uint64_t *host_ids, int world, int rank, long ncpu,
                              int spin_opt, const char *yield_env, int *spin_us, int *spin_yield);
-/* Crossover in bytes from per-size times (ns) of one-shot (os) and ring (rg)
- * measured at sizes[0..measured-1] of nsizes planned: 0 = ring everywhere,
- * 2 * sizes[nsizes-1] = one-shot at every planned size. */
+/* Crossover in bytes from per-size times (ns) of the small algorithm (os:
+ * one-shot, or relay when one-shot is off) and ring (rg) measured at
+ * sizes[0..measured-1] of nsizes planned: 0 = ring everywhere,
+ * 2 * sizes[nsizes-1] = the small algorithm at every planned size. */
 SC_HIDDEN size_t sc_calib_crossover(const size_t *sizes, const int64_t *os, const int64_t *rg,
                                     int measured, int nsizes);
 

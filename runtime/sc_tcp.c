@@ -28,6 +28,36 @@ typedef struct {
 	int want_recv;
 } tcp_priv_t;
 
+/* The peer went away: if it said why (ABORT) before closing, return that
+ * code, else 0. The ABORT may sit behind data messages this rank never
+ * reads (a peer that ran another algorithm sent on a link this rank only
+ * sends on), so while the receive side is at a message boundary, whole data
+ * messages are read past: the link is dead, nothing will use them. */
+static int tcp_find_abort(sc_link_t *l)
+{
+	uint8_t b[SC_HDR_LEN], junk[4096];
+	sc_hdr_t h;
+	int at_boundary = !l->rq_head || (l->rq_head->hdr_done == 0 && l->rq_head->off == 0);
+
+	for (int i = 0; i < 16; i++) {
+		if (recv(l->fd, b, sizeof(b), MSG_PEEK | MSG_DONTWAIT) != SC_HDR_LEN ||
+		    sc_hdr_decode(b, SC_HDR_LEN, &h, NULL) < 0)
+			return 0;
+		if (h.kind == SC_MSG_ABORT)
+			return h.count > 0 && h.count < 100000 ? -(int)h.count : -SC_EABORTED;
+		if (!at_boundary || h.kind != SC_MSG_DATA)
+			return 0;
+		for (uint64_t left = SC_HDR_LEN + h.len; left > 0;) {
+			ssize_t r = recv(l->fd, junk, left < sizeof(junk) ? (size_t)left : sizeof(junk),
+			                 MSG_DONTWAIT);
+			if (r <= 0)
+				return 0;
+			left -= (uint64_t)r;
+		}
+	}
+	return 0;
+}
+
 static ssize_t tcp_sendv(sc_link_t *l, const struct iovec *iov, int iovcnt)
 {
 	struct msghdr m = {0};
@@ -39,13 +69,8 @@ static ssize_t tcp_sendv(sc_link_t *l, const struct iovec *iov, int iovcnt)
 	while (w < 0 && errno == EINTR);
 	if (w < 0 && (errno == EPIPE || errno == ECONNRESET)) {
 		/* the peer went away: if it said why (ABORT) before closing, use that */
-		int e = errno;
-		uint8_t b[SC_HDR_LEN];
-		sc_hdr_t h;
-		if (recv(l->fd, b, sizeof(b), MSG_PEEK | MSG_DONTWAIT) == SC_HDR_LEN &&
-		    sc_hdr_decode(b, SC_HDR_LEN, &h, NULL) == 0 && h.kind == SC_MSG_ABORT)
-			return h.count > 0 && h.count < 100000 ? -(int)h.count : -SC_EABORTED;
-		return -e;
+		int e = errno, code = tcp_find_abort(l);
+		return code ? code : -e;
 	}
 	if (w < 0)
 		return errno == EWOULDBLOCK ? -EAGAIN : -errno;

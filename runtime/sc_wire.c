@@ -91,7 +91,7 @@ int sc_hdr_decode(const uint8_t *buf, size_t len, sc_hdr_t *h, const char **why)
 			*why = "unknown collective";
 			return -EPROTO;
 		}
-		if (h->algo > SC_ALGO_RING || h->dtype >= SC_DTYPE_COUNT || h->op >= SC_OP_COUNT) {
+		if (h->algo >= SC_ALGO_COUNT || h->dtype >= SC_DTYPE_COUNT || h->op >= SC_OP_COUNT) {
 			*why = "algorithm, type or op out of range";
 			return -EPROTO;
 		}

@@ -7,12 +7,14 @@
  *
  *  off size field
  *   0  2   magic 0x5343 ("SC")
- *   2  1   version (2: init gathers every rank's host id before the self-test,
- *          so ranks of versions 1 and 2 refuse each other's HELLO)
+ *   2  1   version (2: init gathers every rank's host id before the self-test;
+ *          3: algorithms 3 = relay and 4 = doubling, and init calibrates
+ *          them (relay against ring when one-shot is off, one-shot against
+ *          doubling); ranks of different versions refuse each other's HELLO)
  *   3  1   kind (SC_MSG_*)
  *   4  4   seq: collective sequence number
  *   8  1   coll (SC_COLL_*)
- *   9  1   algo (sc_algo_t)
+ *   9  1   algo (sc_algo_t: 1 one-shot, 2 ring, 3 relay, 4 doubling)
  *  10  1   dtype (sc_dtype_t)
  *  11  1   op (sc_op_t)
  *  12  2   step within the collective
@@ -27,7 +29,7 @@
 #include <stdint.h>
 
 #define SC_WIRE_MAGIC 0x5343u
-#define SC_WIRE_VERSION 2u
+#define SC_WIRE_VERSION 3u
 #define SC_HDR_LEN 32
 #define SC_MAX_WORLD 256
 /* Largest payload one message may announce (a ring chunk of a huge buffer is split). */

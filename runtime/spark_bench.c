@@ -1,6 +1,6 @@
 /* spark-bench - all-reduce benchmark for libsparkcoll, nccl-tests style.
  *
- *   spark-bench allreduce -b 8 -e 64M -f 2 [--algo auto|oneshot|ring]
+ *   spark-bench allreduce -b 8 -e 64M -f 2 [--algo auto|oneshot|relay|doubling|ring|all]
  *       [--dtype f32|f16|bf16|i32|i64] [--op sum|max|min] [--iters N]
  *       [--warmup N] [--inplace] [--check 0|1] [-o table|json]
  *       [--local N | --rank R --peers 0=a:p,1=a:p,...]
@@ -23,7 +23,7 @@ typedef struct {
 	sc_algo_t algo;
 	sc_dtype_t dtype;
 	sc_op_t op;
-	int iters, warmup, local, inplace, check, json, rank;
+	int iters, warmup, local, inplace, check, json, rank, all;
 	const char *peers;
 	size_t sizes[64], iter_bytes;
 	int nsizes;
@@ -33,12 +33,15 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 	        "usage: spark-bench allreduce [-b MINBYTES] [-e MAXBYTES] [-f FACTOR]\n"
-	        "         [--algo auto|oneshot|ring|all] [--dtype f32|f16|bf16|i32|i64] [--op sum|max|min]\n"
+	        "         [--algo auto|oneshot|relay|doubling|ring|all] [--dtype f32|f16|bf16|i32|i64]\n"
+	        "         [--op sum|max|min]\n"
 	        "         [--iters N] [--warmup N] [--inplace] [--check 0|1] [-o table|json]\n"
 	        "         [--sizes S1,S2,...] [--iter-bytes B]\n"
 	        "         [--local N | --rank R --peers 0=addr:port,1=addr:port,...]\n"
 	        "  --local N   run N ranks on this machine over loopback TCP\n"
-	        "  --algo all  auto, one-shot and ring side by side (interleaved rounds, best kept)\n"
+	        "  --algo all  auto, one-shot (when on), relay, doubling (when it can run:\n"
+	        "              4 ranks, or 8, 16... with one-shot on) and ring side by side\n"
+	        "              (interleaved rounds, best kept)\n"
 	        "  (neither)   run as one rank of a job: SPARK_RANK/SPARK_WORLD_SIZE/SPARK_PEERS\n"
 	        "              or RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT\n"
 	        "  sizes accept K, M, G suffixes; busbw = algbw * 2(n-1)/n\n"
@@ -112,19 +115,22 @@ static int run(sc_comm_t *c, const args_t *a)
 	uint8_t *sb = NULL, *rb = NULL;
 	sc_info_t info;
 	int64_t total_wrong = 0;
-	sc_algo_t algos[3];
+	sc_algo_t algos[SC_ALGO_COUNT];
 	int nalgo = 0, rounds;
 
-	if ((int)a->algo == 3) { /* --algo all: the three side by side, interleaved */
-		algos[0] = SC_ALGO_AUTO;
-		algos[1] = SC_ALGO_ONESHOT;
-		algos[2] = SC_ALGO_RING;
-		nalgo = 3;
+	sc_comm_info(c, &info);
+	if (a->all) { /* side by side, interleaved; one-shot only where it runs */
+		algos[nalgo++] = SC_ALGO_AUTO;
+		if (info.oneshot_enabled)
+			algos[nalgo++] = SC_ALGO_ONESHOT;
+		algos[nalgo++] = SC_ALGO_RELAY;
+		if ((info.oneshot_enabled || n == 4) && n >= 4 && (n & (n - 1)) == 0)
+			algos[nalgo++] = SC_ALGO_DOUBLING;
+		algos[nalgo++] = SC_ALGO_RING;
 	} else {
 		algos[nalgo++] = a->algo;
 	}
 	rounds = nalgo > 1 ? 3 : 1;
-	sc_comm_info(c, &info);
 	sb = malloc(a->maxb + es);
 	rb = a->inplace ? sb : malloc(a->maxb + es);
 	if (!sb || !rb) {
@@ -141,17 +147,18 @@ static int run(sc_comm_t *c, const args_t *a)
 		if (a->json) {
 			printf("{\"tool\":\"spark-bench\",\"collective\":\"allreduce\",\"world_size\":%d,"
 			       "\"transport\":\"%s\",\"transport_reason\":\"%s\",\"oneshot_enabled\":%s,"
-			       "\"oneshot_max\":%zu,\"calibrated\":%s,\"decision\":\"%s\","
-			       "\"inplace\":%s,\"results\":[",
+			       "\"small_algo\":\"%s\",\"oneshot_max\":%zu,\"calibrated\":%s,"
+			       "\"decision\":\"%s\",\"inplace\":%s,\"results\":[",
 			       n, info.transport, info.transport_reason,
-			       info.oneshot_enabled ? "true" : "false", info.oneshot_max,
-			       info.calibrated ? "true" : "false", info.decision,
+			       info.oneshot_enabled ? "true" : "false", sc_algo_name(info.small_algo),
+			       info.oneshot_max, info.calibrated ? "true" : "false", info.decision,
 			       a->inplace ? "true" : "false");
 		} else {
 			printf("# spark-bench allreduce: %d ranks, transport %s (%s)\n", n, info.transport,
 			       info.transport_reason);
-			printf("# %s; auto uses one-shot up to %zu bytes%s\n", info.decision,
-			       info.oneshot_max, info.calibrated ? " (calibrated)" : "");
+			printf("# %s; auto uses %s up to %zu bytes%s\n", info.decision,
+			       sc_algo_name(info.small_algo), info.oneshot_max,
+			       info.calibrated ? " (calibrated)" : "");
 			printf("# %12s %12s %5s %5s %8s %11s %11s %11s %7s\n", "size", "count", "type",
 			       "redop", "algo", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
 		}
@@ -160,7 +167,7 @@ static int run(sc_comm_t *c, const args_t *a)
 	for (size_t bytes = a->nsizes ? a->sizes[0] : a->minb, si = 0;
 	     a->nsizes ? si < (size_t)a->nsizes : bytes <= a->maxb;) {
 		size_t count = bytes / es;
-		int64_t t[3], w[3];
+		int64_t t[SC_ALGO_COUNT], w[SC_ALGO_COUNT];
 		int iters = a->iters, warmup = a->warmup;
 		if (count == 0)
 			goto next;
@@ -207,8 +214,10 @@ static int run(sc_comm_t *c, const args_t *a)
 			double us = (double)t[k] / 1e3;
 			double algbw = us > 0 ? (double)(count * es) / us / 1e3 : 0;
 			double busbw = algbw * 2.0 * (n - 1) / n;
+			if (used == SC_ALGO_DOUBLING && ((!info.oneshot_enabled && n > 4) || (n & (n - 1))))
+				used = SC_ALGO_ONESHOT; /* what the library runs instead */
 			if (used == SC_ALGO_ONESHOT && !info.oneshot_enabled)
-				used = SC_ALGO_RING;
+				used = SC_ALGO_RELAY;
 			total_wrong += w[k];
 			if (rank != 0)
 				continue;
@@ -314,8 +323,9 @@ int main(int argc, char **argv)
 				goto bad;
 			break;
 		case 'a':
-			if (strcmp(optarg, "all") == 0)
-				a.algo = (sc_algo_t)3;
+			a.all = strcmp(optarg, "all") == 0;
+			if (a.all)
+				a.algo = SC_ALGO_AUTO;
 			else if (sc_algo_parse(optarg, &a.algo) < 0)
 				goto bad;
 			break;

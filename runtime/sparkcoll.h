@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 #define SC_VERSION_MAJOR 0
-#define SC_VERSION_MINOR 1
+#define SC_VERSION_MINOR 2
 
 /* Library error codes (returned negated, like -errno values). */
 #define SC_EMISMATCH 1001 /* ranks called with different count/type/op/collective */
@@ -42,7 +42,22 @@ typedef enum { SC_F32 = 0, SC_F16 = 1, SC_BF16 = 2, SC_I32 = 3, SC_I64 = 4 } sc_
 #define SC_DTYPE_COUNT 5
 typedef enum { SC_SUM = 0, SC_MAX = 1, SC_MIN = 2 } sc_op_t;
 #define SC_OP_COUNT 3
-typedef enum { SC_ALGO_AUTO = 0, SC_ALGO_ONESHOT = 1, SC_ALGO_RING = 2 } sc_algo_t;
+/* RELAY: one-shot over neighbour links only (each rank's input travels both
+ * ways round the ring, ceil((n-1)/2) steps; same bits as ONESHOT).
+ * DOUBLING: recursive doubling, log2(n) exchanges of the whole buffer with
+ * rank ^ (2^(k+1) - 1) (fewer messages than one-shot: n log2 n against
+ * n(n-1)); needs a power-of-two world and, from 8 ranks, every pair
+ * connected (at 2 and 4 ranks all partners are ring neighbours); elsewhere
+ * it runs one-shot (relay when one-shot is off). Every rank gets the same bits, but not
+ * one-shot's (another summation order). Values are ABI: new ones are appended. */
+typedef enum {
+	SC_ALGO_AUTO = 0,
+	SC_ALGO_ONESHOT = 1,
+	SC_ALGO_RING = 2,
+	SC_ALGO_RELAY = 3,
+	SC_ALGO_DOUBLING = 4
+} sc_algo_t;
+#define SC_ALGO_COUNT 5
 typedef enum { SC_TOPO_UNKNOWN = 0, SC_TOPO_SWITCH = 1, SC_TOPO_RING = 2 } sc_topology_t;
 typedef enum { SC_TRANSPORT_AUTO = 0, SC_TRANSPORT_TCP = 1, SC_TRANSPORT_VERBS = 2 } sc_transport_t;
 
@@ -50,9 +65,10 @@ typedef enum { SC_TRANSPORT_AUTO = 0, SC_TRANSPORT_TCP = 1, SC_TRANSPORT_VERBS =
 #define SC_ONESHOT_CALIBRATE ((size_t)-1)
 
 typedef struct sc_options {
-	sc_topology_t topology;  /* RING: neighbour links only, one-shot off */
-	sc_algo_t algo;          /* AUTO picks per call; ONESHOT/RING force one */
-	size_t oneshot_max;      /* bytes; auto uses one-shot up to this size */
+	sc_topology_t topology;  /* RING: neighbour links only, one-shot off (relay instead) */
+	sc_algo_t algo;          /* AUTO picks per call; ONESHOT/RING/RELAY force one */
+	size_t oneshot_max;      /* bytes; auto uses the small algorithm (one-shot, or
+	                          * relay when one-shot is off) up to this size */
 	int timeout_ms;          /* no progress for this long = error; 0 = never */
 	int connect_timeout_ms;  /* neighbours (and everything) must connect within */
 	int pair_timeout_ms;     /* grace for non-neighbour pairs before giving up on one-shot */
@@ -70,13 +86,18 @@ typedef struct sc_info {
 	sc_topology_t topology;
 	sc_algo_t algo;              /* configured algorithm */
 	int oneshot_enabled;         /* 1 if one-shot may be used */
-	size_t oneshot_max;          /* crossover used by auto (bytes) */
+	size_t oneshot_max;          /* crossover used by auto (bytes): small_algo up
+	                              * to it, ring above */
 	int calibrated;              /* 1 if oneshot_max was measured at init */
 	char decision[256];          /* self-test decision and its reason */
 	char transport[16];          /* "tcp", "verbs" or "mixed" */
 	char transport_reason[256];  /* why that transport */
 	int links_connected;         /* peers connected (of world_size - 1) */
 	int timeout_ms;
+	/* since 0.2 */
+	sc_algo_t small_algo;        /* auto's small-message algorithm: ONESHOT (or
+	                              * DOUBLING if the calibration found it faster),
+	                              * or RELAY when one-shot is off (a ring) */
 } sc_info_t;
 
 SC_API void sc_options_default(sc_options_t *o);
@@ -95,7 +116,9 @@ SC_API void sc_comm_destroy(sc_comm_t *comm);
 /* recv may equal send (in place). Result on every rank. */
 SC_API int sc_allreduce(sc_comm_t *comm, const void *send, void *recv, size_t count,
                         sc_dtype_t dtype, sc_op_t op);
-/* Same, forcing an algorithm for this call (AUTO = the communicator's choice). */
+/* Same, forcing an algorithm for this call (AUTO = the communicator's choice).
+ * ONESHOT on a communicator whose one-shot is off runs RELAY (same bits);
+ * DOUBLING where it cannot run (see above) runs ONESHOT or RELAY. */
 SC_API int sc_allreduce_algo(sc_comm_t *comm, const void *send, void *recv, size_t count,
                              sc_dtype_t dtype, sc_op_t op, sc_algo_t algo);
 /* recv holds world_size * count elements, rank i's block at i * count. */

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Side-by-side all-reduce benchmark on this machine (loopback TCP): libsparkcoll
-# (spark-bench: auto, one-shot, ring) against Open MPI (MPI_Allreduce, btl tcp)
+# (spark-bench: auto, one-shot, relay, doubling, ring) against Open MPI (MPI_Allreduce, btl tcp)
 # and Gloo (ring as torch.distributed uses it, and halving-doubling), same ranks,
 # same sizes, one invocation, one table with ratios.
 #
@@ -76,7 +76,7 @@ fi
 # iterations per size: `iters`, fewer for big sizes (about iter_bytes per size)
 export SPARK_COLL_LOG=0
 
-run_sc() { # n: auto, one-shot and ring interleaved in one process
+run_sc() { # n: auto, one-shot, relay and ring interleaved in one process
 	"$bench" allreduce --local "$1" --algo all --sizes "$sizes" --iters "$iters" \
 		--warmup 5 --iter-bytes "$iter_bytes" -o json > "$work/sc.json" ||
 		echo "run.sh: spark-bench n=$1 failed" >&2
@@ -89,7 +89,7 @@ except Exception:
 for r in d["results"]:
     print(json.dumps({"impl": "sc_" + r["requested"], "n": int(sys.argv[2]), "bytes": r["bytes"],
                       "time_us": r["time_us"], "wrong": r["wrong"], "algo": r["algo"],
-                      "oneshot_max": d["oneshot_max"]}))
+                      "oneshot_max": d["oneshot_max"], "small_algo": d.get("small_algo", "oneshot")}))
 PY
 }
 
@@ -149,6 +149,6 @@ fi
 if [ "$sim" = 1 ]; then
 	echo "# all-reduce across simulated 4-node clusters (sparkctl sim: a namespace per node, veth cables), $(nproc) cores, $(uname -m), $(date -u +%Y-%m-%dT%H:%MZ)"
 fi
-echo "# spark-bench auto/oneshot/ring vs Open MPI $(mpirun --version 2>/dev/null | head -1 | sed 's/.*) //') (btl tcp) and Gloo (tcp)"
+echo "# spark-bench auto/oneshot/relay/doubling/ring vs Open MPI $(mpirun --version 2>/dev/null | head -1 | sed 's/.*) //') (btl tcp) and Gloo (tcp)"
 python3 "$here/table.py" "$res"
 [ -z "$out" ] || cp "$res" "$out"

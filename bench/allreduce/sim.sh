@@ -1,6 +1,6 @@
 #!/bin/sh
 # All-reduce side by side across the nodes of simulated clusters (`sparkctl
-# sim`, needs root): spark-bench (auto, one-shot, ring) against Open MPI and
+# sim`, needs root): spark-bench (auto, one-shot, relay, doubling, ring) against Open MPI and
 # Gloo (ring, halving-doubling) on a 4-node ring and a 4-node switch, at 2 and
 # 4 ranks (rank r on node r+1), one table per cluster with ratios.
 #
@@ -20,7 +20,10 @@
 #          in each node an `unreachable` route to the subnets of the cables it
 #          does not have (the sim's management net, 169.254.0.0/16 on enP7s7,
 #          would otherwise carry them). spark-bench runs so, as on a real ring:
-#          its self-test finds the non-neighbours unreachable and uses ring.
+#          its self-test finds the non-neighbours unreachable, turns one-shot
+#          off and auto uses relay (neighbours only; at 4 ranks recursive
+#          doubling, whose partners are neighbours there, if its calibration
+#          found that faster) for small calls, ring above.
 #          Open MPI and Gloo need every pair connected, so for them those
 #          routes become routes via the neighbour on that cable, with IP
 #          forwarding on (the only way they run on a physical ring).
@@ -59,7 +62,7 @@ while [ $# -gt 0 ]; do
 	--build) build="$2"; shift 2 ;;
 	--out) out="$2"; shift 2 ;;
 	--results) results="$2"; shift 2 ;;
-	-h|--help) sed -n '2,37p' "$0"; exit 0 ;;
+	-h|--help) sed -n '2,40p' "$0"; exit 0 ;;
 	*) echo "sim.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
 	esac
 done
@@ -255,7 +258,7 @@ for r in d["results"]:
         continue  # one-shot is off here (self-test): no one-shot column
     print(json.dumps({"impl": "sc_" + r["requested"], "n": int(sys.argv[2]), "bytes": r["bytes"],
                       "time_us": r["time_us"], "wrong": r["wrong"], "algo": r["algo"],
-                      "oneshot_max": d["oneshot_max"], "decision": d["decision"],
+                      "oneshot_max": d["oneshot_max"], "small_algo": d.get("small_algo", "oneshot"), "decision": d["decision"],
                       "where": sys.argv[3]}))
 PY
 }
@@ -328,6 +331,6 @@ done
 [ -z "$out" ] || cp "$res" "$out"
 if [ -z "$results" ]; then
 	echo "# all-reduce across simulated 4-node clusters (veth, one namespace per node), $ncpu cores, $(uname -m), $(date -u +%Y-%m-%dT%H:%MZ)"
-	echo "# spark-bench auto/oneshot/ring vs Open MPI $(mpirun --version 2>/dev/null | head -1 | sed 's/.*) //') (btl tcp) and Gloo (tcp)"
+	echo "# spark-bench auto/oneshot/relay/doubling/ring vs Open MPI $(mpirun --version 2>/dev/null | head -1 | sed 's/.*) //') (btl tcp) and Gloo (tcp)"
 	python3 "$here/table.py" "$res"
 fi

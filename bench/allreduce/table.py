@@ -7,7 +7,7 @@ import json
 import sys
 from collections import defaultdict
 
-IMPLS = ["sc_auto", "sc_oneshot", "sc_ring", "mpi", "gloo_ring", "gloo_hd"]
+IMPLS = ["sc_auto", "sc_oneshot", "sc_relay", "sc_doubling", "sc_ring", "mpi", "gloo_ring", "gloo_hd"]
 
 
 TITLES = {
@@ -42,6 +42,7 @@ def table(records):
     wrong = defaultdict(int)
     algo = {}
     decision = {}
+    cross = defaultdict(list)
     for r in records:
         k = (r["impl"], r["n"], r["bytes"])
         if r["time_us"] < t[k]:
@@ -51,6 +52,9 @@ def table(records):
         wrong[k] += r.get("wrong", 0)
         if r["impl"] == "sc_auto" and "decision" in r:
             decision[r["n"]] = r["decision"]
+        if r["impl"] == "sc_auto" and "oneshot_max" in r and r["bytes"] == min(
+                x["bytes"] for x in records if x["impl"] == "sc_auto" and x["n"] == r["n"]):
+            cross[r["n"]].append((r.get("small_algo", "oneshot"), r["oneshot_max"]))
     ns = sorted({k[1] for k in t})
     sizes = sorted({k[2] for k in t})
 
@@ -67,17 +71,19 @@ def table(records):
     def busbw(n, b, us):
         return None if us is None else b / us / 1e3 * 2 * (n - 1) / n
 
-    hdr = ("ranks", "bytes", "auto(us)", "pick", "oneshot", "ring", "mpi", "gloo_ring",
+    hdr = ("ranks", "bytes", "auto(us)", "pick", "oneshot", "relay", "doubling", "ring", "mpi", "gloo_ring",
            "gloo_hd", "auto/gloo_ring", "auto/mpi", "busbw auto", "busbw mpi", "bw auto/mpi")
     rows = []
     checks = []
     for n in ns:
         for b in sizes:
             a = g("sc_auto", n, b)
-            o, r = g("sc_oneshot", n, b), g("sc_ring", n, b)
+            o, rl, r = g("sc_oneshot", n, b), g("sc_relay", n, b), g("sc_ring", n, b)
+            d = g("sc_doubling", n, b)
             m, gr, gh = g("mpi", n, b), g("gloo_ring", n, b), g("gloo_hd", n, b)
             ba, bm = busbw(n, b, a), busbw(n, b, m)
-            rows.append((str(n), str(b), fmt(a), algo.get(("sc_auto", n, b), "-"), fmt(o), fmt(r),
+            rows.append((str(n), str(b), fmt(a), algo.get(("sc_auto", n, b), "-"), fmt(o), fmt(rl),
+                         fmt(d), fmt(r),
                          fmt(m), fmt(gr), fmt(gh), ratio(a, gr), ratio(a, m),
                          "-" if ba is None else "%.3f" % ba, "-" if bm is None else "%.3f" % bm,
                          ratio(ba, bm)))
@@ -88,8 +94,12 @@ def table(records):
                     checks.append((a / m <= 1.0, "n=%d %dB latency auto/mpi %.2f (<= 1.0)" % (n, b, a / m)))
             if b >= 4 << 20 and ba is not None and bm is not None:
                 checks.append((ba / bm >= 0.9, "n=%d %dB busbw auto/mpi %.2f (>= 0.9)" % (n, b, ba / bm)))
-            if a is not None and o is not None and r is not None:
-                best = min(o, r)
+            # auto against the best of what it chooses between: the small
+            # algorithms (one-shot and doubling, or relay where one-shot is
+            # off) and ring
+            small = [x for x in ((o, d) if o is not None else (rl,)) if x is not None]
+            if a is not None and small and r is not None:
+                best = min(small + [r])
                 checks.append((a <= 1.1 * best, "n=%d %dB auto %.1f vs best %.1f (within 10%%)" % (n, b, a, best)))
     w = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(hdr)]
     line = "  ".join(h.rjust(w[i]) for i, h in enumerate(hdr))
@@ -105,6 +115,11 @@ def table(records):
     print()
     for n in sorted(decision):
         print("spark-bench, %d ranks: %s" % (n, decision[n]))
+    for n in sorted(cross):
+        algos = sorted({c[0] for c in cross[n]})
+        xs = sorted(c[1] for c in cross[n])
+        print("spark-bench, %d ranks: auto uses %s up to %s bytes (crossover per round), ring above"
+              % (n, "/".join(algos), ", ".join(str(x) for x in xs)))
     print("times: microseconds per all-reduce (f32 sum), min over rounds; busbw in GB/s = bytes/time*2(n-1)/n")
     if bad:
         print("WRONG RESULTS:", ", ".join("%s n=%d %dB" % k for k in bad))

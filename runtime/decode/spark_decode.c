@@ -3,7 +3,7 @@
  * communication.
  *
  *   spark-decode (--model DIR | --synthetic SHAPE [--layers N] [--dtype D])
- *       [--prompt IDS] [--tokens N] [--algo auto|oneshot|ring]
+ *       [--prompt IDS] [--tokens N] [--algo auto|oneshot|ring|relay|doubling]
  *       [--comm-dtype f32|bf16] [--dump-logits FILE] [--membw] [-o table|json]
  *       [--local N]
  *
@@ -58,7 +58,7 @@ static void usage(FILE *f)
 	        "  --prompt IDS         prompt token ids, comma-separated (default 1)\n"
 	        "  --tokens N           tokens to generate (default 32)\n"
 	        "  --warmup N           untimed steps before the prompt (default 1)\n"
-	        "  --algo auto|oneshot|ring  all-reduce algorithm (default auto)\n"
+	        "  --algo auto|oneshot|ring|relay|doubling  all-reduce algorithm (default auto)\n"
 	        "  --comm-dtype f32|bf16     all-reduce element type (default f32)\n"
 	        "  --local N            run N ranks on this machine over loopback\n"
 	        "  --threads N          BLAS threads per rank (default 1)\n"
@@ -380,7 +380,7 @@ int main(int argc, char **argv)
 			break;
 		case O_ALGO:
 			if (sc_algo_parse(optarg, &a.algo) < 0)
-				USAGE_ERR("--algo must be auto, oneshot or ring");
+				USAGE_ERR("--algo must be auto, oneshot, ring, relay or doubling");
 			break;
 		case O_CDT:
 			if (strcmp(optarg, "f32") == 0)

@@ -1,5 +1,7 @@
 /* libFuzzer target over libsparkcoll's wire parsers: message headers, the
- * HELLO handshake, header checks, peer lists and size strings. */
+ * HELLO handshake, header checks, peer lists and size strings. Seeds:
+ * tests/fuzz/corpus/coll_wire (relay, one-shot, ring data headers, ABORT,
+ * a verbs HELLO, a peer list, a size). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (sc_hdr_decode(b, sizeof(b), &again, &why) != 0 || again.len != h.len ||
 		    again.count != h.count)
 			abort(); /* encode(decode(x)) must decode the same */
+		if (h.kind == SC_MSG_DATA && (h.algo >= SC_ALGO_COUNT || h.dtype >= SC_DTYPE_COUNT ||
+		                              h.op >= SC_OP_COUNT))
+			abort(); /* a data header names a known algorithm (3 relay, 4 doubling), type, op */
+		(void)sc_algo_name((sc_algo_t)h.algo);
 		memset(&want, 0, sizeof(want));
 		want.kind = SC_MSG_DATA;
 		want.coll = SC_COLL_ALLREDUCE;

@@ -5,7 +5,7 @@
  *
  * Joins with sc_comm_init (explicit peers, options from SPARK_COLL_* and
  * SPARK_TOPOLOGY), then checks results against values computed locally:
- * all-reduce for every algorithm, type and op at awkward counts (1, odd, not
+ * all-reduce for every algorithm (relay included), type and op at awkward counts (1, odd, not
  * divisible by the world size, larger than the crossover), in place and not;
  * all-gather; broadcast from every root; barrier. Prints one line
  *   RESULT {"rank":R,"world":N,"oneshot_enabled":0|1,"decision":"...",...}
@@ -92,7 +92,9 @@ static void json_str(const char *s)
 int main(int argc, char **argv)
 {
 	static const size_t counts[] = {1, 3, 1023, 4099, 65537, 300001};
-	static const sc_algo_t algos[] = {SC_ALGO_AUTO, SC_ALGO_ONESHOT, SC_ALGO_RING};
+	static const sc_algo_t algos[] = {SC_ALGO_AUTO, SC_ALGO_ONESHOT, SC_ALGO_RING, SC_ALGO_RELAY,
+	                                  SC_ALGO_DOUBLING};
+	enum { NA = sizeof(algos) / sizeof(algos[0]) };
 	enum { NC = sizeof(counts) / sizeof(counts[0]), MAXC = 300001 };
 	sc_options_t o;
 	sc_comm_t *c = NULL;
@@ -129,7 +131,7 @@ int main(int argc, char **argv)
 		return 1;
 
 	/* all-reduce: algorithm x type x op x count, in place every other call */
-	for (size_t a = 0; a < 3; a++)
+	for (size_t a = 0; a < NA; a++)
 		for (int dt = 0; dt < SC_DTYPE_COUNT; dt++)
 			for (int op = 0; op < SC_OP_COUNT; op++)
 				for (size_t ci = 0; ci < NC; ci++, k++) {
@@ -202,9 +204,11 @@ int main(int argc, char **argv)
 done:
 	printf("RESULT {\"rank\":%d,\"world\":%d,\"init_rc\":0,\"init_ms\":%.0f,"
 	       "\"oneshot_enabled\":%d,\"oneshot_max\":%zu,\"calibrated\":%d,"
-	       "\"links_connected\":%d,\"pick_4k\":\"%s\",\"transport\":",
+	       "\"links_connected\":%d,\"pick_4k\":\"%s\",\"pick_1m\":\"%s\","
+	       "\"small_algo\":\"%s\",\"transport\":",
 	       rank, n, init_ms, info.oneshot_enabled, info.oneshot_max, info.calibrated,
-	       info.links_connected, sc_algo_name(sc_comm_pick_algo(c, 4096)));
+	       info.links_connected, sc_algo_name(sc_comm_pick_algo(c, 4096)),
+	       sc_algo_name(sc_comm_pick_algo(c, 1 << 20)), sc_algo_name(info.small_algo));
 	json_str(info.transport);
 	printf(",\"decision\":");
 	json_str(info.decision);

@@ -83,7 +83,10 @@ Test(calib, crossover_edges)
 }
 
 /* live calibration at init: same crossover on every rank, within the range
- * the calibration can give, and fast */
+ * the calibration can give, and fast; on a ring topology (g_ring) it weighs
+ * relay against ring */
+static int g_ring;
+
 static int rank_calibrate(int rank, int n, const char *const *peers, int lfd, void *arg)
 {
 	tu_shared_t *sh = arg;
@@ -94,13 +97,25 @@ static int rank_calibrate(int rank, int n, const char *const *peers, int lfd, vo
 	uint64_t t0 = sc_now_ns();
 	tu_opts(&o, lfd);
 	o.oneshot_max = SC_ONESHOT_CALIBRATE;
+	if (g_ring)
+		o.topology = SC_TOPO_RING;
 	if (sc_comm_init(&c, rank, n, peers, &o) < 0)
 		FAILR(sh, rank, "init failed");
 	sh->val[rank][1] = (int64_t)(sc_now_ns() - t0);
 	sh->val[rank][2] = (int64_t)c->calib_ns;
 	sc_comm_info(c, &info);
-	if (!info.calibrated || !info.oneshot_enabled)
+	if (!info.calibrated || info.oneshot_enabled == g_ring)
 		FAILR(sh, rank, "not calibrated (%s)", info.decision);
+	/* one-shot (relay on a ring), or doubling if it can run (a power of two
+	 * >= 4; on a ring only 4) and won */
+	if ((g_ring ? info.small_algo != SC_ALGO_RELAY : info.small_algo != SC_ALGO_ONESHOT) &&
+	    !(info.small_algo == SC_ALGO_DOUBLING && n >= 4 && (n & (n - 1)) == 0 &&
+	      (!g_ring || n == 4)))
+		FAILR(sh, rank, "small algorithm %s", sc_algo_name(info.small_algo));
+	sh->val[rank][3] = info.small_algo;
+	if ((info.oneshot_max && sc_comm_pick_algo(c, info.oneshot_max) != info.small_algo) ||
+	    sc_comm_pick_algo(c, info.oneshot_max + 1) != SC_ALGO_RING)
+		FAILR(sh, rank, "auto does not follow the crossover %zu", info.oneshot_max);
 	mine[0] = (int64_t)info.oneshot_max;
 	if (sc_allgather(c, mine, all, 1, SC_I64) < 0)
 		FAILR(sh, rank, "allgather: %s", sc_comm_last_error(c));
@@ -113,9 +128,10 @@ static int rank_calibrate(int rank, int n, const char *const *peers, int lfd, vo
 	return 0;
 }
 
-static void run_calibrate(int n)
+static void run_calibrate(int n, int ring)
 {
 	tu_shared_t *sh = tu_shared_new();
+	g_ring = ring;
 	int st = sc_local_run(n, rank_calibrate, sh, 25000);
 	for (int r = 0; r < n; r++)
 		cr_expect(sh->rc[r] == 0, "rank %d: %s", r, sh->msg[r]);
@@ -128,17 +144,21 @@ static void run_calibrate(int n)
 	cr_expect(x == 0 || (x >= 4096 && x <= 2 * 1048576), "n=%d crossover %lld out of bounds",
 	          n, (long long)x);
 	if (x < 4096)
-		cr_log_info("n=%d: ring faster at 4 KiB (crossover %lld)", n, (long long)x);
+		cr_log_info("n=%d%s: ring faster at 4 KiB (crossover %lld)", n, ring ? " ring" : "",
+		            (long long)x);
 	/* budget 50 ms; generous for a loaded machine or a sanitizer build */
 	cr_expect(sh->val[0][2] < 400 * 1000000ll, "n=%d calibration took %.1f ms", n,
 	          (double)sh->val[0][2] / 1e6);
-	cr_log_info("n=%d crossover %lld B, calibration %.1f ms, init %.1f ms", n, (long long)x,
+	cr_log_info("n=%d %s/ring crossover %lld B, calibration %.1f ms, init %.1f ms", n,
+	            sc_algo_name((sc_algo_t)sh->val[0][3]), (long long)x,
 	            (double)sh->val[0][2] / 1e6, (double)sh->val[0][1] / 1e6);
 	tu_shared_free(sh);
 }
 
-Test(calib, live_agrees_and_bounded_2, .timeout = 30) { run_calibrate(2); }
-Test(calib, live_agrees_and_bounded_4, .timeout = 30) { run_calibrate(4); }
+Test(calib, live_agrees_and_bounded_2, .timeout = 30) { run_calibrate(2, 0); }
+Test(calib, live_agrees_and_bounded_4, .timeout = 30) { run_calibrate(4, 0); }
+Test(calib, live_relay_on_ring_3, .timeout = 30) { run_calibrate(3, 1); }
+Test(calib, live_relay_on_ring_4, .timeout = 30) { run_calibrate(4, 1); }
 
 /* ---- spin policy -------------------------------------------------------- */
 

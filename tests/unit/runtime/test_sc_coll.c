@@ -1,6 +1,8 @@
 /* Collectives over forked loopback ranks: every type, op and algorithm at
- * awkward sizes, in and out of place, 2..8 ranks; one-shot bitwise equal on
- * all ranks; allgather, broadcast, barrier; single rank; comm info. */
+ * awkward sizes, in and out of place, 2..8 ranks; one-shot and relay bitwise
+ * equal on all ranks (the rank-order fold); relay on a ring topology (auto
+ * picks it for small calls, forced one-shot runs it, only neighbour links);
+ * allgather, broadcast, barrier; single rank; comm info. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 
@@ -43,7 +45,7 @@ static int rank_allreduce_matrix(int rank, int n, const char *const *peers, int 
 	rb = malloc(maxc * 8);
 	for (int dt = 0; dt < SC_DTYPE_COUNT; dt++)
 		for (int op = 0; op < SC_OP_COUNT; op++)
-			for (int algo = 0; algo <= SC_ALGO_RING; algo++)
+			for (int algo = 0; algo < SC_ALGO_COUNT; algo++)
 				for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
 					for (int inplace = 0; inplace < 2; inplace++) {
 						size_t cnt = counts[ci];
@@ -99,8 +101,8 @@ Test(coll, allreduce_matrix_6, .timeout = 60) { run_matrix(6); }
 Test(coll, allreduce_matrix_7, .timeout = 60) { run_matrix(7); }
 Test(coll, allreduce_matrix_8, .timeout = 60) { run_matrix(8); }
 
-/* one-shot: every rank gets bitwise the rank-order fold of all inputs; ring:
- * every rank gets the same bits */
+/* one-shot and relay: every rank gets bitwise the rank-order fold of all
+ * inputs; doubling and ring: every rank gets the same bits */
 static int rank_bitwise(int rank, int n, const char *const *peers, int lfd, void *arg)
 {
 	tu_shared_t *sh = arg;
@@ -111,7 +113,7 @@ static int rank_bitwise(int rank, int n, const char *const *peers, int lfd, void
 	if (init_rank(sh, rank, n, peers, lfd, &c) < 0)
 		return 1;
 	for (int t = 0; t < 3; t++)
-		for (int algo = SC_ALGO_ONESHOT; algo <= SC_ALGO_RING; algo++) {
+		for (int algo = SC_ALGO_ONESHOT; algo < SC_ALGO_COUNT; algo++) {
 			sc_dtype_t dt = types[t];
 			size_t es = sc_dtype_size(dt);
 			uint8_t *in = malloc(cnt * es), *out = malloc(cnt * es), *all = malloc(cnt * es * (size_t)n);
@@ -132,12 +134,12 @@ static int rank_bitwise(int rank, int n, const char *const *peers, int lfd, void
 			memcpy(in, srcs[rank], cnt * es);
 			if (sc_allreduce_algo(c, in, out, cnt, dt, SC_SUM, (sc_algo_t)algo) < 0)
 				FAILR(sh, rank, "allreduce: %s", sc_comm_last_error(c));
-			if (algo == SC_ALGO_ONESHOT) {
+			if (algo == SC_ALGO_ONESHOT || algo == SC_ALGO_RELAY) {
 				uint8_t *ref = malloc(cnt * es);
 				sc_reduce(ref, srcs, n, cnt, dt, SC_SUM);
 				if (memcmp(ref, out, cnt * es) != 0)
-					FAILR(sh, rank, "%s one-shot differs from the rank-order fold",
-					      sc_dtype_name(dt));
+					FAILR(sh, rank, "%s %s differs from the rank-order fold",
+					      sc_dtype_name(dt), sc_algo_name(algo));
 				free(ref);
 			}
 			h[0] = tu_hash(out, cnt * es);
@@ -165,8 +167,228 @@ static void run_bitwise(int n)
 	tu_shared_free(sh);
 }
 
+Test(coll, bitwise_equal_2, .timeout = 30) { run_bitwise(2); }
 Test(coll, bitwise_equal_3, .timeout = 30) { run_bitwise(3); }
+Test(coll, bitwise_equal_4, .timeout = 30) { run_bitwise(4); }
 Test(coll, bitwise_equal_8, .timeout = 30) { run_bitwise(8); }
+
+/* Relay on a ring topology (neighbour links only, one-shot off): auto picks
+ * relay up to the crossover and ring above, info says so, forced one-shot
+ * runs relay; every type and op at awkward counts (1, odd, not divisible by
+ * n, several 4 MiB segments), in place and not, equal to the reference and
+ * bitwise to the rank-order fold on every rank; all-gather over relay. */
+static int rank_relay_ring(int rank, int n, const char *const *peers, int lfd, void *arg)
+{
+	tu_shared_t *sh = arg;
+	sc_options_t o;
+	sc_comm_t *c;
+	sc_info_t info;
+	const size_t counts[] = {1, 2, 3, 5, 7, (size_t)n + 1, 2 * (size_t)n - 1, 1017, 16383,
+	                         (5u << 20) / 4 + 3};
+	const size_t maxc = (5u << 20) / 4 + 3;
+	const sc_algo_t algos[] = {SC_ALGO_AUTO, SC_ALGO_RELAY, SC_ALGO_ONESHOT};
+	uint8_t *sb, *rb, *all, *ref;
+	const void *srcs[TU_MAXR];
+	int salt = 0, rc;
+
+	tu_opts(&o, lfd);
+	o.topology = SC_TOPO_RING;
+	o.oneshot_max = 16384;
+	if ((rc = sc_comm_init(&c, rank, n, peers, &o)) < 0)
+		FAILR(sh, rank, "init: %s", sc_strerror(rc));
+	sc_comm_info(c, &info);
+	if (info.oneshot_enabled || info.small_algo != SC_ALGO_RELAY || info.oneshot_max != 16384)
+		FAILR(sh, rank, "info: oneshot %d small %s max %zu", info.oneshot_enabled,
+		      sc_algo_name(info.small_algo), info.oneshot_max);
+	if (info.links_connected != (n == 2 ? 1 : 2))
+		FAILR(sh, rank, "%d links on a ring of %d", info.links_connected, n);
+	if (sc_comm_pick_algo(c, 8) != SC_ALGO_RELAY || sc_comm_pick_algo(c, 16384) != SC_ALGO_RELAY ||
+	    sc_comm_pick_algo(c, 16385) != SC_ALGO_RING)
+		FAILR(sh, rank, "auto picks %s/%s/%s", sc_algo_name(sc_comm_pick_algo(c, 8)),
+		      sc_algo_name(sc_comm_pick_algo(c, 16384)),
+		      sc_algo_name(sc_comm_pick_algo(c, 16385)));
+	sb = malloc(maxc * 8);
+	rb = malloc(maxc * 8);
+	ref = malloc(maxc * 8);
+	all = malloc(maxc * 8 * (size_t)n);
+	for (int dt = 0; dt < SC_DTYPE_COUNT; dt++)
+		for (int op = 0; op < SC_OP_COUNT; op++)
+			for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
+				for (int inplace = 0; inplace < 2; inplace++) {
+					size_t cnt = counts[ci], es = sc_dtype_size((sc_dtype_t)dt);
+					sc_algo_t algo = algos[(ci + (size_t)inplace) % 3];
+					uint8_t *out = inplace ? sb : rb;
+					if (cnt == maxc && (op != SC_SUM || inplace || dt > SC_F16))
+						continue; /* segments: twice */
+					salt++;
+					for (int r = 0; r < n; r++) {
+						for (size_t i = 0; i < cnt; i++)
+							tu_store(all + (size_t)r * cnt * es, i, (sc_dtype_t)dt,
+							         tu_val(r, i, salt));
+						srcs[r] = all + (size_t)r * cnt * es;
+					}
+					memcpy(sb, srcs[rank], cnt * es);
+					if (!inplace)
+						memset(rb, 0xab, cnt * es);
+					rc = sc_allreduce_algo(c, sb, out, cnt, (sc_dtype_t)dt, (sc_op_t)op, algo);
+					if (rc < 0)
+						FAILR(sh, rank, "%s %s %s count %zu inplace %d: %s: %s",
+						      sc_dtype_name(dt), sc_op_name(op), sc_algo_name(algo), cnt,
+						      inplace, sc_strerror(rc), sc_comm_last_error(c));
+					for (size_t i = 0; i < cnt; i++) {
+						double got = tu_load(out, i, (sc_dtype_t)dt);
+						int64_t want = tu_expect(n, i, salt, (sc_op_t)op);
+						if (got != (double)want)
+							FAILR(sh, rank, "%s %s %s count %zu inplace %d: [%zu] got %g want %lld",
+							      sc_dtype_name(dt), sc_op_name(op), sc_algo_name(algo), cnt,
+							      inplace, i, got, (long long)want);
+					}
+					/* relay (auto below the crossover) folds in rank order */
+					if (algo != SC_ALGO_AUTO || cnt * es <= 16384) {
+						sc_reduce(ref, srcs, n, cnt, (sc_dtype_t)dt, (sc_op_t)op);
+						if (memcmp(ref, out, cnt * es) != 0)
+							FAILR(sh, rank, "%s %s %s count %zu: not the rank-order fold",
+							      sc_dtype_name(dt), sc_op_name(op), sc_algo_name(algo), cnt);
+					}
+				}
+	/* floats with rounding: every rank must hold the same bits */
+	{
+		const size_t cnt = 4099;
+		float *in = (float *)sb, *res = (float *)rb;
+		uint64_t h[1], hs[TU_MAXR];
+		for (size_t i = 0; i < cnt; i++)
+			in[i] = tu_rand(rank, i) * (float)(1 + (i % 5) * 1000);
+		if ((rc = sc_allreduce_algo(c, in, res, cnt, SC_F32, SC_SUM, SC_ALGO_RELAY)) < 0)
+			FAILR(sh, rank, "relay f32 random: %s", sc_comm_last_error(c));
+		h[0] = tu_hash(res, cnt * 4);
+		if ((rc = sc_allgather(c, h, hs, 1, SC_I64)) < 0)
+			FAILR(sh, rank, "allgather hash: %s", sc_comm_last_error(c));
+		for (int r = 0; r < n; r++)
+			if (hs[r] != h[0])
+				FAILR(sh, rank, "rank %d has other bits than rank %d", r, rank);
+	}
+	/* all-gather: small ones go by relay (auto), in place and not */
+	{
+		const size_t gc[] = {1, 3, 1001};
+		for (size_t ci = 0; ci < 3; ci++)
+			for (int inplace = 0; inplace < 2; inplace++) {
+				size_t cnt = gc[ci];
+				int32_t *out = (int32_t *)rb, *src = (int32_t *)sb;
+				if (inplace)
+					src = out + (size_t)rank * cnt;
+				for (size_t i = 0; i < cnt; i++)
+					src[i] = (int32_t)(rank * 100000 + (int)i);
+				if ((rc = sc_allgather(c, src, out, cnt, SC_I32)) < 0)
+					FAILR(sh, rank, "allgather %zu: %s", cnt, sc_comm_last_error(c));
+				for (int r = 0; r < n; r++)
+					for (size_t i = 0; i < cnt; i++)
+						if (out[(size_t)r * cnt + i] != (int32_t)(r * 100000 + (int)i))
+							FAILR(sh, rank, "allgather %zu inplace %d: block %d [%zu]",
+							      cnt, inplace, r, i);
+			}
+	}
+	if (sc_barrier(c) < 0)
+		FAILR(sh, rank, "barrier: %s", sc_comm_last_error(c));
+	free(sb);
+	free(rb);
+	free(ref);
+	free(all);
+	sc_comm_destroy(c);
+	return 0;
+}
+
+static void run_relay_ring(int n)
+{
+	tu_shared_t *sh = tu_shared_new();
+	int st = sc_local_run(n, rank_relay_ring, sh, 50000);
+	for (int r = 0; r < n; r++)
+		cr_expect(sh->rc[r] == 0, "n=%d rank %d: %s", n, r, sh->msg[r]);
+	cr_assert(st == 0, "n=%d: a rank exited with status %d", n, st);
+	tu_shared_free(sh);
+}
+
+/* Recursive doubling runs in a power-of-two world with every pair connected,
+ * or with neighbour links only at 2 and 4 ranks (its partners are ring
+ * neighbours there); elsewhere a forced doubling runs one-shot (relay on a
+ * ring). Results are checked by the matrix and bitwise tests above, and here
+ * on a ring. */
+static int g_dbl_ring;
+
+static int rank_doubling_where(int rank, int n, const char *const *peers, int lfd, void *arg)
+{
+	tu_shared_t *sh = arg;
+	sc_options_t o;
+	sc_comm_t *c;
+	int pow2 = (n & (n - 1)) == 0;
+	sc_algo_t want = pow2 && (!g_dbl_ring || n <= 4) ? SC_ALGO_DOUBLING
+	                 : g_dbl_ring                   ? SC_ALGO_RELAY
+	                                                : SC_ALGO_ONESHOT;
+	float v[37], out[37];
+	uint16_t hv[1001], hout[1001];
+	uint64_t h[1], hs[TU_MAXR];
+	int rc;
+
+	tu_opts(&o, lfd);
+	o.algo = SC_ALGO_DOUBLING;
+	if (g_dbl_ring)
+		o.topology = SC_TOPO_RING;
+	if ((rc = sc_comm_init(&c, rank, n, peers, &o)) < 0)
+		FAILR(sh, rank, "init: %s", sc_strerror(rc));
+	if (sc_comm_pick_algo(c, 8) != want || sc_comm_pick_algo(c, 1 << 24) != want)
+		FAILR(sh, rank, "n=%d: doubling runs as %s, want %s", n,
+		      sc_algo_name(sc_comm_pick_algo(c, 8)), sc_algo_name(want));
+	for (int i = 0; i < 37; i++)
+		v[i] = (float)(rank * 3 + i);
+	if ((rc = sc_allreduce(c, v, out, 37, SC_F32, SC_SUM)) < 0)
+		FAILR(sh, rank, "allreduce: %s", sc_comm_last_error(c));
+	for (int i = 0; i < 37; i++)
+		if (out[i] != (float)(3 * n * (n - 1) / 2 + n * i))
+			FAILR(sh, rank, "[%d] = %g", i, out[i]);
+	/* bf16 with rounding at every step: the same bits on every rank */
+	for (int i = 0; i < 1001; i++)
+		hv[i] = sc_f32_to_bf16(tu_rand(rank, (size_t)i) * 1000.0f);
+	if ((rc = sc_allreduce(c, hv, hout, 1001, SC_BF16, SC_SUM)) < 0)
+		FAILR(sh, rank, "bf16 allreduce: %s", sc_comm_last_error(c));
+	h[0] = tu_hash(hout, sizeof(hout));
+	if ((rc = sc_allgather(c, h, hs, 1, SC_I64)) < 0)
+		FAILR(sh, rank, "allgather: %s", sc_comm_last_error(c));
+	for (int r = 0; r < n; r++)
+		if (hs[r] != h[0])
+			FAILR(sh, rank, "rank %d has other bits than rank %d", r, rank);
+	sc_comm_destroy(c);
+	return 0;
+}
+
+static void run_doubling_where(int n, int ring)
+{
+	tu_shared_t *sh = tu_shared_new();
+	g_dbl_ring = ring;
+	int st = sc_local_run(n, rank_doubling_where, sh, 20000);
+	for (int r = 0; r < n; r++)
+		cr_expect(sh->rc[r] == 0, "n=%d rank %d: %s", n, r, sh->msg[r]);
+	cr_assert(st == 0);
+	tu_shared_free(sh);
+}
+
+Test(coll, doubling_where_it_runs, .timeout = 60)
+{
+	run_doubling_where(2, 0);
+	run_doubling_where(3, 0);
+	run_doubling_where(4, 0);
+	run_doubling_where(6, 0);
+	run_doubling_where(8, 0);
+	run_doubling_where(2, 1);
+	run_doubling_where(4, 1);
+	run_doubling_where(8, 1);
+}
+
+Test(coll, relay_ring_2, .timeout = 60) { run_relay_ring(2); }
+Test(coll, relay_ring_3, .timeout = 60) { run_relay_ring(3); }
+Test(coll, relay_ring_4, .timeout = 60) { run_relay_ring(4); }
+Test(coll, relay_ring_5, .timeout = 60) { run_relay_ring(5); }
+Test(coll, relay_ring_6, .timeout = 60) { run_relay_ring(6); }
+Test(coll, relay_ring_7, .timeout = 60) { run_relay_ring(7); }
+Test(coll, relay_ring_8, .timeout = 60) { run_relay_ring(8); }
 
 static int rank_other_colls(int rank, int n, const char *const *peers, int lfd, void *arg)
 {
@@ -287,6 +509,8 @@ static int rank_info(int rank, int n, const char *const *peers, int lfd, void *a
 	snprintf(sh->msg[rank], sizeof(sh->msg[rank]), "%s|%s", info.transport, info.transport_reason);
 	if (sc_comm_pick_algo(c, 100) != SC_ALGO_ONESHOT || sc_comm_pick_algo(c, 1 << 20) != SC_ALGO_RING)
 		FAILR(sh, rank, "auto picks wrong algorithm");
+	if (info.small_algo != SC_ALGO_ONESHOT)
+		FAILR(sh, rank, "small algorithm %s with one-shot on", sc_algo_name(info.small_algo));
 	sc_comm_destroy(c);
 	return 0;
 }

@@ -120,6 +120,9 @@ Test(env, knobs)
 	cr_assert_eq(o.timeout_ms, 0);
 	cr_assert_eq(o.topology, SC_TOPO_RING);
 	cr_assert_eq(o.transport, SC_TRANSPORT_TCP);
+	setenv("SPARK_COLL_ALGO", "relay", 1);
+	cr_assert_eq(sc_options_from_env(&o), 0);
+	cr_assert_eq(o.algo, SC_ALGO_RELAY);
 	setenv("SPARK_COLL_ALGO", "tree", 1);
 	cr_assert_eq(sc_options_from_env(&o), -EINVAL);
 	setenv("SPARK_COLL_ALGO", "oneshot", 1);

@@ -1,7 +1,8 @@
-/* Failure behaviour: mismatched calls fail on every rank, a killed or stopped
- * rank gives the others an error within the timeout, a pair that cannot
- * connect turns one-shot off (ring fallback), a topology of "ring" never uses
- * one-shot, an unreachable neighbour fails init. */
+/* Failure behaviour: mismatched calls (relay included) fail on every rank, a
+ * killed or stopped rank gives the others an error within the timeout (also
+ * mid-relay on a ring), a pair that cannot connect turns one-shot off (relay
+ * and ring fallback), a topology of "ring" never uses one-shot, an
+ * unreachable neighbour fails init. */
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -40,7 +41,9 @@ static int init_opts(tu_shared_t *sh, int rank, int n, const char *const *peers,
 
 /* ---- mismatches ---------------------------------------------------------- */
 
-enum { MM_COUNT_ONESHOT, MM_COUNT_RING, MM_TYPE, MM_OP, MM_ALGO_SPLIT, MM_COLL, MM_N };
+enum { MM_COUNT_ONESHOT, MM_COUNT_RING, MM_TYPE, MM_OP, MM_ALGO_SPLIT, MM_COLL,
+       MM_RELAY_VS_ONESHOT, MM_RING_RELAY_VS_RING, MM_RING_COUNT_RELAY, MM_RING_ALGO_SPLIT,
+       MM_RING_TYPE_RELAY, MM_DOUBLING_VS_ONESHOT, MM_N };
 
 static int rank_mismatch(int rank, int n, const char *const *peers, int lfd, void *arg)
 {
@@ -57,6 +60,8 @@ static int rank_mismatch(int rank, int n, const char *const *peers, int lfd, voi
 
 	tu_opts(&o, lfd);
 	o.timeout_ms = g_timeout_ms;
+	if (g_case >= MM_RING_RELAY_VS_RING && g_case <= MM_RING_TYPE_RELAY)
+		o.topology = SC_TOPO_RING; /* neighbour links only: relay, not one-shot */
 	if (init_opts(sh, rank, n, peers, &o, &c) < 0)
 		return 1;
 	/* one good call first */
@@ -70,6 +75,12 @@ static int rank_mismatch(int rank, int n, const char *const *peers, int lfd, voi
 	case MM_TYPE: if (rank == 1) dt = SC_I32; break;
 	case MM_OP: if (rank == 0) op = SC_MAX; break;
 	case MM_ALGO_SPLIT: cnt = rank == 1 ? 100000 : 100; break; /* crossover 64 KiB */
+	case MM_RELAY_VS_ONESHOT: algo = rank == 1 ? SC_ALGO_RELAY : SC_ALGO_ONESHOT; break;
+	case MM_RING_RELAY_VS_RING: algo = rank == 2 ? SC_ALGO_RELAY : SC_ALGO_RING; break;
+	case MM_RING_COUNT_RELAY: algo = SC_ALGO_RELAY; if (rank == 3) cnt = 1001; break;
+	case MM_RING_ALGO_SPLIT: cnt = rank == 1 ? 100000 : 100; break; /* relay vs ring */
+	case MM_RING_TYPE_RELAY: if (rank == 0) dt = SC_I32; break; /* auto: relay */
+	case MM_DOUBLING_VS_ONESHOT: algo = rank == 3 ? SC_ALGO_DOUBLING : SC_ALGO_ONESHOT; break;
 	}
 	t0 = sc_now_ns();
 	if (g_case == MM_COLL && rank == 3)
@@ -110,6 +121,12 @@ Test(fault, mismatch_type, .timeout = 30) { run_mismatch(MM_TYPE); }
 Test(fault, mismatch_op, .timeout = 30) { run_mismatch(MM_OP); }
 Test(fault, mismatch_count_across_crossover, .timeout = 30) { run_mismatch(MM_ALGO_SPLIT); }
 Test(fault, mismatch_collective, .timeout = 30) { run_mismatch(MM_COLL); }
+Test(fault, mismatch_relay_vs_oneshot, .timeout = 30) { run_mismatch(MM_RELAY_VS_ONESHOT); }
+Test(fault, mismatch_ring_relay_vs_ring, .timeout = 30) { run_mismatch(MM_RING_RELAY_VS_RING); }
+Test(fault, mismatch_ring_count_relay, .timeout = 30) { run_mismatch(MM_RING_COUNT_RELAY); }
+Test(fault, mismatch_ring_across_crossover, .timeout = 30) { run_mismatch(MM_RING_ALGO_SPLIT); }
+Test(fault, mismatch_ring_type_relay, .timeout = 30) { run_mismatch(MM_RING_TYPE_RELAY); }
+Test(fault, mismatch_doubling_vs_oneshot, .timeout = 30) { run_mismatch(MM_DOUBLING_VS_ONESHOT); }
 
 /* ---- a rank dies or stops ------------------------------------------------ */
 
@@ -119,18 +136,25 @@ static void die_now(int sig)
 	raise(SIGKILL);
 }
 
+static int g_relay;
+
 static int rank_killed(int rank, int n, const char *const *peers, int lfd, void *arg)
 {
 	tu_shared_t *sh = arg;
 	sc_options_t o;
 	sc_comm_t *c;
-	size_t cnt = 2u << 20; /* 8 MiB of f32: several ms per call */
+	/* 8 MiB of f32: several ms per call; relay: 16 KiB (a decode all-reduce) */
+	size_t cnt = g_relay ? 4096 : 2u << 20;
 	float *buf = calloc(cnt, sizeof(float));
 	int rc = 0;
 	uint64_t t0 = 0;
 
 	tu_opts(&o, lfd);
 	o.timeout_ms = g_timeout_ms;
+	if (g_relay == 1)
+		o.topology = SC_TOPO_RING; /* auto: relay for 16 KiB */
+	if (g_relay == 2)
+		o.algo = SC_ALGO_DOUBLING;
 	sh->pid[rank] = getpid();
 	if (init_opts(sh, rank, n, peers, &o, &c) < 0)
 		return 1;
@@ -146,6 +170,11 @@ static int rank_killed(int rank, int n, const char *const *peers, int lfd, void 
 	for (int i = 0; i < 100000 && rc == 0; i++) {
 		t0 = sc_now_ns();
 		rc = sc_allreduce(c, buf, buf, cnt, SC_F32, SC_SUM);
+		if (g_relay && rc == 0 &&
+		    sc_comm_pick_algo(c, cnt * 4) != (g_relay == 1 ? SC_ALGO_RELAY : SC_ALGO_DOUBLING)) {
+			rc = 99;
+			break;
+		}
 	}
 	sh->val[rank][0] = (int64_t)((sc_now_ns() - t0) / 1000000);
 	sh->rc[rank] = rc;
@@ -159,16 +188,17 @@ static int rank_killed(int rank, int n, const char *const *peers, int lfd, void 
 	return 0;
 }
 
-static void run_killed(int stopped)
+static void run_killed(int stopped, int relay)
 {
 	tu_shared_t *sh = tu_shared_new();
-	int n = 4, st;
+	int n = relay == 1 ? 5 : 4, st;
 	g_case = stopped;
+	g_relay = relay;
 	g_timeout_ms = stopped ? 700 : 3000;
 	st = sc_local_run(n, rank_killed, sh, 25000);
 	cr_expect(st == 128 + SIGKILL, "the victim should die by SIGKILL, status %d", st);
 	for (int r = 0; r < n - 1; r++) {
-		cr_expect(sh->rc[r] < 0, "rank %d got no error", r);
+		cr_expect(sh->rc[r] < 0, "rank %d got no error (rc %d)", r, sh->rc[r]);
 		cr_expect(sh->val[r][0] <= g_timeout_ms + 1500, "rank %d: error after %lld ms", r,
 		          (long long)sh->val[r][0]);
 		if (!stopped)
@@ -179,8 +209,12 @@ static void run_killed(int stopped)
 	g_timeout_ms = 5000;
 }
 
-Test(fault, killed_rank_errors_everyone, .timeout = 40) { run_killed(0); }
-Test(fault, stopped_rank_times_out, .timeout = 40) { run_killed(1); }
+Test(fault, killed_rank_errors_everyone, .timeout = 40) { run_killed(0, 0); }
+Test(fault, stopped_rank_times_out, .timeout = 40) { run_killed(1, 0); }
+/* a ring of 5: ranks 1 and 2 are not neighbours of the victim (4) */
+Test(fault, killed_rank_mid_relay_errors_everyone, .timeout = 40) { run_killed(0, 1); }
+Test(fault, stopped_rank_mid_relay_times_out, .timeout = 40) { run_killed(1, 1); }
+Test(fault, killed_rank_mid_doubling_errors_everyone, .timeout = 40) { run_killed(0, 2); }
 
 /* ---- self-test fallback -------------------------------------------------- */
 
@@ -222,7 +256,7 @@ static int rank_fallback(int rank, int n, const char *const *peers, int lfd, voi
 	sh->val[rank][1] = info.oneshot_enabled;
 	sh->val[rank][2] = info.links_connected;
 	snprintf(sh->msg[rank], sizeof(sh->msg[rank]), "%s", info.decision);
-	for (int algo = 0; algo <= SC_ALGO_RING; algo++) {
+	for (int algo = 0; algo < SC_ALGO_COUNT; algo++) {
 		for (int i = 0; i < 101; i++)
 			v[i] = (float)(rank + i);
 		sh->rc[rank] = sc_allreduce_algo(c, v, out, 101, SC_F32, SC_SUM, (sc_algo_t)algo);
@@ -233,6 +267,7 @@ static int rank_fallback(int rank, int n, const char *const *peers, int lfd, voi
 			break;
 	}
 	sh->val[rank][3] = sc_comm_pick_algo(c, 8);
+	sh->val[rank][4] = sc_comm_pick_algo(c, 1 << 20);
 	sc_comm_destroy(c);
 	return 0;
 }
@@ -247,7 +282,9 @@ Test(fault, unreachable_pair_falls_back_to_ring, .timeout = 30)
 	for (int r = 0; r < n; r++) {
 		cr_expect(sh->rc[r] == 0, "rank %d: rc %d %s", r, sh->rc[r], sh->msg[r]);
 		cr_expect(sh->val[r][1] == 0, "rank %d kept one-shot on: %s", r, sh->msg[r]);
-		cr_expect(sh->val[r][3] == SC_ALGO_RING, "rank %d: auto must pick ring", r);
+		cr_expect(sh->val[r][3] == SC_ALGO_RELAY, "rank %d: auto must pick relay for 8 B, got %s",
+		          r, sc_algo_name((sc_algo_t)sh->val[r][3]));
+		cr_expect(sh->val[r][4] == SC_ALGO_RING, "rank %d: auto must pick ring for 1 MiB", r);
 		cr_expect(strstr(sh->msg[r], "ring") != NULL, "rank %d decision: %s", r, sh->msg[r]);
 		cr_expect(sh->val[r][0] < 3000, "rank %d: init took %lld ms", r, (long long)sh->val[r][0]);
 	}

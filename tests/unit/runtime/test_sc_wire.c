@@ -36,6 +36,30 @@ Test(wire, header_roundtrip_big_endian)
 	          g.count == h.count && g.len == h.len);
 }
 
+Test(wire, relay_header_roundtrip)
+{
+	sc_hdr_t h = sample(), g;
+	uint8_t b[SC_HDR_LEN];
+	h.algo = SC_ALGO_RELAY;
+	h.step = 0x8000 | (3 << 8) | 2; /* leftward stream, segment 3, step 2 */
+	sc_hdr_encode(&h, b);
+	cr_assert_eq(b[2], SC_WIRE_VERSION);
+	cr_assert_eq(b[9], 3);
+	cr_assert_eq(sc_hdr_decode(b, sizeof(b), &g, NULL), 0);
+	cr_assert_eq(g.algo, SC_ALGO_RELAY);
+	cr_assert_eq(g.step, h.step);
+	cr_assert_str_eq(sc_algo_name(SC_ALGO_RELAY), "relay");
+	sc_algo_t a = SC_ALGO_AUTO;
+	cr_assert_eq(sc_algo_parse("relay", &a), 0);
+	cr_assert_eq(a, SC_ALGO_RELAY);
+	cr_assert_eq(sc_algo_parse("RELAY", &a), 0);
+	cr_assert_eq(sc_algo_parse("all", &a), -EINVAL);
+	cr_assert_str_eq(sc_algo_name(SC_ALGO_DOUBLING), "doubling");
+	cr_assert_eq(sc_algo_parse("doubling", &a), 0);
+	cr_assert_eq(a, SC_ALGO_DOUBLING);
+	cr_assert_str_eq(sc_algo_name((sc_algo_t)SC_ALGO_COUNT), "?");
+}
+
 Test(wire, header_errors)
 {
 	sc_hdr_t h = sample(), g;
@@ -55,11 +79,12 @@ Test(wire, header_errors)
 	MUT(0, 0x00, "bad magic");
 	MUT(2, 9, "unsupported version");
 	MUT(2, 1, "unsupported version"); /* before the host-id exchange at init */
+	MUT(2, 2, "unsupported version"); /* before relay (and its calibration at init) */
 	MUT(3, 0, "unknown message kind");
 	MUT(3, 99, "unknown message kind");
 	MUT(8, 0, "unknown collective");
 	MUT(8, 42, "unknown collective");
-	MUT(9, 3, "algorithm, type or op out of range");
+	MUT(9, 5, "algorithm, type or op out of range"); /* 3 relay, 4 doubling are valid */
 	MUT(10, 5, "algorithm, type or op out of range");
 	MUT(11, 3, "algorithm, type or op out of range");
 	MUT(14, 0x01, "sender rank out of range"); /* src = 263 */
@@ -119,6 +144,11 @@ Test(wire, header_check_names_the_mismatch)
 	got = sample();
 	got.algo = SC_ALGO_ONESHOT;
 	cr_assert_eq(sc_hdr_check(&got, &want, &why), -SC_EMISMATCH);
+	cr_assert(strstr(why, "algorithm"));
+	got = sample();
+	got.algo = SC_ALGO_RELAY;
+	cr_assert_eq(sc_hdr_check(&got, &want, &why), -SC_EMISMATCH);
+	cr_assert(strstr(why, "algorithm"));
 	got = sample();
 	got.src = 3;
 	cr_assert_eq(sc_hdr_check(&got, &want, &why), -SC_EPEER);
