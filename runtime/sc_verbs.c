@@ -72,6 +72,7 @@ struct sc_vlink {
 	struct ibv_mr *smr, *rmr;
 	uint32_t slot, nslots, send_slot, max_inline;
 	uint32_t s_next, s_free;
+	int peer_closed; /* EOF on the bootstrap socket: the peer is done or gone */
 	/* receive slots complete in the order they were posted */
 	uint32_t r_head;          /* oldest completed, unconsumed slot */
 	uint32_t r_ready;         /* completed slots not yet consumed */
@@ -729,7 +730,7 @@ static ssize_t v_recvv(sc_link_t *l, const struct iovec *iov, int iovcnt)
 		return (ssize_t)total;
 	if (v->err)
 		return v->err;
-	return -EAGAIN;
+	return v->peer_closed ? -ECONNRESET : -EAGAIN;
 }
 
 static int v_prepare_poll(sc_link_t *l, struct pollfd *pfd, int want_send, int want_recv)
@@ -743,9 +744,13 @@ static int v_prepare_poll(sc_link_t *l, struct pollfd *pfd, int want_send, int w
 		return -1;
 	if (vpoll(v) > 0) /* completions that raced the arming */
 		return -1;
+	if (want_recv && v->peer_closed)
+		return -1; /* v_recvv reports it */
 	pfd[0].fd = v->ch->fd;
 	pfd[0].events = POLLIN;
 	pfd[0].revents = 0;
+	if (v->peer_closed)
+		return 1;
 	pfd[1].fd = l->fd;
 	pfd[1].events = POLLIN;
 	pfd[1].revents = 0;
@@ -766,8 +771,15 @@ static int v_after_poll(sc_link_t *l, const struct pollfd *pfd, int npfd)
 		uint8_t b[SC_HDR_LEN];
 		sc_hdr_t h;
 		ssize_t r = recv(l->fd, b, sizeof(b), MSG_PEEK | MSG_DONTWAIT);
-		if (r == 0)
-			return -ECONNRESET;
+		/* A peer that finished closes its socket right after its last sends
+		 * were acknowledged, i.e. after they landed here: what the CQ holds
+		 * is still read (v_recvv fails once nothing is left), and a link
+		 * this rank no longer reads from is no error. */
+		if (r == 0) {
+			v->peer_closed = 1;
+			vpoll(v);
+			return v->err;
+		}
 		if (r == SC_HDR_LEN && sc_hdr_decode(b, SC_HDR_LEN, &h, NULL) == 0 &&
 		    h.kind == SC_MSG_ABORT)
 			return h.count > 0 && h.count < 100000 ? -(int)h.count : -SC_EABORTED;
@@ -793,8 +805,26 @@ static void v_abort(sc_link_t *l, int code, int my_rank)
 	shutdown(l->fd, SHUT_WR);
 }
 
+/* A send counts as done once posted, so the last message of a collective may
+ * still sit in the send queue when the caller destroys the communicator.
+ * Destroying the QP then would flush it unsent and the peer, still waiting for
+ * it, would see only the closed bootstrap socket. Wait (bounded) until the
+ * peer's device has acknowledged every send. */
+static void drain_sends(struct sc_vlink *v)
+{
+	uint64_t end = sc_now_ns() + 2000000000ull;
+	while (!v->err && v->s_free < v->nslots && sc_now_ns() < end) {
+		if (vpoll(v) == 0) {
+			struct timespec ts = {0, 20000};
+			nanosleep(&ts, NULL);
+		}
+	}
+}
+
 static void v_destroy(sc_link_t *l)
 {
+	if (l->priv)
+		drain_sends(l->priv);
 	sc_verbs_link_free(l->priv);
 	if (l->fd >= 0)
 		close(l->fd);
