@@ -54,10 +54,9 @@ res="$work/results.jsonl"
 
 # ---- build -----------------------------------------------------------------
 bench="$build/runtime/spark-bench"
-if [ ! -x "$bench" ]; then
-	[ -d "$build" ] || meson setup "$build" "$top" >/dev/null
-	ninja -C "$build" runtime/spark-bench >/dev/null
-fi
+# always: a stale spark-bench would measure old code without a word
+[ -d "$build" ] || meson setup "$build" "$top" >/dev/null
+ninja -C "$build" runtime/spark-bench >/dev/null
 have_mpi=0
 if command -v mpicc >/dev/null && command -v mpirun >/dev/null &&
    mpicc -O2 -o "$work/mpi_bench" "$here/mpi_bench.c" 2>"$work/mpi.err"; then

@@ -34,7 +34,7 @@
 # over the management net, btl tcp over the twin-0 fabric netdevs.
 # The ranks share this machine's cores but each library sees one rank per
 # "host", so none notices it is oversubscribed. Both get the rule
-# libsparkcoll applies by itself on loopback: from ranks >= cores, do not spin
+# libsparkcoll applies by itself on loopback: with more ranks than cores, do not spin
 # (spark-bench: SPARK_COLL_SPIN_US=0 SPARK_COLL_SPIN_YIELD=1; Open MPI:
 # mpi_yield_when_idle 1). A spinning rank sharing a core with another job
 # costs milliseconds per call. Gloo always sleeps in its loop thread.
@@ -218,7 +218,7 @@ gloo_addr() { # topo K
 }
 
 spin_env() { # n: what spark-bench picks by itself on loopback with n ranks here
-	if [ "$1" -ge "$ncpu" ]; then
+	if [ "$1" -gt "$ncpu" ]; then
 		echo "SPARK_COLL_SPIN_US=0 SPARK_COLL_SPIN_YIELD=1"
 	fi
 }
@@ -272,7 +272,7 @@ run_mpi() { # topo n
 		k=$((k + 1))
 	done
 	yield=0
-	[ "$2" -lt "$ncpu" ] || yield=1
+	[ "$2" -le "$ncpu" ] || yield=1
 	for try in 1 2; do
 		: > "$work/mpi.out"
 		timeout 900 "$sparkctl" sim exec "$prefix-1" -- mpirun --allow-run-as-root --oversubscribe \

@@ -171,8 +171,11 @@ Test(spin, ranks_per_host_against_cores)
 	/* the simulator: 4 ranks in 4 namespaces of one 2-core machine */
 	cr_assert_eq(sc_spin_decide(one_host, 4, 2, 2, -1, NULL, &spin, &yield), 4);
 	cr_assert(spin == 0 && yield == 1);
-	/* 2 ranks per host: 2-core hosts are full, 4-core hosts are not */
+	/* 2 ranks per host: one per core on 2-core hosts spins, 1-core hosts are
+	 * oversubscribed */
 	cr_assert_eq(sc_spin_decide(two_hosts, 4, 3, 2, -1, NULL, &spin, &yield), 2);
+	cr_assert(spin == 50 && yield == 0);
+	cr_assert_eq(sc_spin_decide(two_hosts, 4, 3, 1, -1, NULL, &spin, &yield), 2);
 	cr_assert(spin == 0 && yield == 1);
 	cr_assert_eq(sc_spin_decide(two_hosts, 4, 0, 4, -1, NULL, &spin, &yield), 2);
 	cr_assert(spin == 50 && yield == 0);
@@ -182,11 +185,13 @@ Test(spin, ranks_per_host_against_cores)
 	/* an unknown host is a host of its own */
 	cr_assert_eq(sc_spin_decide(unknown, 4, 0, 2, -1, NULL, &spin, &yield), 1);
 	cr_assert(spin == 50);
-	/* 8 ranks on 8 cores: as many as cores leaves none for the kernel */
+	/* 8 ranks: one per core spins (as Open MPI does), on 7 cores they sleep */
 	{
 		uint64_t h[8] = {5, 5, 5, 5, 5, 5, 5, 5};
 		cr_assert_eq(sc_spin_decide(h, 8, 5, 8, -1, NULL, &spin, &yield), 8);
-		cr_assert(spin == 0);
+		cr_assert(spin == 50 && yield == 0);
+		cr_assert_eq(sc_spin_decide(h, 8, 5, 7, -1, NULL, &spin, &yield), 8);
+		cr_assert(spin == 0 && yield == 1);
 		cr_assert_eq(sc_spin_decide(h, 8, 5, 16, -1, NULL, &spin, &yield), 8);
 		cr_assert(spin == 50);
 	}
@@ -253,7 +258,7 @@ static void run_spin(const int64_t *want_local)
 		cr_expect(sh->rc[r] == 0, "rank %d: %s", r, sh->msg[r]);
 	cr_assert(st == 0);
 	for (int r = 0; r < 4; r++) {
-		int over = want_local[r] > 1 && want_local[r] >= ncpu;
+		int over = want_local[r] > 1 && want_local[r] > ncpu;
 		cr_expect_eq(sh->val[r][0], want_local[r], "rank %d: %lld ranks on its host", r,
 		             (long long)sh->val[r][0]);
 		cr_expect_eq(sh->val[r][3], ncpu);
