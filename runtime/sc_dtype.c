@@ -312,3 +312,26 @@ void sc_reduce2(void *out, const void *a, const void *b, size_t count, sc_dtype_
 	}
 	}
 }
+
+double sc_dtype_get(const void *buf, size_t i, sc_dtype_t dt)
+{
+	switch (dt) {
+	case SC_F32: return ((const float *)buf)[i];
+	case SC_F16: return sc_f16_to_f32(((const uint16_t *)buf)[i]);
+	case SC_BF16: return sc_bf16_to_f32(((const uint16_t *)buf)[i]);
+	case SC_I32: return ((const int32_t *)buf)[i];
+	case SC_I64: return (double)((const int64_t *)buf)[i];
+	}
+	return 0;
+}
+
+void sc_dtype_set(void *buf, size_t i, sc_dtype_t dt, double v)
+{
+	switch (dt) {
+	case SC_F32: ((float *)buf)[i] = (float)v; break;
+	case SC_F16: ((uint16_t *)buf)[i] = sc_f32_to_f16((float)v); break;
+	case SC_BF16: ((uint16_t *)buf)[i] = sc_f32_to_bf16((float)v); break;
+	case SC_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+	case SC_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+	}
+}

@@ -56,28 +56,8 @@ static int64_t val(int rank, size_t i)
 
 static void fill(void *buf, size_t count, sc_dtype_t dt, int rank)
 {
-	for (size_t i = 0; i < count; i++) {
-		int64_t v = val(rank, i);
-		switch (dt) {
-		case SC_F32: ((float *)buf)[i] = (float)v; break;
-		case SC_F16: ((uint16_t *)buf)[i] = sc_f32_to_f16((float)v); break;
-		case SC_BF16: ((uint16_t *)buf)[i] = sc_f32_to_bf16((float)v); break;
-		case SC_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-		case SC_I64: ((int64_t *)buf)[i] = v; break;
-		}
-	}
-}
-
-static double get(const void *buf, size_t i, sc_dtype_t dt)
-{
-	switch (dt) {
-	case SC_F32: return ((const float *)buf)[i];
-	case SC_F16: return sc_f16_to_f32(((const uint16_t *)buf)[i]);
-	case SC_BF16: return sc_bf16_to_f32(((const uint16_t *)buf)[i]);
-	case SC_I32: return ((const int32_t *)buf)[i];
-	case SC_I64: return (double)((const int64_t *)buf)[i];
-	}
-	return 0;
+	for (size_t i = 0; i < count; i++)
+		sc_dtype_set(buf, i, dt, (double)val(rank, i));
 }
 
 static int64_t count_wrong(const void *buf, size_t count, sc_dtype_t dt, sc_op_t op, int n)
@@ -89,7 +69,7 @@ static int64_t count_wrong(const void *buf, size_t count, sc_dtype_t dt, sc_op_t
 			int64_t v = val(r, i);
 			e = op == SC_SUM ? e + v : op == SC_MAX ? (v > e ? v : e) : (v < e ? v : e);
 		}
-		if (get(buf, i, dt) != (double)e)
+		if (sc_dtype_get(buf, i, dt) != (double)e)
 			wrong++;
 	}
 	return wrong;

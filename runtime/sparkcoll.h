@@ -149,6 +149,12 @@ SC_API uint16_t sc_f32_to_f16(float f);
 SC_API float sc_bf16_to_f32(uint16_t h);
 SC_API uint16_t sc_f32_to_bf16(float f);
 
+/* Element i of a buffer of type dt read as a double, and written from one
+ * (f16/bf16 through the conversions above, integers truncated): for tools and
+ * checks that fill and verify buffers of any type. */
+SC_API double sc_dtype_get(const void *buf, size_t i, sc_dtype_t dt);
+SC_API void sc_dtype_set(void *buf, size_t i, sc_dtype_t dt, double v);
+
 #ifdef __cplusplus
 }
 #endif

@@ -41,29 +41,6 @@ static int64_t val(int r, size_t i, sc_dtype_t dt)
 	return v;
 }
 
-static void put(void *buf, size_t i, sc_dtype_t dt, int64_t v)
-{
-	switch (dt) {
-	case SC_F32: ((float *)buf)[i] = (float)v; break;
-	case SC_F16: ((uint16_t *)buf)[i] = sc_f32_to_f16((float)v); break;
-	case SC_BF16: ((uint16_t *)buf)[i] = sc_f32_to_bf16((float)v); break;
-	case SC_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-	case SC_I64: ((int64_t *)buf)[i] = v; break;
-	}
-}
-
-static int64_t get(const void *buf, size_t i, sc_dtype_t dt)
-{
-	switch (dt) {
-	case SC_F32: return (int64_t)((const float *)buf)[i];
-	case SC_F16: return (int64_t)sc_f16_to_f32(((const uint16_t *)buf)[i]);
-	case SC_BF16: return (int64_t)sc_bf16_to_f32(((const uint16_t *)buf)[i]);
-	case SC_I32: return ((const int32_t *)buf)[i];
-	case SC_I64: return ((const int64_t *)buf)[i];
-	}
-	return 0;
-}
-
 static int64_t expect(int world, size_t i, sc_dtype_t dt, sc_op_t op)
 {
 	int64_t acc = val(0, i, dt);
@@ -96,7 +73,7 @@ static int one(size_t count, sc_dtype_t dt, sc_op_t op, sc_algo_t algo, int inpl
 {
 	size_t es = sc_dtype_size(dt);
 	for (size_t i = 0; i < count; i++)
-		put(a, i, dt, val(rank, i, dt));
+		sc_dtype_set(a, i, dt, val(rank, i, dt));
 	memset(b, 0xa5, count * es);
 	int rc = inplace ? sc_allreduce_algo(comm, a, a, count, dt, op, algo)
 	                 : sc_allreduce_algo(comm, a, b, count, dt, op, algo);
@@ -109,7 +86,7 @@ static int one(size_t count, sc_dtype_t dt, sc_op_t op, sc_algo_t algo, int inpl
 		return fail_call(what, rc);
 	const void *out = inplace ? a : b;
 	for (size_t i = 0; i < count; i++) {
-		int64_t got = get(out, i, dt), want = expect(world, i, dt, op);
+		int64_t got = (int64_t)sc_dtype_get(out, i, dt), want = expect(world, i, dt, op);
 		if (got != want) {
 			printf("result fail call=%s rank=%d wrong at element %zu: got %lld want %lld\n",
 			       what, rank, i, (long long)got, (long long)want);

@@ -24,29 +24,6 @@ static int64_t val(int rank, size_t i)
 	return (int64_t)((i * 13u + (size_t)rank * 7u) % 31u) - 15;
 }
 
-static void put(void *buf, size_t i, sc_dtype_t dt, int64_t v)
-{
-	switch (dt) {
-	case SC_F32: ((float *)buf)[i] = (float)v; break;
-	case SC_F16: ((uint16_t *)buf)[i] = sc_f32_to_f16((float)v); break;
-	case SC_BF16: ((uint16_t *)buf)[i] = sc_f32_to_bf16((float)v); break;
-	case SC_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-	case SC_I64: ((int64_t *)buf)[i] = v; break;
-	}
-}
-
-static double get(const void *buf, size_t i, sc_dtype_t dt)
-{
-	switch (dt) {
-	case SC_F32: return ((const float *)buf)[i];
-	case SC_F16: return sc_f16_to_f32(((const uint16_t *)buf)[i]);
-	case SC_BF16: return sc_bf16_to_f32(((const uint16_t *)buf)[i]);
-	case SC_I32: return ((const int32_t *)buf)[i];
-	case SC_I64: return (double)((const int64_t *)buf)[i];
-	}
-	return 0;
-}
-
 static int64_t expect(size_t i, sc_op_t op, int n)
 {
 	int64_t e = val(0, i);
@@ -142,7 +119,7 @@ int main(int argc, char **argv)
 					if (cnt > 4099 && op == SC_MIN)
 						continue; /* keep the big sizes to sum and max */
 					for (size_t i = 0; i < cnt; i++)
-						put(sb, i, (sc_dtype_t)dt, val(rank, i));
+						sc_dtype_set(sb, i, (sc_dtype_t)dt, val(rank, i));
 					snprintf(what, sizeof(what), "allreduce %s %s %s count %zu%s",
 					         sc_algo_name(algos[a]), sc_dtype_name((sc_dtype_t)dt),
 					         sc_op_name((sc_op_t)op), cnt, inplace ? " in place" : "");
@@ -154,7 +131,7 @@ int main(int argc, char **argv)
 						goto done;
 					}
 					for (size_t i = 0; i < cnt; i++)
-						wrong += get(out, i, (sc_dtype_t)dt) !=
+						wrong += sc_dtype_get(out, i, (sc_dtype_t)dt) !=
 						         (double)expect(i, (sc_op_t)op, n);
 					if (wrong)
 						fail(what, 0, c);
@@ -165,7 +142,7 @@ int main(int argc, char **argv)
 		size_t cnt = ci ? 10001 : 5;
 		long wrong = 0;
 		for (size_t i = 0; i < cnt; i++)
-			put(sb, i, SC_I32, val(rank, i));
+			sc_dtype_set(sb, i, SC_I32, val(rank, i));
 		snprintf(what, sizeof(what), "allgather i32 count %zu", cnt);
 		checks++;
 		if ((rc = sc_allgather(c, sb, rb, cnt, SC_I32)) < 0) {
@@ -185,7 +162,7 @@ int main(int argc, char **argv)
 			size_t cnt = ci ? 70001 : 7;
 			long wrong = 0;
 			for (size_t i = 0; i < cnt; i++)
-				put(sb, i, SC_F32, rank == root ? val(root, i) : 99);
+				sc_dtype_set(sb, i, SC_F32, rank == root ? val(root, i) : 99);
 			snprintf(what, sizeof(what), "broadcast f32 count %zu root %d", cnt, root);
 			checks++;
 			if ((rc = sc_broadcast(c, sb, cnt, SC_F32, root)) < 0) {
@@ -193,7 +170,7 @@ int main(int argc, char **argv)
 				goto done;
 			}
 			for (size_t i = 0; i < cnt; i++)
-				wrong += get(sb, i, SC_F32) != (double)val(root, i);
+				wrong += sc_dtype_get(sb, i, SC_F32) != (double)val(root, i);
 			if (wrong)
 				fail(what, 0, c);
 		}

@@ -51,29 +51,6 @@ static inline int64_t tu_val(int rank, size_t i, int salt)
 	return (int64_t)((i * 13u + (size_t)rank * 7u + (size_t)salt) % 31u) - 15;
 }
 
-static inline void tu_store(void *buf, size_t i, sc_dtype_t dt, int64_t v)
-{
-	switch (dt) {
-	case SC_F32: ((float *)buf)[i] = (float)v; break;
-	case SC_F16: ((uint16_t *)buf)[i] = sc_f32_to_f16((float)v); break;
-	case SC_BF16: ((uint16_t *)buf)[i] = sc_f32_to_bf16((float)v); break;
-	case SC_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-	case SC_I64: ((int64_t *)buf)[i] = v; break;
-	}
-}
-
-static inline double tu_load(const void *buf, size_t i, sc_dtype_t dt)
-{
-	switch (dt) {
-	case SC_F32: return ((const float *)buf)[i];
-	case SC_F16: return sc_f16_to_f32(((const uint16_t *)buf)[i]);
-	case SC_BF16: return sc_bf16_to_f32(((const uint16_t *)buf)[i]);
-	case SC_I32: return ((const int32_t *)buf)[i];
-	case SC_I64: return (double)((const int64_t *)buf)[i];
-	}
-	return 0;
-}
-
 static inline int64_t tu_expect(int n, size_t i, int salt, sc_op_t op)
 {
 	int64_t e = tu_val(0, i, salt);

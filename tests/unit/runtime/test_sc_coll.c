@@ -55,7 +55,7 @@ static int rank_allreduce_matrix(int rank, int n, const char *const *peers, int 
 							continue; /* the big count once per type */
 						salt++;
 						for (size_t i = 0; i < cnt; i++)
-							tu_store(sb, i, (sc_dtype_t)dt, tu_val(rank, i, salt));
+							sc_dtype_set(sb, i, (sc_dtype_t)dt, tu_val(rank, i, salt));
 						if (!inplace)
 							memset(rb, 0xab, cnt * 8);
 						rc = sc_allreduce_algo(c, sb, out, cnt, (sc_dtype_t)dt, (sc_op_t)op,
@@ -65,7 +65,7 @@ static int rank_allreduce_matrix(int rank, int n, const char *const *peers, int 
 							      sc_dtype_name(dt), sc_op_name(op), sc_algo_name(algo), cnt,
 							      inplace, sc_strerror(rc), sc_comm_last_error(c));
 						for (size_t i = 0; i < cnt; i++) {
-							double got = tu_load(out, i, (sc_dtype_t)dt);
+							double got = sc_dtype_get(out, i, (sc_dtype_t)dt);
 							int64_t want = tu_expect(n, i, salt, (sc_op_t)op);
 							if (got != (double)want)
 								FAILR(sh, rank,
@@ -223,7 +223,7 @@ static int rank_relay_ring(int rank, int n, const char *const *peers, int lfd, v
 					salt++;
 					for (int r = 0; r < n; r++) {
 						for (size_t i = 0; i < cnt; i++)
-							tu_store(all + (size_t)r * cnt * es, i, (sc_dtype_t)dt,
+							sc_dtype_set(all + (size_t)r * cnt * es, i, (sc_dtype_t)dt,
 							         tu_val(r, i, salt));
 						srcs[r] = all + (size_t)r * cnt * es;
 					}
@@ -236,7 +236,7 @@ static int rank_relay_ring(int rank, int n, const char *const *peers, int lfd, v
 						      sc_dtype_name(dt), sc_op_name(op), sc_algo_name(algo), cnt,
 						      inplace, sc_strerror(rc), sc_comm_last_error(c));
 					for (size_t i = 0; i < cnt; i++) {
-						double got = tu_load(out, i, (sc_dtype_t)dt);
+						double got = sc_dtype_get(out, i, (sc_dtype_t)dt);
 						int64_t want = tu_expect(n, i, salt, (sc_op_t)op);
 						if (got != (double)want)
 							FAILR(sh, rank, "%s %s %s count %zu inplace %d: [%zu] got %g want %lld",

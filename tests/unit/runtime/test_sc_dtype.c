@@ -187,3 +187,34 @@ Test(dtype, names_and_parsing)
 	                 "ranks called the collective with different count, type, op or collective");
 	cr_assert_str_eq(sc_strerror(-ETIMEDOUT), "timed out waiting for a peer");
 }
+
+Test(dtype, element_get_and_set_every_type)
+{
+	union {
+		float f[3];
+		uint16_t h[3];
+		int32_t i32[3];
+		int64_t i64[3];
+	} b;
+	static const sc_dtype_t all[] = {SC_F32, SC_F16, SC_BF16, SC_I32, SC_I64};
+	for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) {
+		memset(&b, 0x5a, sizeof b);
+		sc_dtype_set(&b, 1, all[k], -7.0);
+		cr_assert_eq(sc_dtype_get(&b, 1, all[k]), -7.0, "%s", sc_dtype_name(all[k]));
+		/* only element 1 was written */
+		size_t es = sc_dtype_size(all[k]);
+		for (size_t j = 0; j < es; j++) {
+			cr_assert_eq(((uint8_t *)&b)[j], 0x5a);
+			cr_assert_eq(((uint8_t *)&b)[2 * es + j], 0x5a);
+		}
+	}
+	sc_dtype_set(&b, 0, SC_F16, 1.0 + 1.0 / 4096); /* rounds to nearest even: 1.0 */
+	cr_assert_eq(b.h[0], 0x3c00);
+	sc_dtype_set(&b, 0, SC_BF16, 3.5);
+	cr_assert_eq(b.h[0], sc_f32_to_bf16(3.5f));
+	sc_dtype_set(&b, 0, SC_I32, -2.75); /* integers truncate */
+	cr_assert_eq(b.i32[0], -2);
+	sc_dtype_set(&b, 0, SC_I64, (double)((int64_t)11 << 40));
+	cr_assert_eq(b.i64[0], (int64_t)11 << 40);
+	cr_assert_eq(sc_dtype_get(&b, 0, SC_I64), (double)((int64_t)11 << 40));
+}
