@@ -5,6 +5,7 @@
 
 #include "sc_internal.h"
 
+#include <criterion/criterion.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -33,6 +34,18 @@ static inline tu_shared_t *tu_shared_new(void)
 }
 
 static inline void tu_shared_free(tu_shared_t *s) { munmap(s, sizeof(*s)); }
+
+/* Run fn on n forked ranks; every rank must return 0 (its message is shown
+ * if not) and every process must exit cleanly. */
+static inline void tu_run_ok(int n, sc_local_fn fn, int timeout_ms)
+{
+	tu_shared_t *sh = tu_shared_new();
+	int st = sc_local_run(n, fn, sh, timeout_ms);
+	for (int r = 0; r < n; r++)
+		cr_expect(sh->rc[r] == 0, "n=%d rank %d: %s", n, r, sh->msg[r]);
+	cr_assert(st == 0, "n=%d: a rank exited with status %d", n, st);
+	tu_shared_free(sh);
+}
 
 /* Options for fast tests: fixed crossover (no calibration), short timeouts. */
 static inline void tu_opts(sc_options_t *o, int listen_fd)

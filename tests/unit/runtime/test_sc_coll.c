@@ -85,12 +85,7 @@ static int rank_allreduce_matrix(int rank, int n, const char *const *peers, int 
 
 static void run_matrix(int n)
 {
-	tu_shared_t *sh = tu_shared_new();
-	int st = sc_local_run(n, rank_allreduce_matrix, sh, 50000);
-	for (int r = 0; r < n; r++)
-		cr_expect(sh->rc[r] == 0, "n=%d rank %d: %s", n, r, sh->msg[r]);
-	cr_assert(st == 0, "n=%d: a rank exited with status %d", n, st);
-	tu_shared_free(sh);
+	tu_run_ok(n, rank_allreduce_matrix, 50000);
 }
 
 Test(coll, allreduce_matrix_2, .timeout = 60) { run_matrix(2); }
@@ -159,12 +154,7 @@ static int rank_bitwise(int rank, int n, const char *const *peers, int lfd, void
 
 static void run_bitwise(int n)
 {
-	tu_shared_t *sh = tu_shared_new();
-	int st = sc_local_run(n, rank_bitwise, sh, 30000);
-	for (int r = 0; r < n; r++)
-		cr_expect(sh->rc[r] == 0, "n=%d rank %d: %s", n, r, sh->msg[r]);
-	cr_assert(st == 0);
-	tu_shared_free(sh);
+	tu_run_ok(n, rank_bitwise, 30000);
 }
 
 Test(coll, bitwise_equal_2, .timeout = 30) { run_bitwise(2); }
@@ -299,12 +289,7 @@ static int rank_relay_ring(int rank, int n, const char *const *peers, int lfd, v
 
 static void run_relay_ring(int n)
 {
-	tu_shared_t *sh = tu_shared_new();
-	int st = sc_local_run(n, rank_relay_ring, sh, 50000);
-	for (int r = 0; r < n; r++)
-		cr_expect(sh->rc[r] == 0, "n=%d rank %d: %s", n, r, sh->msg[r]);
-	cr_assert(st == 0, "n=%d: a rank exited with status %d", n, st);
-	tu_shared_free(sh);
+	tu_run_ok(n, rank_relay_ring, 50000);
 }
 
 /* Recursive doubling runs in a power-of-two world with every pair connected,
@@ -361,13 +346,8 @@ static int rank_doubling_where(int rank, int n, const char *const *peers, int lf
 
 static void run_doubling_where(int n, int ring)
 {
-	tu_shared_t *sh = tu_shared_new();
 	g_dbl_ring = ring;
-	int st = sc_local_run(n, rank_doubling_where, sh, 20000);
-	for (int r = 0; r < n; r++)
-		cr_expect(sh->rc[r] == 0, "n=%d rank %d: %s", n, r, sh->msg[r]);
-	cr_assert(st == 0);
-	tu_shared_free(sh);
+	tu_run_ok(n, rank_doubling_where, 20000);
 }
 
 Test(coll, doubling_where_it_runs, .timeout = 60)
@@ -447,12 +427,7 @@ static int rank_other_colls(int rank, int n, const char *const *peers, int lfd, 
 
 static void run_other(int n)
 {
-	tu_shared_t *sh = tu_shared_new();
-	int st = sc_local_run(n, rank_other_colls, sh, 30000);
-	for (int r = 0; r < n; r++)
-		cr_expect(sh->rc[r] == 0, "n=%d rank %d: %s", n, r, sh->msg[r]);
-	cr_assert(st == 0);
-	tu_shared_free(sh);
+	tu_run_ok(n, rank_other_colls, 30000);
 }
 
 Test(coll, allgather_broadcast_barrier_2, .timeout = 30) { run_other(2); }
