@@ -1,5 +1,6 @@
 /* addrplan: fabric IPv4 plan, netlink apply, netplan render (see addrplan.h). */
 #include "topology/addrplan.h"
+#include "topo_internal.h"
 
 #include "common/log.h"
 #include "common/util.h"
@@ -24,21 +25,36 @@ struct pool {
 	uint32_t hosts; /* usable host numbers per subnet */
 };
 
+/* "a.b.c.d/len" -> host-order address and length. */
+static bool parse_cidr(const char *s, uint32_t *ip, int *len)
+{
+	char buf[32];
+	const char *slash = s ? strchr(s, '/') : NULL;
+	if (!slash || (size_t)(slash - s) >= sizeof buf)
+		return false;
+	memcpy(buf, s, (size_t)(slash - s));
+	buf[slash - s] = '\0';
+	char *end = NULL;
+	long l = strtol(slash + 1, &end, 10);
+	struct in_addr a;
+	if (inet_pton(AF_INET, buf, &a) != 1 || !end || *end || end == slash + 1 || l < 0 || l > 32)
+		return false;
+	*ip = ntohl(a.s_addr);
+	*len = (int)l;
+	return true;
+}
+
+static uint32_t prefix_mask(int len) { return len ? ~0u << (32 - len) : 0; }
+
 static int parse_pool(const char *s, int prefix, struct pool *p, char *err, size_t errlen)
 {
-	char buf[64];
-	const char *slash = strchr(s, '/');
-	if (!slash || (size_t)(slash - s) >= sizeof buf) {
+	uint32_t base;
+	int plen;
+	if (!strchr(s, '/')) {
 		snprintf(err, errlen, "pool '%s' is not an IPv4 prefix like 10.77.0.0/16", s);
 		return -EINVAL;
 	}
-	memcpy(buf, s, (size_t)(slash - s));
-	buf[slash - s] = '\0';
-	struct in_addr a;
-	char *end = NULL;
-	long plen = strtol(slash + 1, &end, 10);
-	if (inet_pton(AF_INET, buf, &a) != 1 || !end || *end || end == slash + 1 || plen < 8 ||
-	    plen > 28) {
+	if (!parse_cidr(s, &base, &plen) || plen < 8 || plen > 28) {
 		snprintf(err, errlen, "pool '%s' is not an IPv4 prefix between /8 and /28", s);
 		return -EINVAL;
 	}
@@ -48,16 +64,15 @@ static int parse_pool(const char *s, int prefix, struct pool *p, char *err, size
 		snprintf(err, errlen, "subnet length /%d does not leave 4 subnets in pool %s", prefix, s);
 		return -EINVAL;
 	}
-	uint32_t base = ntohl(a.s_addr);
-	uint32_t mask = plen ? ~0u << (32 - plen) : 0;
+	uint32_t mask = prefix_mask(plen);
 	if (base & ~mask) {
-		snprintf(err, errlen, "pool %s has host bits set (the network is %u.%u.%u.%u/%ld)", s,
+		snprintf(err, errlen, "pool %s has host bits set (the network is %u.%u.%u.%u/%d)", s,
 			 (base & mask) >> 24, ((base & mask) >> 16) & 255, ((base & mask) >> 8) & 255,
 			 (base & mask) & 255, plen);
 		return -EINVAL;
 	}
 	p->base = base;
-	p->plen = (int)plen;
+	p->plen = plen;
 	p->prefix = prefix;
 	p->nsub = 1u << (prefix - plen);
 	p->hosts = (1u << (32 - prefix)) - 2;
@@ -346,26 +361,6 @@ static int plan_switch(json_t *verdict, const struct pool *pl, unsigned char *us
 	return rc;
 }
 
-/* "a.b.c.d/len" -> host-order address and length. */
-static bool parse_cidr(const char *s, uint32_t *ip, int *len)
-{
-	char buf[32];
-	const char *slash = s ? strchr(s, '/') : NULL;
-	if (!slash || (size_t)(slash - s) >= sizeof buf)
-		return false;
-	memcpy(buf, s, (size_t)(slash - s));
-	buf[slash - s] = '\0';
-	char *end = NULL;
-	long l = strtol(slash + 1, &end, 10);
-	struct in_addr a;
-	if (inet_pton(AF_INET, buf, &a) != 1 || !end || *end || end == slash + 1 || l < 0 || l > 32)
-		return false;
-	*ip = ntohl(a.s_addr);
-	*len = (int)l;
-	return true;
-}
-
-static uint32_t prefix_mask(int len) { return len ? ~0u << (32 - len) : 0; }
 
 /* Keep the plan off the networks the members already use on their other
  * netdevs (verdict "host_addresses"): a fabric /24 inside the office LAN would
@@ -763,30 +758,25 @@ int topo_host_addresses(json_t *discovery, json_t **out, char *err, size_t errle
 	if (!out)
 		return -EINVAL;
 	*out = NULL;
-	struct nl_sock *sk = nl_socket_alloc();
-	struct nl_cache *cache = NULL;
-	int nr = -NLE_NOMEM;
-	if (!sk || (nr = nl_connect(sk, NETLINK_ROUTE)) < 0 || (nr = rtnl_addr_alloc_cache(sk, &cache)) < 0) {
-		snprintf(err, errlen, "netlink: %s", nl_geterror(nr));
-		nl_socket_free(sk);
-		return -EIO;
-	}
+	struct topo_nd *nds = NULL;
+	size_t n = 0;
+	int r = topo_nl_netdevs(&nds, &n, err, errlen); /* discovery's own netlink reader */
+	if (r < 0)
+		return r;
 	json_t *list = json_array();
-	for (struct nl_object *ob = nl_cache_get_first(cache); ob; ob = nl_cache_get_next(ob)) {
-		struct rtnl_addr *a = (struct rtnl_addr *)ob;
-		struct nl_addr *local = rtnl_addr_get_local(a);
-		char name[IF_NAMESIZE + 1], ip[INET_ADDRSTRLEN], full[48];
-		/* loopback addresses have host scope; fabric netdevs are the plan's */
-		if (rtnl_addr_get_family(a) != AF_INET || !local || rtnl_addr_get_scope(a) == RT_SCOPE_HOST ||
-		    !if_indextoname((unsigned)rtnl_addr_get_ifindex(a), name) ||
-		    is_fabric_netdev(discovery, name) ||
-		    !inet_ntop(AF_INET, nl_addr_get_binary_addr(local), ip, sizeof ip))
+	for (size_t i = 0; i < n; i++) {
+		if (is_fabric_netdev(discovery, nds[i].name)) /* the plan's own */
 			continue;
-		snprintf(full, sizeof full, "%s/%d", ip, rtnl_addr_get_prefixlen(a));
-		json_array_append_new(list, json_pack("{s:s, s:s}", "netdev", name, "address", full));
+		size_t j;
+		json_t *a;
+		json_array_foreach(nds[i].ipv4, j, a) {
+			const char *txt = json_string_value(a);
+			if (txt && strncmp(txt, "127.", 4) != 0) /* loopback */
+				json_array_append_new(list, json_pack("{s:s, s:s}", "netdev", nds[i].name,
+								      "address", txt));
+		}
 	}
-	nl_cache_free(cache);
-	nl_socket_free(sk);
+	topo_nds_free(nds, n);
 	*out = list;
 	return 0;
 }

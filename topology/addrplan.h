@@ -80,7 +80,8 @@ int topo_addrplan_apply(json_t *plan, const struct topo_addrplan_apply_opts *o, 
  * (ports[].twins[].netdev), as [{"netdev","address":"a.b.c.d/len"}]. The head
  * puts each member's list into the verdict as "host_addresses"
  * {"node":[...]}, and topo_addrplan_make() keeps the plan off those networks
- * (the plan's "avoided" lists what it kept clear of). 0, or -EIO (netlink). */
+ * (the plan's "avoided" lists what it kept clear of). 0, or a negative errno
+ * (netlink). */
 int topo_host_addresses(json_t *discovery, json_t **out, char *err, size_t errlen);
 
 /* YAML text for one node (caller frees). mtu > 0 adds "mtu:" to every netdev.
