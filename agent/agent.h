@@ -77,6 +77,8 @@ struct agent {
 	struct fabric *fabric;
 	struct jobs *jobs;
 	struct topo_agent *topo;
+	uint64_t busy_ms;         /* last burst of allocations (agent_busy) */
+	bool unsettled;           /* busy since the last agent_settle that trimmed */
 
 	struct identity id;
 	SSL_CTX *srv_ctx;         /* our listener: our cert, verifies peers against the CA */
@@ -198,6 +200,18 @@ void topoval_stop(struct agent *a);           /* shutdown */
 void topoval_free(struct agent *a);           /* after the loop has ended */
 
 /* main.c */
+/* Memory after bursts. Init (CA key, certificates, migrations), joins (key
+ * generation, CSR signing), TLS handshakes and CLI requests allocate and free a
+ * lot at once, and glibc keeps what was freed inside the heap (only a top
+ * beyond 128 KiB goes back by itself), so an idle sparkd would hold hundreds of
+ * KiB of freed memory for good. Such work calls agent_busy; the 1 s timers
+ * (liveness on the head, heartbeat on a worker) call agent_settle, which, once
+ * the agent has been quiet for AGENT_SETTLE_MS (heartbeats do not count),
+ * drops SQLite's caches (head) and hands free heap pages to the kernel. */
+#define AGENT_SETTLE_MS 2000
+void agent_busy(struct agent *a);
+void agent_settle(struct agent *a);
+
 void agent_shutdown(struct agent *a);
 
 #endif

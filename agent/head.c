@@ -11,39 +11,11 @@
 #include "util.h"
 
 #include <errno.h>
-#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ---- memory after bursts ------------------------------------------------- */
-
-/* Init (CA key, certificates, migrations), joins (CSR signing), cluster
- * requests and session set-up allocate and free a lot in a short time. glibc
- * keeps what was freed inside the heap (only the top beyond 128 KiB goes back
- * by itself), so an idle head would hold hundreds of KiB of freed memory for
- * good. Once the head has been quiet for HEAD_SETTLE_MS (heartbeats do not
- * count), the liveness timer drops SQLite's caches (db_release_memory) and
- * hands every free heap page back to the kernel (malloc_trim). One process
- * runs one head, hence file-scope state. */
-#define HEAD_SETTLE_MS 2000
-static uint64_t head_busy_ms;
-static bool head_settled = true;
-
-static void head_busy(void)
-{
-	head_busy_ms = util_now_ms();
-	head_settled = false;
-}
-
-static void head_settle(struct agent *a)
-{
-	if (head_settled || util_now_ms() - head_busy_ms < HEAD_SETTLE_MS)
-		return;
-	head_settled = true;
-	db_release_memory(a->db);
-	malloc_trim(0);
-}
 
 /* ---- helpers ---------------------------------------------------------- */
 /* Heartbeats and last_seen. A connected node's liveness is its session's last
@@ -365,7 +337,7 @@ static void r_token_revoke(struct agent *a, conn *c, const json_t *req)
 void head_handle_request(struct agent *a, conn *c, const json_t *req, const char *origin)
 {
 	const char *t = proto_type(req);
-	head_busy();
+	agent_busy(a);
 	if (strcmp(t, "status") == 0)
 		r_status(a, c, req, origin);
 	else if (strcmp(t, "node_ls") == 0)
@@ -427,7 +399,7 @@ static void on_live_timer(uv_timer_t *t)
 		set_state(a, &nodes[i], want);
 	}
 	free(nodes);
-	head_settle(a);
+	agent_settle(a);
 }
 
 /* ---- sessions (worker connections) --------------------------------------- */
@@ -606,7 +578,7 @@ static void on_session_frame(conn *c, json_t *msg)
 	struct agent *a = s->a;
 	const char *t = proto_type(msg);
 	if (!s->authed) {
-		head_busy();
+		agent_busy(a);
 		if (strcmp(t, "join") == 0)
 			handle_join(a, s, msg);
 		else {
@@ -619,7 +591,7 @@ static void on_session_frame(conn *c, json_t *msg)
 	}
 	s->last_ms = util_now_ms();
 	if (strcmp(t, "heartbeat") != 0)
-		head_busy();
+		agent_busy(a);
 	if (strcmp(t, "heartbeat") == 0) {
 		db_node n;
 		if (db_node_get(a->db, s->node_id, &n) == 0) {
@@ -663,7 +635,7 @@ static void on_session_ready(conn *c, int status)
 {
 	struct session *s = conn_data(c);
 	struct agent *a = s->a;
-	head_busy(); /* a TLS handshake just ran */
+	agent_busy(a); /* a TLS handshake just ran */
 	if (status < 0)
 		return;
 	X509 *peer = conn_peer_cert(c);
@@ -695,7 +667,7 @@ static void on_session_close(conn *c, int err)
 		log_info("node_disconnected", "node_id=%s err=%d", s->node_id, err);
 		db_node_touch(a->db, s->node_id, session_seen(s)); /* see HEAD_SEEN_FLUSH_S */
 	}
-	head_busy();
+	agent_busy(a);
 	topoval_conn_gone(a, c);
 	session_unlink(a, s);
 	jobs_session_closed(a, s);
@@ -801,7 +773,7 @@ int head_start(struct agent *a, char *err, size_t errlen)
 	if (db_node_get(a->db, a->id.node_id, &self) == 0)
 		db_node_seen(a->db, self.id, util_now(), self.address, SPARK_VERSION);
 	start_timers(a);
-	head_busy(); /* CA and keys loaded, migrations run */
+	agent_busy(a); /* CA and keys loaded, migrations run */
 	return 0;
 }
 
@@ -930,7 +902,7 @@ void head_handle_init(struct agent *a, conn *c, const json_t *req)
 		return;
 	}
 	start_timers(a);
-	head_busy(); /* key generation, certificates, a new cluster.db */
+	agent_busy(a); /* key generation, certificates, a new cluster.db */
 	db_event_add(a->db, util_now(), head.id, "init", cl.name);
 	fabric_publish(a);
 	log_info("cluster_init", "cluster=%s id=%s head=%s addr=%s", cl.name, cl.id, head.name,

@@ -14,35 +14,12 @@
 #include "util.h"
 
 #include <errno.h>
-#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
 enum fwd_kind { FWD_REQUEST, FWD_LEAVE, FWD_HELLO };
-
-/* Memory after bursts (as on the head, head.c): the join (key generation,
- * CSR), a new session (TLS handshake) and forwarded requests free a lot at
- * once; after WORKER_SETTLE_MS without them the heartbeat timer hands free
- * heap pages back to the kernel. One worker per process: file-scope state. */
-#define WORKER_SETTLE_MS 2000
-static uint64_t worker_busy_ms;
-static bool worker_settled = true;
-
-static void worker_busy(void)
-{
-	worker_busy_ms = util_now_ms();
-	worker_settled = false;
-}
-
-static void worker_settle(void)
-{
-	if (worker_settled || util_now_ms() - worker_busy_ms < WORKER_SETTLE_MS)
-		return;
-	worker_settled = true;
-	malloc_trim(0);
-}
 
 struct forward {
 	struct forward *next;
@@ -492,7 +469,7 @@ static void on_heartbeat(uv_timer_t *t)
 	struct agent *a = t->data;
 	if (a->head && a->head_up)
 		conn_send_new(a->head, proto_msg("heartbeat", 0));
-	worker_settle();
+	agent_settle(a);
 }
 
 static void become_unjoined(struct agent *a)
@@ -508,7 +485,7 @@ static void on_head_frame(conn *c, json_t *msg)
 	const char *t = proto_type(msg);
 	json_int_t id = proto_id(msg);
 	a->head_last_ok_ms = util_now_ms();
-	worker_busy(); /* the head sends nothing unasked but answers and requests */
+	agent_busy(a); /* the head sends nothing unasked but answers and requests */
 	if (jobs_head_frame(a, msg)) { /* groups, jobs, exec (jobs*.c) */
 		json_decref(msg);
 		return;
@@ -666,7 +643,7 @@ int worker_start(struct agent *a)
 		a->retry_on = true;
 	}
 	a->backoff_ms = 0;
-	worker_busy(); /* identity loaded, or a join just finished */
+	agent_busy(a); /* identity loaded, or a join just finished */
 	connect_head(a);
 	return 0;
 }
@@ -707,7 +684,7 @@ void worker_forward(struct agent *a, conn *c, const json_t *req)
 	struct forward *f = fwd_add(a, c, proto_id(req), FWD_REQUEST);
 	if (!f)
 		return;
-	worker_busy();
+	agent_busy(a);
 	json_t *m = proto_msg("forward", f->id);
 	json_object_set(m, "request", (json_t *)req);
 	fwd_send(a, f, m);
