@@ -553,3 +553,62 @@ Test(cluster, config_errors_name_file_line_and_column)
 	cr_assert(strstr(r.err, "unknown key \"listen_port\""), "%s", r.err);
 	h_result_free(&r);
 }
+
+/* One control request over the raw socket (4-byte big-endian length, JSON). */
+static json_t *raw_request(const char *path, const char *body)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+	struct timeval tv = {.tv_sec = 5};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0, "connect %s", path);
+	size_t bl = strlen(body);
+	unsigned char hdr[4] = {0, 0, (unsigned char)(bl >> 8), (unsigned char)bl};
+	send(fd, hdr, 4, MSG_NOSIGNAL);
+	send(fd, body, bl, MSG_NOSIGNAL);
+	static char buf[65536];
+	size_t got = 0;
+	ssize_t r;
+	while (got < sizeof buf - 1 && (r = recv(fd, buf + got, sizeof buf - 1 - got, 0)) > 0) {
+		got += (size_t)r;
+		if (got >= 4) {
+			size_t len = (size_t)buf[0] << 24 | (size_t)(unsigned char)buf[1] << 16 |
+				     (size_t)(unsigned char)buf[2] << 8 | (unsigned char)buf[3];
+			if (got >= 4 + len)
+				break;
+		}
+	}
+	close(fd);
+	cr_assert(got > 4, "no answer on %s", path);
+	json_error_t e;
+	json_t *m = json_loadb(buf + 4, got - 4, 0, &e);
+	cr_assert_not_null(m, "not JSON: %.*s", (int)(got - 4), buf + 4);
+	return m;
+}
+
+Test(cluster, debug_memory_reports_the_daemons_memory)
+{
+	start_pair();
+	cr_assert(h_wait_state(C, 0, C->nodes[1].name, "ready", 15000) >= 0, "the worker is not ready");
+	for (int i = 0; i < 2; i++) {
+		json_t *m = raw_request(C->nodes[i].sock, "{\"v\":1,\"type\":\"debug_memory\",\"id\":7}");
+		char *dump = json_dumps(m, 0);
+		json_t *d = json_object_get(m, "data");
+		cr_assert_str_eq(json_string_value(json_object_get(m, "type")), "result", "%s", dump);
+		cr_assert_eq(json_integer_value(json_object_get(m, "id")), 7);
+		cr_assert_gt(json_integer_value(json_object_get(d, "VmRSS_kib")), 1000, "%s", dump);
+		cr_assert_gt(json_integer_value(json_object_get(d, "RssAnon_kib")), 0, "%s", dump);
+		cr_assert_gt(json_integer_value(json_object_get(json_object_get(d, "heap"), "in_use")), 0,
+			     "%s", dump);
+		if (i == 0) { /* the head: its SQLite share and the worker's session */
+			cr_assert_gt(json_integer_value(json_object_get(json_object_get(d, "sqlite"), "total")),
+				     0, "%s", dump);
+			cr_assert_eq(json_integer_value(json_object_get(d, "sessions")), 1, "%s", dump);
+		} else {
+			cr_assert_null(json_object_get(d, "sqlite"), "a worker has no cluster.db: %s", dump);
+		}
+		free(dump);
+		json_decref(m);
+	}
+}
