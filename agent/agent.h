@@ -30,6 +30,15 @@
 #define AGENT_BACKOFF_MAX_MS 10000
 #define AGENT_CERT_DAYS 825
 #define AGENT_QUEUE_WAIT_MS 3000 /* a request waits this long for a (re)connecting head */
+/* Limits on what a peer that has not authenticated can hold (issue 14). */
+#define AGENT_PREAUTH_FRAME (16 * 1024) /* a join is under 2 KiB */
+#define AGENT_PREAUTH_MS 5000           /* accept to join answered, TLS included */
+#define AGENT_PREAUTH_MAX 64            /* at once; the oldest is dropped */
+#define AGENT_SESSION_IDLE_MS 15000     /* an authenticated session with no frame */
+#define AGENT_CTL_MAX 128               /* control socket connections at once */
+#define AGENT_CTL_FRAME (256 * 1024)    /* largest control request */
+#define AGENT_JOIN_EXPIRE_S 600         /* a join that never connected is undone */
+#define AGENT_TOKEN_TTL_MAX_S (10 * 366 * 86400) /* no overflow of created_at + ttl */
 
 enum agent_role { ROLE_NONE = 0, ROLE_HEAD, ROLE_WORKER };
 
@@ -55,6 +64,8 @@ struct identity {
 	char head_addr[160];        /* "HOST:PORT" of the head's agent port */
 	char cluster_secret[65];
 	char advertise[160];        /* this node's own agent address as others see it */
+	char head_key[65];          /* worker: SHA-256 of the head's public key (pinned) */
+	char joined_via[160];       /* worker: the address `join` was given */
 };
 
 struct forward; /* worker.c: a CLI request waiting for the head's answer */
@@ -81,6 +92,10 @@ struct agent {
 	bool unsettled;           /* busy since the last agent_settle that trimmed */
 
 	struct identity id;
+	char admin_group[64];     /* security.admin_group: admins besides root */
+	int64_t join_expire_s;    /* security.join_expire_s */
+	unsigned ctl_conns;       /* open control socket connections */
+	unsigned port_conns;      /* worker: open agent-port connections */
 	SSL_CTX *srv_ctx;         /* our listener: our cert, verifies peers against the CA */
 	SSL_CTX *cli_ctx;         /* outgoing mutual TLS to the head */
 
@@ -102,6 +117,8 @@ struct agent {
 	json_int_t next_fwd_id;
 	struct forward *forwards;
 	char head_error[256];     /* last reason the head could not be reached */
+	char head_addr_now[160];  /* the head address this (or the last) session uses */
+	bool head_alt;            /* the next connect tries the other address */
 	struct join_op *join;     /* a join in progress (one at a time) */
 };
 
@@ -112,7 +129,9 @@ struct session {
 	conn *c;
 	char node_id[40];
 	bool authed;              /* presented a valid, unrevoked node certificate */
-	uint64_t last_ms;
+	bool closing;             /* closed by the head; gone at its on_close */
+	uint64_t accepted_ms;
+	uint64_t last_ms;         /* last complete frame */
 };
 
 /* control.c */
@@ -124,6 +143,8 @@ void control_error(conn *c, const json_t *req, const char *code, const char *fmt
     __attribute__((format(printf, 4, 5)));
 
 /* identity.c */
+/* security.* of the config: admin_group, join_expire_s. */
+int agent_security_config(struct agent *a, char *err, size_t errlen);
 void identity_paths(struct agent *a, const char *file, char *out, size_t len);
 int identity_load(struct agent *a, char *err, size_t errlen);
 int identity_save(struct agent *a);
@@ -142,6 +163,11 @@ void head_on_accept(struct agent *a, uv_stream_t *server);
 void head_handle_request(struct agent *a, conn *reply_to, const json_t *req,
 			 const char *origin_node_id);
 void head_handle_init(struct agent *a, conn *c, const json_t *req);
+/* Remake crl.pem from cluster.db, reload the listener's TLS context and send
+ * the list to every connected worker ({"type":"crl","crl":PEM}). */
+int head_crl_update(struct agent *a);
+char *head_crl_pem(struct agent *a);          /* the list as PEM (caller frees) */
+const char *head_store_error(int r);          /* a db_ error for people */
 /* Mint a token; on success fills the printable token string. */
 int head_token_create(struct agent *a, int64_t ttl, int64_t uses, const char *descr,
 		      char *token_out, size_t len, char *id_out);

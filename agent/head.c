@@ -41,7 +41,7 @@ static int64_t session_seen(const struct session *s)
 static struct session *find_session(struct agent *a, const char *node_id)
 {
 	for (struct session *s = a->sessions; s; s = s->next)
-		if (s->authed && strcmp(s->node_id, node_id) == 0)
+		if (s->authed && !s->closing && strcmp(s->node_id, node_id) == 0)
 			return s;
 	return NULL;
 }
@@ -200,8 +200,9 @@ static void r_node_drain(struct agent *a, conn *c, const json_t *req, bool drain
 	db_node n;
 	if (lookup_node(a, c, req, &n) < 0)
 		return;
-	if (db_node_set_drained(a->db, n.id, drain) < 0) {
-		control_error(c, req, "internal", "cannot update cluster.db");
+	int r = db_node_set_drained(a->db, n.id, drain);
+	if (r < 0) {
+		control_error(c, req, "internal", "cannot update cluster.db: %s", head_store_error(r));
 		return;
 	}
 	db_event_add(a->db, util_now(), n.id, drain ? "drained" : "undrained", "");
@@ -229,13 +230,15 @@ static void r_node_rm(struct agent *a, conn *c, const json_t *req)
 			      "'%s' is the head; the head cannot be removed from its own cluster", n.name);
 		return;
 	}
-	if (db_node_remove(a->db, n.id, util_now()) < 0) {
-		control_error(c, req, "internal", "cannot update cluster.db");
+	int r = db_node_remove(a->db, n.id, util_now());
+	if (r < 0) {
+		control_error(c, req, "internal", "cannot update cluster.db: %s", head_store_error(r));
 		return;
 	}
 	db_event_add(a->db, util_now(), NULL, "node_removed", n.name);
 	log_info("node_removed", "node=%s id=%s serial=%s", n.name, n.id, n.cert_serial);
 	revoke_session(a, n.id);
+	head_crl_update(a);
 	control_reply(c, req, json_pack("{s:s, s:s, s:s}", "name", n.name, "id", n.id,
 					"revoked_serial", n.cert_serial));
 }
@@ -285,14 +288,18 @@ static void r_token_create(struct agent *a, conn *c, const json_t *req)
 {
 	int64_t ttl = proto_int(req, "ttl_s", 86400);
 	int64_t uses = proto_int(req, "uses", 0);
-	if (ttl < 0 || uses < 0) {
-		control_error(c, req, "bad_request", "ttl and uses must not be negative");
+	if (ttl < 0 || uses < 0 || ttl > AGENT_TOKEN_TTL_MAX_S || uses > INT32_MAX) {
+		control_error(c, req, "bad_request",
+			      "ttl must be 0..%d s (10 years) and uses 0..%d", AGENT_TOKEN_TTL_MAX_S,
+			      INT32_MAX);
 		return;
 	}
 	char tok[160], id[17];
 	const char *descr = proto_str(req, "description");
-	if (head_token_create(a, ttl, uses, descr, tok, sizeof tok, id) < 0) {
-		control_error(c, req, "internal", "cannot store the token in cluster.db");
+	int r = head_token_create(a, ttl, uses, descr, tok, sizeof tok, id);
+	if (r < 0) {
+		control_error(c, req, "internal", "cannot store the token in cluster.db: %s",
+			      head_store_error(r));
 		return;
 	}
 	char cmd[400];
@@ -375,6 +382,51 @@ static void set_state(struct agent *a, const db_node *n, const char *state)
 	log_info("node_state", "node=%s from=%s to=%s", n->name, n->state, state);
 }
 
+/* Unauthenticated sessions get AGENT_PREAUTH_MS from accept to finish their
+ * join; authenticated ones are closed after AGENT_SESSION_IDLE_MS without a
+ * complete frame (a worker heart-beats every second), so a peer that dribbles
+ * bytes or goes silent holds nothing for long. */
+static void sweep_sessions(struct agent *a, uint64_t now_ms)
+{
+	for (struct session *s = a->sessions; s; s = s->next) {
+		if (s->closing)
+			continue;
+		if (!s->authed && now_ms - s->accepted_ms >= AGENT_PREAUTH_MS) {
+			log_info("session_preauth_timeout", "peer=%s", conn_peer_name(s->c));
+			s->closing = true;
+			conn_close(s->c, -ETIMEDOUT);
+		} else if (s->authed && now_ms - s->last_ms >= AGENT_SESSION_IDLE_MS) {
+			log_warn("session_idle", "node_id=%s peer=%s idle_ms=%llu", s->node_id,
+				 conn_peer_name(s->c), (unsigned long long)(now_ms - s->last_ms));
+			s->closing = true;
+			conn_close(s->c, -ETIMEDOUT);
+		}
+	}
+}
+
+/* Joins that never connected within security.join_expire_s are undone: the
+ * row goes, its certificate is revoked and its token use given back. */
+static void expire_joins(struct agent *a, int64_t now)
+{
+	static int64_t last;
+	if (now == last)
+		return;
+	last = now;
+	db_node *gone = NULL;
+	size_t n = 0;
+	if (db_join_expire(a->db, now - a->join_expire_s, now, &gone, &n) < 0 || n == 0) {
+		free(gone);
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		db_event_add(a->db, now, NULL, "join_expired", gone[i].name);
+		log_info("join_expired", "node=%s id=%s serial=%s", gone[i].name, gone[i].id,
+			 gone[i].cert_serial);
+	}
+	free(gone);
+	head_crl_update(a);
+}
+
 static void on_live_timer(uv_timer_t *t)
 {
 	struct agent *a = t->data;
@@ -384,8 +436,10 @@ static void on_live_timer(uv_timer_t *t)
 		return;
 	uint64_t now_ms = util_now_ms();
 	int64_t now = util_now();
+	sweep_sessions(a, now_ms);
+	expire_joins(a, now);
 	for (size_t i = 0; i < n; i++) {
-		if (strcmp(nodes[i].id, a->id.node_id) == 0)
+		if (strcmp(nodes[i].id, a->id.node_id) == 0 || strcmp(nodes[i].state, "joining") == 0)
 			continue;
 		struct session *s = find_session(a, nodes[i].id);
 		uint64_t quiet_ms = s ? now_ms - s->last_ms
@@ -413,20 +467,44 @@ static void session_unlink(struct agent *a, struct session *s)
 		}
 }
 
-/* A worker row whose node never opened a session (no "connected" event). */
-static bool never_connected(struct agent *a, const db_node *n)
+static void join_refused(struct session *s, const json_t *req, int r, const char *name,
+			 const char *tid)
 {
-	if (strcmp(n->role, "worker") != 0 || find_session(a, n->id))
-		return false;
-	db_event *ev = NULL;
-	size_t nev = 0;
-	bool seen = false;
-	if (db_event_list(a->db, 0, 100000, &ev, &nev) < 0)
-		return false;
-	for (size_t i = 0; i < nev && !seen; i++)
-		seen = strcmp(ev[i].node_id, n->id) == 0 && strcmp(ev[i].kind, "connected") == 0;
-	free(ev);
-	return !seen;
+	const char *code, *msg;
+	char buf[256];
+	switch (r) {
+	case -EKEYEXPIRED:
+		code = "token_expired";
+		msg = "the join token has expired; make a new one on the head with 'sparkctl token create'";
+		break;
+	case -EKEYREVOKED:
+		code = "token_revoked";
+		msg = "the join token was revoked; make a new one on the head with 'sparkctl token create'";
+		break;
+	case -EUSERS:
+		code = "token_used";
+		msg = "the join token has no uses left; make a new one on the head with 'sparkctl token create'";
+		break;
+	case -EEXIST:
+		code = "name_taken";
+		msg = "a node with this name is already in the cluster; pick another with --name "
+		      "or remove the old one with 'sparkctl node rm'";
+		break;
+	case -ENOENT:
+		code = "token_invalid";
+		msg = "the join token is not known to this cluster; make a new one on the head with "
+		      "'sparkctl token create'";
+		break;
+	default:
+		code = "internal";
+		snprintf(buf, sizeof buf, "the head could not record the join: %s", head_store_error(r));
+		msg = buf;
+		break;
+	}
+	log_warn("join_refused", "name=%s token_id=%s code=%s peer=%s", log_q(name), log_q(tid), code,
+		 conn_peer_name(s->c));
+	control_error(s->c, req, code, "%s", msg);
+	conn_close(s->c, 0);
 }
 
 static void handle_join(struct agent *a, struct session *s, const json_t *req)
@@ -450,7 +528,23 @@ static void handle_join(struct agent *a, struct session *s, const json_t *req)
 		return;
 	}
 	db_node node = {0};
-	pki_random_hex(node.id, 16);
+	char hash[PKI_HASH_HEX];
+	pki_sha256_hex(secret, strlen(secret), hash);
+	if (pki_csr_spki_sha256(csr, node.key_hash) < 0) {
+		control_error(c, req, "bad_csr", "the certificate request is invalid");
+		conn_close(c, 0);
+		return;
+	}
+	/* A retry of a join whose answer was lost (the head died after storing
+	 * it, the link broke, the joiner could not write its keys): the same
+	 * token and name, never connected. It finishes that join under the same
+	 * node id and token use. */
+	db_node pending;
+	bool resume = db_join_pending(a->db, tid, hash, name, &pending) == 0;
+	if (resume)
+		util_strlcpy(node.id, pending.id, sizeof node.id);
+	else
+		pki_random_hex(node.id, 16);
 	char *cert_pem = NULL;
 	if (pki_sign_csr(a->ca, a->ca_key, csr, node.id, AGENT_CERT_DAYS, &cert_pem,
 			 node.cert_serial) < 0) {
@@ -464,69 +558,32 @@ static void handle_join(struct agent *a, struct session *s, const json_t *req)
 	util_strlcpy(node.address, addr, sizeof node.address);
 	util_strlcpy(node.version, ver ? ver : "", sizeof node.version);
 	node.joined_at = node.last_seen = util_now();
-	char hash[PKI_HASH_HEX];
-	pki_sha256_hex(secret, strlen(secret), hash);
-	int r = db_join_commit(a->db, tid, hash, util_now(), &node);
-	db_node old;
-	if (r == -EEXIST && db_node_get_by_name(a->db, name, &old) == 0 && never_connected(a, &old)) {
-		/* The head died (or the link broke) between recording an earlier join of
-		 * this node and answering it: that row was never used. The token has
-		 * just been accepted, so replace it. */
-		log_info("stale_join_replaced", "node=%s old_id=%s", old.name, old.id);
-		db_node_remove(a->db, old.id, util_now());
-		r = db_join_commit(a->db, tid, hash, util_now(), &node);
-	}
+	int r = resume ? db_join_resume(a->db, tid, hash, &node, pending.cert_serial, util_now())
+		       : db_join_commit(a->db, tid, hash, util_now(), &node);
 	if (r < 0) {
-		const char *code, *msg;
-		switch (r) {
-		case -EKEYEXPIRED:
-			code = "token_expired";
-			msg = "the join token has expired; make a new one on the head with 'sparkctl token create'";
-			break;
-		case -EKEYREVOKED:
-			code = "token_revoked";
-			msg = "the join token was revoked; make a new one on the head with 'sparkctl token create'";
-			break;
-		case -EUSERS:
-			code = "token_used";
-			msg = "the join token has no uses left; make a new one on the head with 'sparkctl token create'";
-			break;
-		case -EEXIST:
-			code = "name_taken";
-			msg = "a node with this name is already in the cluster; pick another with --name "
-			      "or remove the old one with 'sparkctl node rm'";
-			break;
-		case -ENOENT:
-			code = "token_invalid";
-			msg = "the join token is not known to this cluster; make a new one on the head with "
-			      "'sparkctl token create'";
-			break;
-		default:
-			code = "internal";
-			msg = "the head could not record the join";
-			break;
-		}
-		log_warn("join_refused", "name=%s token_id=%s code=%s peer=%s", log_q(name), log_q(tid),
-			 code, conn_peer_name(c));
 		free(cert_pem);
-		control_error(c, req, code, "%s", msg);
-		conn_close(c, 0);
+		join_refused(s, req, r, name, tid);
 		return;
 	}
-	db_event_add(a->db, util_now(), node.id, "joined", node.name);
-	log_info("node_joined", "node=%s id=%s addr=%s serial=%s", node.name, node.id, node.address,
-		 node.cert_serial);
+	db_event_add(a->db, util_now(), node.id, resume ? "join_resumed" : "joined", node.name);
+	log_info(resume ? "join_resumed" : "node_joined", "node=%s id=%s addr=%s serial=%s", node.name,
+		 node.id, node.address, node.cert_serial);
+	if (resume)
+		head_crl_update(a); /* the certificate the lost answer carried */
 	db_cluster cl;
 	db_cluster_get(a->db, &cl);
 	char *ca_pem = pki_cert_to_pem(a->ca);
+	char *crl = head_crl_pem(a);
 	db_node head;
 	db_node_get(a->db, a->id.node_id, &head);
-	json_t *d = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "node_id", node.id,
-			      "node_name", node.name, "cert", cert_pem, "ca", ca_pem ? ca_pem : "",
-			      "cluster_id", cl.id, "cluster_name", cl.name, "cluster_secret",
-			      cl.secret, "head_id", head.id, "head_addr", head.address);
+	json_t *d = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "node_id",
+			      node.id, "node_name", node.name, "cert", cert_pem, "ca",
+			      ca_pem ? ca_pem : "", "cluster_id", cl.id, "cluster_name", cl.name,
+			      "cluster_secret", cl.secret, "head_id", head.id, "head_addr",
+			      head.address, "crl", crl ? crl : "");
 	free(cert_pem);
 	free(ca_pem);
+	free(crl);
 	control_reply(c, req, d);
 	conn_close(c, 0);
 }
@@ -545,19 +602,26 @@ static void handle_hello(struct agent *a, struct session *s, const json_t *req)
 			conn_close(o->c, 0);
 			break;
 		}
-	db_node_seen(a->db, s->node_id, util_now(), addr && *addr ? addr : n.address,
-		     ver ? ver : n.version);
+	bool first = false;
+	db_node_connected(a->db, s->node_id, util_now(), addr && *addr ? addr : n.address,
+			  ver ? ver : n.version, &first);
 	if (strcmp(n.state, "ready") != 0) {
 		char detail[64];
 		snprintf(detail, sizeof detail, "%s -> ready", n.state);
 		db_event_add(a->db, util_now(), n.id, "ready", detail);
 	}
 	db_event_add(a->db, util_now(), n.id, "connected", conn_peer_name(s->c));
-	log_info("node_connected", "node=%s peer=%s", n.name, conn_peer_name(s->c));
+	log_info(first ? "join_complete" : "node_connected", "node=%s peer=%s", n.name,
+		 conn_peer_name(s->c));
 	db_cluster cl;
 	db_cluster_get(a->db, &cl);
-	control_reply(s->c, req, json_pack("{s:s, s:s, s:s}", "cluster_id", cl.id, "cluster_name",
-					    cl.name, "node_name", n.name));
+	db_node head;
+	db_node_get(a->db, a->id.node_id, &head);
+	char *crl = head_crl_pem(a);
+	control_reply(s->c, req, json_pack("{s:s, s:s, s:s, s:s, s:s}", "cluster_id", cl.id,
+					    "cluster_name", cl.name, "node_name", n.name, "head_addr",
+					    head.address, "crl", crl ? crl : ""));
+	free(crl);
 }
 
 static void handle_leave(struct agent *a, struct session *s, const json_t *req)
@@ -570,6 +634,7 @@ static void handle_leave(struct agent *a, struct session *s, const json_t *req)
 	s->authed = false;
 	control_reply(s->c, req, json_pack("{s:s}", "left", n.name));
 	conn_close(s->c, 0);
+	head_crl_update(a);
 }
 
 static void on_session_frame(conn *c, json_t *msg)
@@ -639,8 +704,16 @@ static void on_session_ready(conn *c, int status)
 	if (status < 0)
 		return;
 	X509 *peer = conn_peer_cert(c);
+	if (!peer && conn_peer_revoked(c)) {
+		log_warn("cert_refused", "reason=revoked peer=%s", conn_peer_name(c));
+		conn_send_new(c, proto_error(0, "revoked",
+					     "this node's certificate is not valid in the cluster (removed "
+					     "or revoked); join again with a new token"));
+		conn_close(c, 0);
+		return;
+	}
 	if (!peer)
-		return; /* a joiner; only "join" is accepted */
+		return; /* a joiner: only a small "join" frame, within AGENT_PREAUTH_MS */
 	char cn[64], serial[41];
 	db_node n;
 	if (pki_cert_cn(peer, cn, sizeof cn) < 0 || pki_cert_serial(peer, serial) < 0 ||
@@ -657,6 +730,7 @@ static void on_session_ready(conn *c, int status)
 	util_strlcpy(s->node_id, n.id, sizeof s->node_id);
 	s->authed = true;
 	s->last_ms = util_now_ms();
+	conn_set_max_frame(c, 0); /* a member may send full-size frames */
 }
 
 static void on_session_close(conn *c, int err)
@@ -696,8 +770,10 @@ static void on_worker_port_frame(conn *c, json_t *msg)
 }
 static void on_worker_port_close(conn *c, int err)
 {
-	(void)c;
+	struct agent *a = conn_data(c);
 	(void)err;
+	if (a->port_conns)
+		a->port_conns--;
 }
 static const struct conn_cbs worker_port_cbs = {
 	.on_ready = on_worker_port_ready,
@@ -708,20 +784,148 @@ static const struct conn_cbs worker_port_cbs = {
 void head_on_accept(struct agent *a, uv_stream_t *server)
 {
 	if (a->id.role != ROLE_HEAD) {
-		conn_accept(server, a->srv_ctx, &worker_port_cbs, a);
+		/* A worker's port only points callers at the head; it still caps
+		 * how many may hold a connection (each closes within seconds). */
+		conn *c = conn_accept(server, a->srv_ctx, &worker_port_cbs, a);
+		if (!c)
+			return;
+		conn_set_max_frame(c, AGENT_PREAUTH_FRAME);
+		if (++a->port_conns > AGENT_PREAUTH_MAX)
+			conn_close(c, -EBUSY);
 		return;
+	}
+	/* Unauthenticated sessions (joiners, or anyone before its handshake):
+	 * at most AGENT_PREAUTH_MAX, the oldest dropped for a newcomer. */
+	size_t unauthed = 0;
+	struct session *oldest = NULL;
+	for (struct session *o = a->sessions; o; o = o->next)
+		if (!o->authed && !o->closing) {
+			unauthed++;
+			if (!oldest || o->accepted_ms <= oldest->accepted_ms)
+				oldest = o;
+		}
+	if (unauthed >= AGENT_PREAUTH_MAX && oldest) {
+		log_warn("session_preauth_dropped", "peer=%s unauthenticated=%zu",
+			 conn_peer_name(oldest->c), unauthed);
+		oldest->closing = true;
+		conn_close(oldest->c, -EBUSY);
 	}
 	struct session *s = calloc(1, sizeof *s);
 	if (!s)
 		return;
 	s->a = a;
+	s->accepted_ms = util_now_ms();
 	s->c = conn_accept(server, a->srv_ctx, &session_cbs, s);
 	if (!s->c) {
 		free(s);
 		return;
 	}
+	conn_set_max_frame(s->c, AGENT_PREAUTH_FRAME);
 	s->next = a->sessions;
 	a->sessions = s;
+}
+
+
+/* A database failure as a person can act on it (ENOSPC is SQLite's "database
+ * or disk is full"). */
+const char *head_store_error(int r)
+{
+	switch (r) {
+	case -ENOSPC:
+		return "the database or disk is full: free space on the file system of the state "
+		       "directory, then try again";
+	case -EROFS:
+		return "the state directory is read-only";
+	case -EBUSY:
+		return "cluster.db is busy (another process holds it)";
+	default:
+		return strerror(r < 0 ? -r : r);
+	}
+}
+
+/* The cluster's CRL as PEM (caller frees), made from cluster.db. */
+char *head_crl_pem(struct agent *a)
+{
+	char **serials = NULL;
+	size_t n = 0;
+	char *pem = NULL;
+	if (db_revoked_list(a->db, &serials, &n) == 0)
+		pki_make_crl(a->ca, a->ca_key, (const char *const *)serials, n, (long)util_now(),
+			     AGENT_CERT_DAYS, &pem);
+	db_strv_free(serials, n);
+	return pem;
+}
+
+int head_crl_update(struct agent *a)
+{
+	char *pem = head_crl_pem(a);
+	if (!pem) {
+		log_error("crl_failed", "reason=%s", "cannot make the revocation list");
+		return -EIO;
+	}
+	char p[512], err[256] = "";
+	identity_paths(a, "crl.pem", p, sizeof p);
+	int r = pki_write_pem_text(p, pem, 0644);
+	if (r == 0)
+		r = agent_tls_setup(a, err, sizeof err);
+	if (r < 0)
+		log_error("crl_failed", "err=%d detail=%s", r, log_q(err));
+	json_t *m = proto_msg("crl", 0);
+	json_object_set_new(m, "crl", json_string(pem));
+	for (struct session *s = a->sessions; s; s = s->next)
+		if (s->authed && !s->closing)
+			conn_send(s->c, m);
+	json_decref(m);
+	free(pem);
+	return r;
+}
+
+/* A head made before certificates carried roles gets a head certificate for
+ * its own key (so workers' pins of that key still hold). */
+static int upgrade_head_cert(struct agent *a, char *err, size_t errlen)
+{
+	char crt[512], key[512];
+	identity_paths(a, "node.crt", crt, sizeof crt);
+	identity_paths(a, "node.key", key, sizeof key);
+	X509 *cur = NULL, *x = NULL;
+	EVP_PKEY *k = NULL;
+	int r = pki_read_cert(crt, &cur);
+	if (r == 0 && pki_cert_role(cur) == PKI_ROLE_HEAD) {
+		X509_free(cur);
+		return 0;
+	}
+	char serial[41], old[41] = "";
+	if (r == 0)
+		pki_cert_serial(cur, old);
+	if (r == 0)
+		r = pki_read_key(key, &k);
+	if (r == 0)
+		r = pki_issue_head(a->ca, a->ca_key, k, a->id.node_id, AGENT_CERT_DAYS, &x, serial);
+	char *leaf = r == 0 ? pki_cert_to_pem(x) : NULL, *ca = r == 0 ? pki_cert_to_pem(a->ca) : NULL;
+	if (r == 0 && (!leaf || !ca))
+		r = -ENOMEM;
+	if (r == 0) {
+		size_t ll = strlen(leaf), cl = strlen(ca);
+		char *chain = malloc(ll + cl + 1);
+		r = chain ? 0 : -ENOMEM;
+		if (chain) {
+			memcpy(chain, leaf, ll);
+			memcpy(chain + ll, ca, cl + 1);
+			r = pki_write_pem_text(crt, chain, 0644);
+			free(chain);
+		}
+	}
+	if (r == 0)
+		log_info("head_cert_upgraded", "old_serial=%s serial=%s", old, serial);
+	else
+		snprintf(err, errlen, "cannot give the head a head certificate (%s): %s", crt,
+			 strerror(-r));
+	free(leaf);
+	free(ca);
+	X509_free(cur);
+	X509_free(x);
+	EVP_PKEY_free(k);
+	return r;
 }
 
 /* ---- start, init, stop ---------------------------------------------------- */
@@ -766,7 +970,8 @@ int head_start(struct agent *a, char *err, size_t errlen)
 {
 	int r;
 	if ((r = load_ca(a, err, errlen)) < 0 || (r = open_db(a, err, errlen)) < 0 ||
-	    (r = agent_tls_setup(a, err, errlen)) < 0 || (r = agent_listen(a, err, errlen)) < 0)
+	    (r = upgrade_head_cert(a, err, errlen)) < 0 || (r = head_crl_update(a)) < 0 ||
+	    (r = agent_listen(a, err, errlen)) < 0)
 		return r;
 	/* Our own address may have changed with --listen. */
 	db_node self;
@@ -801,6 +1006,11 @@ void head_handle_init(struct agent *a, conn *c, const json_t *req)
 		return;
 	}
 	int64_t ttl = proto_int(req, "ttl_s", 86400);
+	if (ttl < 0 || ttl > AGENT_TOKEN_TTL_MAX_S) {
+		control_error(c, req, "bad_request", "the token ttl must be 0..%d s (10 years)",
+			      AGENT_TOKEN_TTL_MAX_S);
+		return;
+	}
 	char err[512] = "";
 	/* Bind first: if the port is taken, nothing is written. */
 	if (agent_listen(a, err, sizeof err) < 0) {
@@ -822,8 +1032,8 @@ void head_handle_init(struct agent *a, conn *c, const json_t *req)
 	if (r == 0)
 		r = pki_make_key(&node_key);
 	if (r == 0)
-		r = pki_issue(a->ca, a->ca_key, node_key, id.node_id, AGENT_CERT_DAYS, &node_cert,
-			      head.cert_serial);
+		r = pki_issue_head(a->ca, a->ca_key, node_key, id.node_id, AGENT_CERT_DAYS,
+				   &node_cert, head.cert_serial);
 	char p[512];
 	if (r == 0) {
 		identity_paths(a, "ca.key", p, sizeof p);
@@ -885,7 +1095,7 @@ void head_handle_init(struct agent *a, conn *c, const json_t *req)
 		r = identity_save(a);
 	}
 	if (r == 0)
-		r = agent_tls_setup(a, err, sizeof err);
+		r = head_crl_update(a); /* crl.pem, then the TLS contexts */
 	char tok[160], tid[17];
 	if (r == 0)
 		r = head_token_create(a, ttl, 0, "made by init", tok, sizeof tok, tid);

@@ -4,6 +4,7 @@
  * and on the head ca.key (0600) and cluster.db. */
 #include "agent.h"
 
+#include "cfg.h"
 #include "log.h"
 #include "pki.h"
 #include "util.h"
@@ -68,6 +69,8 @@ int identity_load(struct agent *a, char *err, size_t errlen)
 	copy_str(o, "head_addr", a->id.head_addr, sizeof a->id.head_addr);
 	copy_str(o, "cluster_secret", a->id.cluster_secret, sizeof a->id.cluster_secret);
 	copy_str(o, "advertise", a->id.advertise, sizeof a->id.advertise);
+	copy_str(o, "head_key", a->id.head_key, sizeof a->id.head_key);
+	copy_str(o, "joined_via", a->id.joined_via, sizeof a->id.joined_via);
 	json_decref(o);
 	if (!a->id.cluster_id[0] || !a->id.node_id[0] || !a->id.node_name[0]) {
 		snprintf(err, errlen, "%s: incomplete identity; move it away to start this node afresh",
@@ -85,6 +88,10 @@ int identity_save(struct agent *a)
 			      a->id.node_id, "node_name", a->id.node_name, "head_id", a->id.head_id,
 			      "head_addr", a->id.head_addr, "cluster_secret", a->id.cluster_secret,
 			      "advertise", a->id.advertise);
+	if (a->id.head_key[0])
+		json_object_set_new(o, "head_key", json_string(a->id.head_key));
+	if (a->id.joined_via[0])
+		json_object_set_new(o, "joined_via", json_string(a->id.joined_via));
 	char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 	json_decref(o);
 	if (!s)
@@ -99,7 +106,7 @@ int identity_save(struct agent *a)
 int identity_wipe(struct agent *a)
 {
 	static const char *files[] = {"identity.json", "node.key", "node.crt", "ca.crt", "ca.key",
-				      "cluster.db", "cluster.db-wal", "cluster.db-shm"};
+				      "crl.pem", "cluster.db", "cluster.db-wal", "cluster.db-shm"};
 	char path[512];
 	for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
 		identity_paths(a, files[i], path, sizeof path);
@@ -126,7 +133,44 @@ int agent_tls_setup(struct agent *a, char *err, size_t errlen)
 	 * context holds its own certificate, key, trust store and cipher tables. */
 	if (a->srv_ctx && a->id.role != ROLE_HEAD)
 		a->cli_ctx = tls_client_ctx(crt, key, ca, err, errlen);
-	return a->srv_ctx && (a->cli_ctx || a->id.role == ROLE_HEAD) ? 0 : -EINVAL;
+	if (!a->srv_ctx || (!a->cli_ctx && a->id.role != ROLE_HEAD))
+		return -EINVAL;
+	/* The cluster's revocation list, once the head has sent one (a node that
+	 * joined before lists existed gets it with its next hello): every
+	 * handshake then refuses removed nodes' certificates. */
+	char crl[512];
+	identity_paths(a, "crl.pem", crl, sizeof crl);
+	if (access(crl, F_OK) == 0 &&
+	    (tls_ctx_load_crl(a->srv_ctx, crl, err, errlen) < 0 ||
+	     (a->cli_ctx && tls_ctx_load_crl(a->cli_ctx, crl, err, errlen) < 0)))
+		return -EINVAL;
+	return 0;
+}
+
+int agent_security_config(struct agent *a, char *err, size_t errlen)
+{
+	static const char *const keys[] = {"admin_group", "join_expire_s", NULL};
+	a->join_expire_s = AGENT_JOIN_EXPIRE_S;
+	a->admin_group[0] = '\0';
+	json_t *sec = a->cfg ? cfg_get(a->cfg, "security") : NULL;
+	if (!sec)
+		return 0;
+	int r = cfg_check_keys(sec, "security", keys, err, errlen);
+	const char *g = NULL;
+	long long v;
+	if (r == 0 && (r = cfg_get_str(a->cfg, "security.admin_group", &g, err, errlen)) == 0) {
+		if (!*g || strlen(g) >= sizeof a->admin_group) {
+			snprintf(err, errlen, "security.admin_group: '%s' is not a group name", g);
+			return -EINVAL;
+		}
+		util_strlcpy(a->admin_group, g, sizeof a->admin_group);
+	}
+	if (r == -ENOENT)
+		r = 0;
+	if (r == 0 && (r = cfg_get_int(a->cfg, "security.join_expire_s", 1, 7 * 86400, &v, err,
+				       errlen)) == 0)
+		a->join_expire_s = v;
+	return r == -ENOENT ? 0 : r;
 }
 
 static void on_agent_conn(uv_stream_t *server, int status)

@@ -18,8 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
-enum fwd_kind { FWD_REQUEST, FWD_LEAVE, FWD_HELLO };
+enum fwd_kind { FWD_REQUEST, FWD_LEAVE, FWD_HELLO, FWD_JOINED };
 
 struct forward {
 	struct forward *next;
@@ -28,11 +29,15 @@ struct forward {
 	conn *cli;            /* NULL once the CLI went away */
 	enum fwd_kind kind;
 	json_t *pending;      /* frame not sent yet: waiting for the head session */
+	json_t *answer;       /* FWD_JOINED: the join's answer, sent once connected */
 	uint64_t queued_ms;
 };
 
+static struct forward *fwd_add(struct agent *a, conn *cli, json_int_t orig, enum fwd_kind k);
+
 static void schedule_reconnect(struct agent *a);
 static void connect_head(struct agent *a);
+static void take_crl(struct agent *a, const char *pem);
 
 /* ---- join ---------------------------------------------------------------- */
 
@@ -50,6 +55,9 @@ struct join_op {
 	uv_timer_t retry;
 	uint64_t deadline_ms, started_ms;
 	char last_err[256];
+	char head_cn[64];         /* the leaf the head presented (checked again in the answer) */
+	char head_key[PKI_HASH_HEX];
+	bool not_head;            /* the peer is a member, not the head: nothing was sent */
 	bool done;
 };
 
@@ -135,6 +143,20 @@ static void on_join_ready(conn *c, int status)
 			  j->host, j->port);
 		return;
 	}
+	/* The CA signs every member; only the head's certificate says OU=head.
+	 * A member (or a removed one) answering here gets nothing: a worker's
+	 * port says where its head is, which the close handler reports. */
+	if (pki_cert_role(leaf) != PKI_ROLE_HEAD) {
+		j->not_head = true;
+		log_warn("join_not_head", "peer=%s:%d", j->host, j->port);
+		return;
+	}
+	if (pki_cert_cn(leaf, j->head_cn, sizeof j->head_cn) < 0 ||
+	    pki_spki_sha256(leaf, j->head_key) < 0) {
+		join_fail(j, "ca_mismatch", "the head at %s:%d presented an unreadable certificate; "
+					    "nothing was sent", j->host, j->port);
+		return;
+	}
 	char addr[160];
 	local_address(j->a, c, addr, sizeof addr);
 	util_strlcpy(j->a->id.advertise, addr, sizeof j->a->id.advertise);
@@ -162,6 +184,19 @@ static int save_join(struct agent *a, struct join_op *j, const json_t *d, char *
 		snprintf(err, len, "the head's answer lacks the certificate");
 		return -EPROTO;
 	}
+	if (strcmp(proto_str(d, "head_id"), j->head_cn) != 0) {
+		snprintf(err, len, "the head's answer names head %s, but its certificate is %s",
+			 proto_str(d, "head_id"), j->head_cn);
+		return -EPROTO;
+	}
+	const char *crl = proto_str(d, "crl");
+	X509 *cax = NULL;
+	if (crl && *crl && (pki_cert_from_pem(ca, &cax) < 0 || pki_crl_check(crl, cax, NULL) < 0)) {
+		X509_free(cax);
+		snprintf(err, len, "the head's revocation list is not signed by the cluster CA");
+		return -EPROTO;
+	}
+	X509_free(cax);
 	char p[512];
 	size_t cl = strlen(cert), al = strlen(ca);
 	char *chain = malloc(cl + al + 1);
@@ -180,6 +215,10 @@ static int save_join(struct agent *a, struct join_op *j, const json_t *d, char *
 		identity_paths(a, "ca.crt", p, sizeof p);
 		r = pki_write_pem_text(p, ca, 0644);
 	}
+	if (r == 0 && crl && *crl) {
+		identity_paths(a, "crl.pem", p, sizeof p);
+		r = pki_write_pem_text(p, crl, 0644);
+	}
 	if (r < 0) {
 		snprintf(err, len, "cannot write keys to %s: %s", a->opts.state_dir, strerror(-r));
 		return r;
@@ -191,15 +230,20 @@ static int save_join(struct agent *a, struct join_op *j, const json_t *d, char *
 	util_strlcpy(id.cluster_name, proto_str(d, "cluster_name"), sizeof id.cluster_name);
 	util_strlcpy(id.cluster_secret, proto_str(d, "cluster_secret"), sizeof id.cluster_secret);
 	util_strlcpy(id.head_id, proto_str(d, "head_id"), sizeof id.head_id);
-	/* Keep the address we reached the head at: it is known to work from here. */
-	snprintf(id.head_addr, sizeof id.head_addr, strchr(j->host, ':') ? "[%s]:%d" : "%s:%d",
+	util_strlcpy(id.head_key, j->head_key, sizeof id.head_key);
+	/* The head's own address (what it advertises), not whatever relayed the
+	 * join (a port-forward, a tunnel); that one is kept as a fallback. */
+	snprintf(id.joined_via, sizeof id.joined_via, strchr(j->host, ':') ? "[%s]:%d" : "%s:%d",
 		 j->host, j->port);
+	util_strlcpy(id.head_addr, proto_str(d, "head_addr"), sizeof id.head_addr);
 	util_strlcpy(id.advertise, a->id.advertise, sizeof id.advertise);
 	a->id = id;
 	if ((r = identity_save(a)) < 0) {
 		snprintf(err, len, "cannot write %s/identity.json: %s", a->opts.state_dir, strerror(-r));
 		return r;
 	}
+	identity_paths(a, "join.key", p, sizeof p);
+	unlink(p); /* node.key holds it now */
 	return agent_tls_setup(a, err, len);
 }
 
@@ -209,6 +253,16 @@ static void on_join_frame(conn *c, json_t *msg)
 	struct agent *a = j->a;
 	const char *t = proto_type(msg);
 	if (j->done) {
+		json_decref(msg);
+		return;
+	}
+	if (j->not_head) {
+		const char *code = proto_str(msg, "code"), *m = proto_str(msg, "message");
+		if (strcmp(t, "error") == 0 && code && strcmp(code, "not_head") == 0 && m)
+			join_fail(j, "not_head",
+				  "%s:%d is not the head of the cluster but one of its nodes; its head "
+				  "is at %s: run 'sparkctl join %s --token ...' (nothing was sent)",
+				  j->host, j->port, m, m);
 		json_decref(msg);
 		return;
 	}
@@ -222,18 +276,22 @@ static void on_join_frame(conn *c, json_t *msg)
 		json_t *d = json_object_get(msg, "data");
 		if (save_join(a, j, d, err, sizeof err) < 0) {
 			identity_wipe(a);
-			join_fail(j, "join_failed", "joined, but %s; remove the node on the head "
-						    "('sparkctl node rm') and join again", err);
+			join_fail(j, "join_failed", "joined, but %s; fix that and run the same join "
+						    "command again (the head keeps this join for %s)",
+				  err, "a while");
 		} else {
 			j->done = true;
 			log_info("joined", "cluster=%s node=%s head=%s", a->id.cluster_name,
 				 a->id.node_name, a->id.head_addr);
-			if (j->cli)
-				control_reply(j->cli, j->req,
-					      json_pack("{s:s, s:s, s:s, s:s}", "cluster_name",
-							a->id.cluster_name, "cluster_id", a->id.cluster_id,
-							"node_name", a->id.node_name, "head_address",
-							a->id.head_addr));
+			/* The CLI hears of it once the first session to the head is up:
+			 * a join is complete when the node connected with its identity. */
+			struct forward *f = j->cli ? fwd_add(a, j->cli, proto_id(j->req), FWD_JOINED) : NULL;
+			if (f)
+				f->answer = json_pack("{s:s, s:s, s:s, s:s}", "cluster_name",
+						      a->id.cluster_name, "cluster_id", a->id.cluster_id,
+						      "node_name", a->id.node_name, "head_address",
+						      a->id.head_addr);
+			j->cli = NULL;
 			conn_close(c, 0);
 			worker_start(a);
 		}
@@ -251,6 +309,13 @@ static void on_join_close(conn *c, int err)
 	j->c = NULL;
 	if (j->done) {
 		join_finish(j);
+		return;
+	}
+	if (j->not_head) {
+		join_fail(j, "not_head",
+			  "%s:%d is not the head of the cluster: it presented a node's certificate "
+			  "(a member, or a removed one); nothing was sent. Run the join command "
+			  "that 'sparkctl token create' prints on the head", j->host, j->port);
 		return;
 	}
 	if (!j->last_err[0] || err)
@@ -335,10 +400,29 @@ void worker_handle_join(struct agent *a, conn *c, const json_t *req)
 		control_error(c, req, "listen_failed", "%s", err);
 		return;
 	}
-	if (pki_make_key(&j->key) < 0 || pki_make_csr(j->key, j->name, &j->csr) < 0) {
+	/* The key is stored before the head is contacted: a join whose answer is
+	 * lost (the head died, this disk filled up) is retried with the same key,
+	 * and the head then finishes that join instead of refusing the token. */
+	char kp[512];
+	identity_paths(a, "join.key", kp, sizeof kp);
+	int kr = pki_read_key(kp, &j->key);
+	if (kr < 0) {
+		kr = pki_make_key(&j->key);
+		if (kr == 0)
+			kr = pki_write_key(kp, j->key);
+		if (kr < 0) {
+			EVP_PKEY_free(j->key);
+			free(j);
+			control_error(c, req, "internal",
+				      "cannot store a key in %s: %s; free space or fix its permissions",
+				      a->opts.state_dir, strerror(-kr));
+			return;
+		}
+	}
+	if (pki_make_csr(j->key, j->name, &j->csr) < 0) {
 		EVP_PKEY_free(j->key);
 		free(j);
-		control_error(c, req, "internal", "cannot make a key and certificate request");
+		control_error(c, req, "internal", "cannot make a certificate request");
 		return;
 	}
 	j->cli = c;
@@ -391,9 +475,34 @@ static void fail_forwards_if(struct agent *a, const char *why, bool sent_only)
 			continue;
 		}
 		*p = f->next;
-		if (f->cli)
+		if (f->cli && f->kind == FWD_JOINED) {
+			json_object_set_new(f->answer, "connected", json_false());
+			json_object_set_new(f->answer, "note", json_string(why));
+			conn_send_new(f->cli, proto_result(f->orig_id, json_incref(f->answer)));
+		} else if (f->cli) {
 			conn_send_new(f->cli, proto_error(f->orig_id, "head_unreachable", why));
+		}
 		json_decref(f->pending);
+		json_decref(f->answer);
+		free(f);
+	}
+}
+
+/* The first hello after a join was answered: tell the waiting CLI. */
+static void joined_reply(struct agent *a)
+{
+	for (struct forward **p = &a->forwards; *p;) {
+		struct forward *f = *p;
+		if (f->kind != FWD_JOINED) {
+			p = &f->next;
+			continue;
+		}
+		*p = f->next;
+		if (f->cli) {
+			json_object_set_new(f->answer, "connected", json_true());
+			conn_send_new(f->cli, proto_result(f->orig_id, json_incref(f->answer)));
+		}
+		json_decref(f->answer);
 		free(f);
 	}
 }
@@ -495,6 +604,11 @@ static void on_head_frame(conn *c, json_t *msg)
 		json_decref(msg);
 		return;
 	}
+	if (strcmp(t, "crl") == 0) { /* a node was removed: its certificate is revoked */
+		take_crl(a, proto_str(msg, "crl"));
+		json_decref(msg);
+		return;
+	}
 	struct forward *f = id ? fwd_take(a, id) : NULL;
 	if (!f) {
 		if (strcmp(t, "error") == 0) {
@@ -513,10 +627,14 @@ static void on_head_frame(conn *c, json_t *msg)
 	}
 	if (f->kind == FWD_HELLO) {
 		if (strcmp(t, "result") == 0) {
+			json_t *d = json_object_get(msg, "data");
+			take_crl(a, proto_str(d, "crl"));
+			a->head_alt = strcmp(a->head_addr_now, a->id.head_addr) != 0; /* stick to it */
 			a->head_up = true;
 			a->backoff_ms = 0;
 			a->head_error[0] = '\0';
-			log_info("head_connected", "head=%s", a->id.head_addr);
+			log_info("head_connected", "head=%s", a->head_addr_now);
+			joined_reply(a);
 			uv_timer_start(&a->hb_timer, on_heartbeat, AGENT_HEARTBEAT_MS, AGENT_HEARTBEAT_MS);
 			flush_queued(a);
 			fabric_publish(a);
@@ -544,12 +662,72 @@ static void on_head_frame(conn *c, json_t *msg)
 	json_decref(msg);
 }
 
+/* Is the peer this cluster's head? The chain is CA-signed and unrevoked (the
+ * TLS context checked that); the leaf must also say OU=head, name the head id
+ * learnt at join and carry the key pinned then. A node that joined before
+ * keys were pinned pins the first head certificate that passes the rest. */
+static int check_head(struct agent *a, conn *c, char *why, size_t len)
+{
+	X509 *leaf = conn_peer_cert(c);
+	char cn[64] = "", key[PKI_HASH_HEX] = "";
+	if (!leaf || pki_cert_cn(leaf, cn, sizeof cn) < 0 || pki_spki_sha256(leaf, key) < 0) {
+		snprintf(why, len, "presented no readable certificate");
+		return -EACCES;
+	}
+	if (pki_cert_role(leaf) != PKI_ROLE_HEAD || strcmp(cn, a->id.head_id) != 0) {
+		snprintf(why, len, "presented the certificate of node %s, not of this cluster's head %s",
+			 cn, a->id.head_id);
+		return -EACCES;
+	}
+	if (!a->id.head_key[0]) {
+		util_strlcpy(a->id.head_key, key, sizeof a->id.head_key);
+		identity_save(a);
+		log_info("head_key_pinned", "head=%s key=%s", cn, key);
+	} else if (!pki_ct_equal(key, a->id.head_key)) {
+		snprintf(why, len, "presented head %s's name with another key than the one pinned at join",
+			 cn);
+		return -EACCES;
+	}
+	return 0;
+}
+
+/* A revocation list from the head: check its signature, store it, reload. */
+static void take_crl(struct agent *a, const char *pem)
+{
+	if (!pem || !*pem)
+		return;
+	char p[512], err[256] = "";
+	X509 *ca = NULL;
+	size_t n = 0;
+	identity_paths(a, "ca.crt", p, sizeof p);
+	if (pki_read_cert(p, &ca) < 0 || pki_crl_check(pem, ca, &n) < 0) {
+		X509_free(ca);
+		log_warn("crl_refused", "reason=%s", "not signed by the cluster CA");
+		return;
+	}
+	X509_free(ca);
+	identity_paths(a, "crl.pem", p, sizeof p);
+	if (pki_write_pem_text(p, pem, 0644) < 0 || agent_tls_setup(a, err, sizeof err) < 0) {
+		log_error("crl_failed", "detail=%s", log_q(err));
+		return;
+	}
+	log_debug("crl_stored", "revoked=%zu", n);
+}
+
 static void on_head_ready(conn *c, int status)
 {
 	struct agent *a = conn_data(c);
 	if (status < 0) {
 		snprintf(a->head_error, sizeof a->head_error, "%s",
 			 status > -4096 ? uv_strerror(status) : strerror(-status));
+		return;
+	}
+	char why[256];
+	if (check_head(a, c, why, sizeof why) < 0) {
+		snprintf(a->head_error, sizeof a->head_error, "the peer at %s is not this cluster's head: it %s",
+			 a->head_addr_now, why);
+		log_warn("head_impostor", "addr=%s reason=%s", a->head_addr_now, log_q(why));
+		conn_close(c, -EACCES);
 		return;
 	}
 	struct forward *f = fwd_add(a, NULL, 0, FWD_HELLO);
@@ -597,8 +775,16 @@ static void connect_head(struct agent *a)
 	int port;
 	if (a->head || a->stopping)
 		return;
-	if (util_split_hostport(a->id.head_addr, SPARK_DEFAULT_PORT, host, sizeof host, &port) < 0) {
-		log_error("bad_head_addr", "head=%s", log_q(a->id.head_addr));
+	/* The head's advertised address first; after a failure, the address the
+	 * join went through (if it differs), and so on in turn. Either way the
+	 * peer must prove it is the pinned head. */
+	const char *addr = a->id.head_addr;
+	if (a->head_alt && a->id.joined_via[0] && strcmp(a->id.joined_via, a->id.head_addr) != 0)
+		addr = a->id.joined_via;
+	a->head_alt = !a->head_alt;
+	util_strlcpy(a->head_addr_now, addr, sizeof a->head_addr_now);
+	if (util_split_hostport(addr, SPARK_DEFAULT_PORT, host, sizeof host, &port) < 0) {
+		log_error("bad_head_addr", "head=%s", log_q(addr));
 		return;
 	}
 	a->head_error[0] = '\0';

@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/x509_vfy.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -407,6 +408,8 @@ static void process_frames(conn *c)
 	}
 }
 
+void conn_set_max_frame(conn *c, size_t max) { proto_decoder_limit(&c->dec, max); }
+
 static void take_bytes(conn *c, const void *data, size_t n)
 {
 	if (proto_decoder_feed(&c->dec, data, n) < 0) {
@@ -666,6 +669,26 @@ SSL_CTX *tls_client_ctx(const char *cert_file, const char *key_file, const char 
 			char *err, size_t errlen)
 {
 	return make_ctx(false, cert_file, key_file, ca_file, err, errlen);
+}
+
+int tls_ctx_load_crl(SSL_CTX *ctx, const char *crl_file, char *err, size_t errlen)
+{
+	ERR_clear_error();
+	BIO *bio = BIO_new_file(crl_file, "r");
+	X509_CRL *crl = bio ? PEM_read_bio_X509_CRL(bio, NULL, no_password_cb, NULL) : NULL;
+	BIO_free(bio);
+	X509_STORE *st = SSL_CTX_get_cert_store(ctx);
+	int ok = crl && st && X509_STORE_add_crl(st, crl) == 1 &&
+		 X509_STORE_set_flags(st, X509_V_FLAG_CRL_CHECK) == 1;
+	X509_CRL_free(crl);
+	if (!ok) {
+		char why[160];
+		ssl_reason(why, sizeof why);
+		if (err && errlen)
+			snprintf(err, errlen, "cannot load revocation list %s: %s", crl_file, why);
+		return -EINVAL;
+	}
+	return 0;
 }
 
 /* ---------- creation ---------- */
@@ -980,6 +1003,12 @@ int conn_fd(conn *c)
 }
 
 bool conn_is_tls(conn *c) { return c && c->ssl; }
+
+bool conn_peer_revoked(conn *c)
+{
+	return c && c->ssl && SSL_is_init_finished(c->ssl) && SSL_get0_peer_certificate(c->ssl) &&
+	       SSL_get_verify_result(c->ssl) == X509_V_ERR_CERT_REVOKED;
+}
 
 X509 *conn_peer_cert(conn *c)
 {

@@ -45,6 +45,10 @@ SSL_CTX *tls_server_ctx(const char *cert_file, const char *key_file,
 SSL_CTX *tls_client_ctx(const char *cert_file, const char *key_file,
 			const char *ca_file, char *err, size_t errlen);
 
+/* Check peers against a CRL too (PEM file signed by the context's CA): a
+ * revoked leaf then fails verification on every handshake. 0 or -EINVAL. */
+int tls_ctx_load_crl(SSL_CTX *ctx, const char *crl_file, char *err, size_t errlen);
+
 /* Wrap an accepted stream. server is a listening uv_pipe_t or uv_tcp_t; ssl_ctx
  * NULL means plain. Returns NULL on failure (the pending connection is dropped). */
 conn *conn_accept(uv_stream_t *server, SSL_CTX *ssl_ctx, const struct conn_cbs *cbs,
@@ -67,6 +71,9 @@ int conn_send(conn *c, const json_t *msg);
 int conn_send_new(conn *c, json_t *msg);
 void conn_close(conn *c, int err);
 
+/* Largest frame this peer may send (see proto_decoder_limit); 0 = PROTO_MAX_FRAME. */
+void conn_set_max_frame(conn *c, size_t max);
+
 void *conn_data(conn *c);
 void conn_set_data(conn *c, void *data);
 uv_loop_t *conn_loop(conn *c);
@@ -75,6 +82,9 @@ bool conn_is_tls(conn *c);
 /* Peer's leaf certificate (TLS only), borrowed, NULL if none was sent or it failed
  * verification against the context's CA. */
 X509 *conn_peer_cert(conn *c);
+/* The peer presented a certificate that the CRL loaded into the context
+ * (tls_ctx_load_crl) lists. */
+bool conn_peer_revoked(conn *c);
 /* Peer's full chain as sent (TLS only), borrowed; for pinning during join.
  * (OpenSSL semantics: on the server side the chain leaves out the leaf.) */
 STACK_OF(X509) *conn_peer_chain(conn *c);

@@ -20,6 +20,7 @@
 
 #define PKI_MAX_PEM (64 * 1024)
 #define PKI_CN_MAX 64 /* ub-common-name */
+#define PKI_MAX_CRL (1024 * 1024)
 
 static int ossl_fail(int code)
 {
@@ -122,8 +123,8 @@ struct cert_ext {
  * hour ago for `days`, subject CN cn, the extensions exts[0..next), issued
  * by issuer and signed with sign_key (issuer NULL: self-signed, by pub's
  * private half sign_key). */
-static int build_cert(X509 *issuer, EVP_PKEY *sign_key, EVP_PKEY *pub, const char *cn, int days,
-		      const struct cert_ext *exts, size_t next, X509 **out)
+static int build_cert(X509 *issuer, EVP_PKEY *sign_key, EVP_PKEY *pub, const char *cn,
+		      const char *ou, int days, const struct cert_ext *exts, size_t next, X509 **out)
 {
 	X509 *x = X509_new();
 	if (!x)
@@ -140,6 +141,9 @@ static int build_cert(X509 *issuer, EVP_PKEY *sign_key, EVP_PKEY *pub, const cha
 	if ((r = set_cn(X509_get_subject_name(x), cn)) < 0)
 		goto fail;
 	r = -EINVAL;
+	if (ou && X509_NAME_add_entry_by_txt(X509_get_subject_name(x), "OU", MBSTRING_UTF8,
+					     (const unsigned char *)ou, -1, -1, 0) != 1)
+		goto fail;
 	if (X509_set_issuer_name(x, X509_get_subject_name(issuer)) != 1 ||
 	    X509_set_pubkey(x, pub) != 1)
 		goto fail;
@@ -169,11 +173,11 @@ int pki_make_ca(const char *cluster_name, EVP_PKEY *key, X509 **out)
 		return -EINVAL;
 	char cn[PKI_CN_MAX + 1];
 	snprintf(cn, sizeof cn, "sparkctl CA %s", cluster_name); /* truncated to 64 */
-	return build_cert(NULL, key, key, cn, 3650, exts, sizeof exts / sizeof exts[0], out);
+	return build_cert(NULL, key, key, cn, NULL, 3650, exts, sizeof exts / sizeof exts[0], out);
 }
 
-int pki_issue(X509 *ca, EVP_PKEY *ca_key, EVP_PKEY *pub, const char *cn, int days, X509 **out,
-	      char serial_hex[41])
+static int issue_role(X509 *ca, EVP_PKEY *ca_key, EVP_PKEY *pub, const char *cn,
+		      enum pki_role role, int days, X509 **out, char serial_hex[41])
 {
 	static const struct cert_ext exts[] = {
 		{NID_basic_constraints, "critical,CA:FALSE"},
@@ -190,7 +194,8 @@ int pki_issue(X509 *ca, EVP_PKEY *ca_key, EVP_PKEY *pub, const char *cn, int day
 	if (X509_check_private_key(ca, ca_key) != 1)
 		return ossl_fail(-EINVAL);
 	X509 *x;
-	int r = build_cert(ca, ca_key, pub, cn, days, exts, sizeof exts / sizeof exts[0], &x);
+	int r = build_cert(ca, ca_key, pub, cn, role == PKI_ROLE_HEAD ? "head" : "node", days, exts,
+			   sizeof exts / sizeof exts[0], &x);
 	if (r < 0)
 		return r;
 	if (serial_hex && (r = pki_cert_serial(x, serial_hex)) < 0) {
@@ -199,6 +204,149 @@ int pki_issue(X509 *ca, EVP_PKEY *ca_key, EVP_PKEY *pub, const char *cn, int day
 	}
 	*out = x;
 	return 0;
+}
+
+int pki_issue(X509 *ca, EVP_PKEY *ca_key, EVP_PKEY *pub, const char *cn, int days, X509 **out,
+	      char serial_hex[41])
+{
+	return issue_role(ca, ca_key, pub, cn, PKI_ROLE_NODE, days, out, serial_hex);
+}
+
+int pki_issue_head(X509 *ca, EVP_PKEY *ca_key, EVP_PKEY *pub, const char *cn, int days,
+		   X509 **out, char serial_hex[41])
+{
+	return issue_role(ca, ca_key, pub, cn, PKI_ROLE_HEAD, days, out, serial_hex);
+}
+
+int pki_cert_role(X509 *cert)
+{
+	X509_NAME *name = cert ? X509_get_subject_name(cert) : NULL;
+	if (!name)
+		return -EINVAL;
+	int i = X509_NAME_get_index_by_NID(name, NID_organizationalUnitName, -1);
+	if (i < 0)
+		return PKI_ROLE_NODE;
+	if (X509_NAME_get_index_by_NID(name, NID_organizationalUnitName, i) >= 0)
+		return -EINVAL; /* two roles: not one of ours */
+	ASN1_STRING *s = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(name, i));
+	const unsigned char *d = s ? ASN1_STRING_get0_data(s) : NULL;
+	int n = s ? ASN1_STRING_length(s) : 0;
+	if (d && n == 4 && memcmp(d, "head", 4) == 0)
+		return PKI_ROLE_HEAD;
+	if (d && n == 4 && memcmp(d, "node", 4) == 0)
+		return PKI_ROLE_NODE;
+	return -EINVAL;
+}
+
+static X509_REQ *csr_parse(const char *csr_pem)
+{
+	if (!csr_pem)
+		return NULL;
+	size_t n = strnlen(csr_pem, PKI_MAX_PEM + 1);
+	if (n == 0 || n > PKI_MAX_PEM)
+		return NULL;
+	BIO *bio = BIO_new_mem_buf(csr_pem, (int)n);
+	if (!bio)
+		return NULL;
+	X509_REQ *req = PEM_read_bio_X509_REQ(bio, NULL, no_password_cb, NULL);
+	BIO_free(bio);
+	return req;
+}
+
+int pki_csr_spki_sha256(const char *csr_pem, char hex[PKI_HASH_HEX])
+{
+	hex[0] = '\0';
+	X509_REQ *req = csr_parse(csr_pem);
+	X509_PUBKEY *pk = req ? X509_REQ_get_X509_PUBKEY(req) : NULL;
+	unsigned char *der = NULL;
+	int n = pk ? i2d_X509_PUBKEY(pk, &der) : -1;
+	X509_REQ_free(req);
+	if (n <= 0)
+		return ossl_fail(-EBADMSG);
+	pki_sha256_hex(der, (size_t)n, hex);
+	OPENSSL_free(der);
+	return 0;
+}
+
+int pki_make_crl(X509 *ca, EVP_PKEY *ca_key, const char *const *serials, size_t n, long number,
+		 int days, char **pem)
+{
+	*pem = NULL;
+	if (!ca || !ca_key || (n && !serials) || days < 1)
+		return -EINVAL;
+	X509_CRL *crl = X509_CRL_new();
+	ASN1_TIME *t = ASN1_TIME_new();
+	ASN1_INTEGER *num = ASN1_INTEGER_new();
+	BIO *bio = NULL;
+	int r = -ENOMEM;
+	if (!crl || !t || !num)
+		goto out;
+	r = -EINVAL;
+	if (X509_CRL_set_version(crl, X509_CRL_VERSION_2) != 1 ||
+	    X509_CRL_set_issuer_name(crl, X509_get_subject_name(ca)) != 1 ||
+	    !X509_gmtime_adj(t, -3600) || X509_CRL_set1_lastUpdate(crl, t) != 1 ||
+	    !X509_time_adj_ex(t, days, 0, NULL) || X509_CRL_set1_nextUpdate(crl, t) != 1 ||
+	    ASN1_INTEGER_set(num, number) != 1 ||
+	    X509_CRL_add1_ext_i2d(crl, NID_crl_number, num, 0, 0) != 1)
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		BIGNUM *bn = NULL;
+		if (!serials[i] || !BN_hex2bn(&bn, serials[i]))
+			goto out;
+		X509_REVOKED *rv = X509_REVOKED_new();
+		ASN1_INTEGER *ai = BN_to_ASN1_INTEGER(bn, NULL);
+		BN_free(bn);
+		int ok = rv && ai && X509_REVOKED_set_serialNumber(rv, ai) == 1 &&
+			 X509_REVOKED_set_revocationDate(
+				 rv, (ASN1_TIME *)X509_CRL_get0_lastUpdate(crl)) == 1 &&
+			 X509_CRL_add0_revoked(crl, rv) == 1;
+		ASN1_INTEGER_free(ai);
+		if (!ok) {
+			X509_REVOKED_free(rv);
+			goto out;
+		}
+	}
+	if (X509_CRL_sort(crl) != 1 || X509_CRL_sign(crl, ca_key, EVP_sha256()) <= 0)
+		goto out;
+	r = -ENOMEM;
+	bio = BIO_new(BIO_s_mem());
+	if (!bio || PEM_write_bio_X509_CRL(bio, crl) != 1)
+		goto out;
+	char *p;
+	long len = BIO_get_mem_data(bio, &p);
+	if (len > 0 && (*pem = strndup(p, (size_t)len)))
+		r = 0;
+out:
+	BIO_free(bio);
+	ASN1_INTEGER_free(num);
+	ASN1_TIME_free(t);
+	X509_CRL_free(crl);
+	return r < 0 ? ossl_fail(r) : 0;
+}
+
+int pki_crl_check(const char *pem, X509 *ca, size_t *count)
+{
+	if (!pem || !ca)
+		return -EINVAL;
+	size_t n = strnlen(pem, PKI_MAX_CRL + 1);
+	if (n == 0 || n > PKI_MAX_CRL)
+		return -EMSGSIZE;
+	BIO *bio = BIO_new_mem_buf(pem, (int)n);
+	X509_CRL *crl = bio ? PEM_read_bio_X509_CRL(bio, NULL, no_password_cb, NULL) : NULL;
+	BIO_free(bio);
+	if (!crl)
+		return ossl_fail(-EBADMSG);
+	EVP_PKEY *pub = X509_get0_pubkey(ca);
+	int r = 0;
+	if (X509_NAME_cmp(X509_CRL_get_issuer(crl), X509_get_subject_name(ca)) != 0 || !pub ||
+	    X509_CRL_verify(crl, pub) != 1)
+		r = -EACCES;
+	if (r == 0 && count) {
+		STACK_OF(X509_REVOKED) *rv = X509_CRL_get_REVOKED(crl);
+		*count = rv ? (size_t)sk_X509_REVOKED_num(rv) : 0;
+	}
+	X509_CRL_free(crl);
+	return r < 0 ? ossl_fail(r) : 0;
 }
 
 int pki_make_csr(EVP_PKEY *key, const char *cn, char **csr_pem)
@@ -244,11 +392,7 @@ int pki_sign_csr(X509 *ca, EVP_PKEY *ca_key, const char *csr_pem, const char *cn
 	size_t n = strnlen(csr_pem, PKI_MAX_PEM + 1);
 	if (n == 0 || n > PKI_MAX_PEM)
 		return -EINVAL;
-	BIO *bio = BIO_new_mem_buf(csr_pem, (int)n);
-	if (!bio)
-		return ossl_fail(-ENOMEM);
-	X509_REQ *req = PEM_read_bio_X509_REQ(bio, NULL, no_password_cb, NULL);
-	BIO_free(bio);
+	X509_REQ *req = csr_parse(csr_pem);
 	if (!req)
 		return ossl_fail(-EBADMSG);
 	int r;

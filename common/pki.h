@@ -22,9 +22,29 @@ int pki_make_csr(EVP_PKEY *key, const char *cn, char **csr_pem);
  * serverAuth+clientAuth. Returns PEM text and the serial as lowercase hex. */
 int pki_sign_csr(X509 *ca, EVP_PKEY *ca_key, const char *csr_pem, const char *cn,
 		 int days, char **cert_pem, char serial_hex[41]);
-/* Issue a leaf for a key we hold ourselves (the head's own certificate). */
+/* Issue a node leaf (subject CN=cn, OU=node) for a public key. */
 int pki_issue(X509 *ca, EVP_PKEY *ca_key, EVP_PKEY *key, const char *cn, int days,
 	      X509 **out, char serial_hex[41]);
+/* The head's own leaf: the same, but OU=head. Only `init` (and the head's
+ * own upgrade of a certificate made before roles existed) calls this; a CSR is
+ * always signed as a node, so no member can obtain a head certificate. */
+int pki_issue_head(X509 *ca, EVP_PKEY *ca_key, EVP_PKEY *key, const char *cn, int days,
+		   X509 **out, char serial_hex[41]);
+enum pki_role { PKI_ROLE_NODE = 0, PKI_ROLE_HEAD = 1 };
+/* The role in a certificate's subject: PKI_ROLE_HEAD for OU=head, PKI_ROLE_NODE
+ * for OU=node or no OU (certificates made before roles), -EINVAL otherwise. */
+int pki_cert_role(X509 *cert);
+/* SHA-256 of a CSR's SubjectPublicKeyInfo (DER), lowercase hex; -EBADMSG. */
+int pki_csr_spki_sha256(const char *csr_pem, char hex[PKI_HASH_HEX]);
+
+/* Certificate revocation list signed by the CA: the given serials (lowercase
+ * hex as pki_cert_serial makes them), CRL number `number`, next update in
+ * `days`. PEM text (caller frees). */
+int pki_make_crl(X509 *ca, EVP_PKEY *ca_key, const char *const *serials, size_t n, long number,
+		 int days, char **pem);
+/* Parse a CRL and check that ca issued and signed it. 0 (and the number of
+ * revoked serials), -EBADMSG, -EMSGSIZE or -EACCES. */
+int pki_crl_check(const char *pem, X509 *ca, size_t *count);
 
 /* SHA-256 of the certificate's SubjectPublicKeyInfo (DER), lowercase hex. */
 int pki_spki_sha256(X509 *cert, char hex[PKI_HASH_HEX]);

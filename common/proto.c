@@ -7,6 +7,13 @@
 
 void proto_decoder_init(proto_decoder *d) { memset(d, 0, sizeof *d); }
 
+void proto_decoder_limit(proto_decoder *d, size_t max)
+{
+	d->max = max > PROTO_MAX_FRAME ? PROTO_MAX_FRAME : max;
+}
+
+static size_t decoder_max(const proto_decoder *d) { return d->max ? d->max : PROTO_MAX_FRAME; }
+
 void proto_decoder_free(proto_decoder *d)
 {
 	free(d->buf);
@@ -22,7 +29,7 @@ int proto_decoder_feed(proto_decoder *d, const void *data, size_t n)
 		while (cap < d->len + n)
 			cap *= 2;
 		/* never hold more than one max frame plus its header and a bit */
-		if (cap > PROTO_MAX_FRAME + 4 + 65536)
+		if (cap > decoder_max(d) + 4 + 65536)
 			cap = d->len + n;
 		uint8_t *nb = realloc(d->buf, cap);
 		if (!nb)
@@ -51,8 +58,11 @@ int proto_decoder_next(proto_decoder *d, json_t **msg, char *err, size_t errlen)
 			((uint32_t)d->buf[2] << 8) | (uint32_t)d->buf[3];
 	if (flen == 0)
 		return fail(err, errlen, -EMSGSIZE, "empty frame");
-	if (flen > PROTO_MAX_FRAME)
-		return fail(err, errlen, -EMSGSIZE, "frame larger than 1 MiB");
+	if (flen > decoder_max(d)) {
+		char why[64];
+		snprintf(why, sizeof why, "frame larger than %zu bytes", decoder_max(d));
+		return fail(err, errlen, -EMSGSIZE, why);
+	}
 	if (d->len - 4 < flen)
 		return 0;
 	json_error_t jerr;

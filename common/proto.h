@@ -16,9 +16,14 @@
 typedef struct proto_decoder {
 	uint8_t *buf;
 	size_t len, cap;
+	size_t max;     /* largest frame accepted; 0 means PROTO_MAX_FRAME */
 } proto_decoder;
 
 void proto_decoder_init(proto_decoder *d);
+/* Accept frames of at most max bytes (1..PROTO_MAX_FRAME; 0 restores the
+ * default). A peer that has not authenticated gets a small limit, so that it
+ * cannot make the receiver hold a megabyte per connection. */
+void proto_decoder_limit(proto_decoder *d, size_t max);
 void proto_decoder_free(proto_decoder *d);
 /* Append received bytes. 0, or -ENOMEM. */
 int proto_decoder_feed(proto_decoder *d, const void *data, size_t n);

@@ -209,12 +209,22 @@ static const char *const migrations[] = {
 	"  detail      TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(detail)),"
 	"  PRIMARY KEY (run_id, seq)"
 	") STRICT;",
+	/* 5: join state (issue 14). connected_at is when the node first opened a
+	 * session (0: never, a join whose answer may have been lost); key_hash
+	 * is the SHA-256 of the public key its certificate was issued for, so a
+	 * retry of the same join (same token, name and key) is recognised. */
+	"ALTER TABLE nodes ADD COLUMN connected_at INTEGER NOT NULL DEFAULT 0;"
+	"ALTER TABLE nodes ADD COLUMN key_hash TEXT NOT NULL DEFAULT '';"
+	"UPDATE nodes SET connected_at = joined_at WHERE role = 'head' OR EXISTS "
+	"  (SELECT 1 FROM events e WHERE e.node_id = nodes.id AND e.kind = 'connected');",
 };
 #define DB_SCHEMA_VERSION ((int)ARRAY_SIZE(migrations))
 
 /* ---------- statements ---------- */
 
-#define NODE_COLS "id, name, role, state, address, version, cert_serial, joined_at, last_seen, drained"
+#define NODE_COLS \
+	"id, name, role, state, address, version, cert_serial, joined_at, last_seen, drained, " \
+	"connected_at, key_hash"
 #define FPORT_COLS \
 	"port, twin, netdev, present, carrier, operstate, speed_mbps, mtu, rdma_device, " \
 	"rdma_state, gid_index"
@@ -234,7 +244,8 @@ enum q {
 	Q_CLUSTER_INSERT, Q_CLUSTER_GET,
 	Q_NODE_INSERT, Q_NODE_GET, Q_NODE_GET_NAME, Q_NODE_LIST, Q_NODE_SEEN, Q_NODE_TOUCH,
 	Q_NODE_STATE, Q_NODE_DRAINED, Q_NODE_DELETE, Q_NODE_NAME_USED,
-	Q_CERT_REVOKE, Q_CERT_REVOKED,
+	Q_CERT_REVOKE, Q_CERT_REVOKED, Q_CERT_LIST,
+	Q_NODE_CONNECTED, Q_JOIN_PENDING, Q_JOIN_RESUME, Q_JOIN_EXPIRED, Q_TOKEN_UNUSE,
 	Q_TOKEN_INSERT, Q_TOKEN_LIST, Q_TOKEN_GET, Q_TOKEN_REVOKE, Q_TOKEN_USE,
 	Q_EVENT_ADD, Q_EVENT_LIST,
 	Q_FABRIC_SET, Q_FABRIC_GET, Q_FPORT_CLEAR, Q_FPORT_INSERT, Q_FPORT_LIST,
@@ -256,7 +267,7 @@ static const char *const sql_text[Q_COUNT] = {
 		"SELECT id, name, ca_hash, secret, head_id, created_at FROM cluster WHERE singleton = 1",
 	[Q_NODE_INSERT] =
 		"INSERT INTO nodes (" NODE_COLS ", token_id) "
-		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
 	[Q_NODE_GET] = "SELECT " NODE_COLS " FROM nodes WHERE id = ?1",
 	[Q_NODE_GET_NAME] = "SELECT " NODE_COLS " FROM nodes WHERE name = ?1",
 	[Q_NODE_LIST] =
@@ -275,6 +286,23 @@ static const char *const sql_text[Q_COUNT] = {
 		"INSERT INTO revoked_certs (serial, node_id, revoked_at) VALUES (?1, ?2, ?3) "
 		"ON CONFLICT (serial) DO NOTHING",
 	[Q_CERT_REVOKED] = "SELECT 1 FROM revoked_certs WHERE serial = ?1",
+	[Q_CERT_LIST] = "SELECT serial FROM revoked_certs ORDER BY revoked_at, serial",
+	[Q_NODE_CONNECTED] =
+		"UPDATE nodes SET connected_at = ?2 WHERE id = ?1 AND connected_at = 0",
+	/* A worker's join that never connected, made with this token. */
+	[Q_JOIN_PENDING] =
+		"SELECT " NODE_COLS " FROM nodes WHERE name = ?1 AND token_id = ?2 "
+		"AND role = 'worker' AND connected_at = 0",
+	[Q_JOIN_RESUME] =
+		"UPDATE nodes SET cert_serial = ?2, key_hash = ?3, joined_at = ?4, last_seen = ?4, "
+		"address = ?5, version = ?6 WHERE id = ?1 AND connected_at = 0",
+	[Q_JOIN_EXPIRED] =
+		"SELECT " NODE_COLS ", coalesce(token_id, '') FROM nodes WHERE role = 'worker' "
+		"AND connected_at = 0 AND joined_at < ?1 ORDER BY joined_at",
+	/* Give back the use an expired join took (unlimited tokens have none). */
+	[Q_TOKEN_UNUSE] =
+		"UPDATE tokens SET uses = max(uses - 1, 0), uses_left = uses_left + 1 "
+		"WHERE id = ?1 AND uses_left >= 0",
 	[Q_TOKEN_INSERT] =
 		"INSERT INTO tokens (" TOKEN_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
 	[Q_TOKEN_LIST] = "SELECT " TOKEN_COLS " FROM tokens ORDER BY created_at ASC, id ASC",
@@ -774,7 +802,9 @@ static int node_insert(db *d, const db_node *n, const char *def_role, const char
 	sqlite3_bind_int64(s, 8, n->joined_at);
 	sqlite3_bind_int64(s, 9, n->last_seen);
 	sqlite3_bind_int(s, 10, n->drained ? 1 : 0);
-	bind_str(s, 11, token_id);
+	sqlite3_bind_int64(s, 11, n->connected_at);
+	BIND_F(s, 12, n->key_hash);
+	bind_str(s, 13, token_id);
 	return exec_stmt(d, s, "node_insert");
 }
 
@@ -844,9 +874,14 @@ static void node_row(sqlite3_stmt *s, db_node *n)
 	n->joined_at = sqlite3_column_int64(s, 7);
 	n->last_seen = sqlite3_column_int64(s, 8);
 	n->drained = sqlite3_column_int(s, 9) != 0;
-	/* A drained node that is otherwise ready shows "draining". */
+	n->connected_at = sqlite3_column_int64(s, 10);
+	COL_F(s, 11, n->key_hash);
+	/* A drained node that is otherwise ready shows "draining"; a worker that
+	 * never connected is still "joining", whatever the stored state. */
 	if (n->drained && strcmp(n->state, "ready") == 0)
 		util_strlcpy(n->state, "draining", sizeof n->state);
+	if (n->connected_at == 0 && strcmp(n->role, "worker") == 0)
+		util_strlcpy(n->state, "joining", sizeof n->state);
 }
 
 static int node_get(db *d, enum q q, const char *key, db_node *out)
@@ -1031,6 +1066,200 @@ int db_cert_revoked(db *d, const char *serial)
 	e = rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : fail(d, rc, "cert_revoked");
 	done(s);
 	return e;
+}
+
+int db_revoked_list(db *d, char ***out, size_t *n)
+{
+	if (!d || !out || !n)
+		return -EINVAL;
+	*out = NULL;
+	*n = 0;
+	int e = 0, rc;
+	sqlite3_stmt *s = stmt(d, Q_CERT_LIST, &e);
+	if (!s)
+		return e;
+	char **arr = NULL;
+	size_t cnt = 0, cap = 0;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if ((e = grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0)
+			break;
+		const char *t = (const char *)sqlite3_column_text(s, 0);
+		if (!(arr[cnt] = strdup(t ? t : ""))) {
+			e = -ENOMEM;
+			break;
+		}
+		cnt++;
+	}
+	if (e == 0 && rc != SQLITE_DONE)
+		e = fail(d, rc, "revoked_list");
+	done(s);
+	if (e < 0) {
+		db_strv_free(arr, cnt);
+		return e;
+	}
+	*out = arr;
+	*n = cnt;
+	return 0;
+}
+
+void db_strv_free(char **v, size_t n)
+{
+	for (size_t i = 0; v && i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
+int db_node_connected(db *d, const char *id, int64_t now, const char *address,
+		      const char *version, bool *first)
+{
+	if (!d || !id)
+		return -EINVAL;
+	int e = tx_begin(d);
+	if (e < 0)
+		return e;
+	sqlite3_stmt *s = stmt(d, Q_NODE_CONNECTED, &e);
+	if (s) {
+		bind_str(s, 1, id);
+		sqlite3_bind_int64(s, 2, now);
+		e = exec_stmt(d, s, "node_connected");
+	}
+	if (first)
+		*first = e == 0 && sqlite3_changes(d->h) == 1;
+	if (e == 0 && (s = stmt(d, Q_NODE_SEEN, &e))) {
+		bind_str(s, 1, id);
+		sqlite3_bind_int64(s, 2, now);
+		bind_str(s, 3, address);
+		bind_str(s, 4, version);
+		e = exec_stmt(d, s, "node_seen");
+		if (e == 0 && sqlite3_changes(d->h) == 0)
+			e = -ENOENT;
+	}
+	return tx_end(d, e);
+}
+
+/* The token named by a join, checked against its secret; -ENOENT for an
+ * unknown token or a wrong secret (the same answer, so that token ids cannot
+ * be probed), -EKEYREVOKED. Expiry and uses are the caller's to judge. */
+static int join_token(db *d, const char *token_id, const char *secret_hash, db_token *t)
+{
+	int e = db_token_get(d, token_id, t);
+	if (e == 0 && !digest_eq(t->secret_hash, secret_hash, sizeof t->secret_hash))
+		e = -ENOENT;
+	else if (e == 0 && t->revoked)
+		e = -EKEYREVOKED;
+	return e;
+}
+
+int db_join_pending(db *d, const char *token_id, const char *secret_hash, const char *name,
+		    db_node *out)
+{
+	if (!d || !token_id || !secret_hash || !name || !out)
+		return -EINVAL;
+	db_token t;
+	int e = join_token(d, token_id, secret_hash, &t);
+	if (e < 0)
+		return e;
+	sqlite3_stmt *s = stmt(d, Q_JOIN_PENDING, &e);
+	if (!s)
+		return e;
+	bind_str(s, 1, name);
+	bind_str(s, 2, token_id);
+	int rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		node_row(s, out);
+	else
+		e = rc == SQLITE_DONE ? -ENOENT : fail(d, rc, "join_pending");
+	done(s);
+	return e;
+}
+
+int db_join_resume(db *d, const char *token_id, const char *secret_hash, const db_node *node,
+		   const char *old_serial, int64_t now)
+{
+	if (!d || !token_id || !secret_hash || !node || is_empty(node->id))
+		return -EINVAL;
+	int e = tx_begin(d);
+	if (e < 0)
+		return e;
+	db_node cur;
+	e = db_join_pending(d, token_id, secret_hash, node->name, &cur);
+	if (e == 0 && strcmp(cur.id, node->id) != 0)
+		e = -ENOENT;
+	sqlite3_stmt *s = NULL;
+	if (e == 0 && old_serial && *old_serial && (s = stmt(d, Q_CERT_REVOKE, &e))) {
+		bind_str(s, 1, old_serial);
+		bind_str(s, 2, node->id);
+		sqlite3_bind_int64(s, 3, now);
+		e = exec_stmt(d, s, "cert_revoke");
+	}
+	if (e == 0 && (s = stmt(d, Q_JOIN_RESUME, &e))) {
+		bind_str(s, 1, node->id);
+		BIND_F(s, 2, node->cert_serial);
+		BIND_F(s, 3, node->key_hash);
+		sqlite3_bind_int64(s, 4, now);
+		BIND_F(s, 5, node->address);
+		BIND_F(s, 6, node->version);
+		e = exec_stmt(d, s, "join_resume");
+		if (e == 0 && sqlite3_changes(d->h) != 1)
+			e = -ENOENT;
+	}
+	return tx_end(d, e);
+}
+
+int db_join_expire(db *d, int64_t cutoff, int64_t now, db_node **out, size_t *n)
+{
+	if (!d || !out || !n)
+		return -EINVAL;
+	*out = NULL;
+	*n = 0;
+	int e = tx_begin(d);
+	if (e < 0)
+		return e;
+	db_node *arr = NULL;
+	char (*tok)[17] = NULL;
+	size_t cnt = 0, cap = 0, tcap = 0;
+	sqlite3_stmt *s = stmt(d, Q_JOIN_EXPIRED, &e);
+	int rc = SQLITE_DONE;
+	if (s) {
+		sqlite3_bind_int64(s, 1, cutoff);
+		while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+			if ((e = grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0 ||
+			    (e = grow((void **)&tok, &tcap, cnt, sizeof *tok)) < 0)
+				break;
+			node_row(s, &arr[cnt]);
+			const char *t = (const char *)sqlite3_column_text(s, 12);
+			util_strlcpy(tok[cnt], t ? t : "", sizeof tok[cnt]);
+			cnt++;
+		}
+		if (e == 0 && rc != SQLITE_DONE)
+			e = fail(d, rc, "join_expired");
+		done(s);
+	}
+	for (size_t i = 0; e == 0 && i < cnt; i++) {
+		if (arr[i].cert_serial[0] && (s = stmt(d, Q_CERT_REVOKE, &e))) {
+			BIND_F(s, 1, arr[i].cert_serial);
+			bind_str(s, 2, arr[i].id);
+			sqlite3_bind_int64(s, 3, now);
+			e = exec_stmt(d, s, "cert_revoke");
+		}
+		if (e == 0 && tok[i][0] && (s = stmt(d, Q_TOKEN_UNUSE, &e))) {
+			bind_str(s, 1, tok[i]);
+			e = exec_stmt(d, s, "token_unuse");
+		}
+		if (e == 0 && (s = stmt(d, Q_NODE_DELETE, &e))) {
+			bind_str(s, 1, arr[i].id);
+			e = exec_stmt(d, s, "node_delete");
+		}
+	}
+	free(tok);
+	e = tx_end(d, e);
+	if (e < 0) {
+		free(arr);
+		return e;
+	}
+	*out = arr;
+	*n = cnt;
+	return 0;
 }
 
 /* ---------- tokens ---------- */

@@ -33,6 +33,8 @@ typedef struct db_node {
 	int64_t joined_at;
 	int64_t last_seen;
 	bool drained;         /* set by drain; state shows "draining" while ready */
+	int64_t connected_at; /* first session; 0: a join not completed ("joining") */
+	char key_hash[65];    /* SHA-256 of the certified public key (joins) */
 } db_node;
 
 typedef struct db_token {
@@ -88,6 +90,25 @@ int db_node_set_drained(db *d, const char *id, bool drained);
 int db_node_remove(db *d, const char *id, int64_t now);
 /* 1 if this serial was revoked, 0 if not. */
 int db_cert_revoked(db *d, const char *serial);
+/* Every revoked serial (for the CRL); free with db_strv_free. */
+int db_revoked_list(db *d, char ***out, size_t *n);
+void db_strv_free(char **v, size_t n);
+/* A node's session said hello: last_seen, address, version, state ready and,
+ * the first time, connected_at (then *first is true: the join is complete). */
+int db_node_connected(db *d, const char *id, int64_t now, const char *address,
+		      const char *version, bool *first);
+/* Joins whose answer may have been lost (issue 14): a worker row made with
+ * this token under this name that never connected. The token's secret is
+ * checked. 0 and the row, -ENOENT, -EKEYREVOKED. */
+int db_join_pending(db *d, const char *token_id, const char *secret_hash, const char *name,
+		    db_node *out);
+/* Finish such a join again: the row keeps its id and token use, gets the new
+ * certificate serial, key hash, address and version; old_serial is revoked. */
+int db_join_resume(db *d, const char *token_id, const char *secret_hash, const db_node *node,
+		   const char *old_serial, int64_t now);
+/* Joins made before cutoff that never connected: removed, their certificates
+ * revoked and their token uses given back, in one transaction. *out lists them. */
+int db_join_expire(db *d, int64_t cutoff, int64_t now, db_node **out, size_t *n);
 
 /* Tokens */
 int db_token_add(db *d, const db_token *t);

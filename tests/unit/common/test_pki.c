@@ -311,3 +311,94 @@ Test(pki, helpers)
 	cr_assert_eq(pki_ct_equal("", ""), 1);
 	cr_assert_eq(pki_ct_equal(NULL, "x"), 0);
 }
+
+/* ---------- roles and revocation lists (issue 14) ---------- */
+
+Test(pki, only_the_head_certificate_says_head)
+{
+	char serial[41];
+	/* A CSR asking for OU=head (or anything) is still signed as a node. */
+	X509 *n = sign_for(node_key, "evil-head", "n1", 10, serial);
+	cr_expect_eq(pki_cert_role(n), PKI_ROLE_NODE);
+	X509 *h = NULL;
+	cr_assert_eq(pki_issue_head(ca, ca_key, node_key, "h1", 10, &h, serial), 0);
+	cr_expect_eq(pki_cert_role(h), PKI_ROLE_HEAD);
+	char cn[64];
+	cr_assert_eq(pki_cert_cn(h, cn, sizeof cn), 0);
+	cr_expect_str_eq(cn, "h1");
+	/* a certificate from before roles (no OU) is a node's */
+	X509_NAME *nm = X509_get_subject_name(n);
+	X509_NAME_delete_entry(nm, X509_NAME_get_index_by_NID(nm, NID_organizationalUnitName, -1));
+	cr_expect_eq(pki_cert_role(n), PKI_ROLE_NODE);
+	X509_NAME_add_entry_by_txt(nm, "OU", MBSTRING_UTF8, (const unsigned char *)"root", -1, -1, 0);
+	cr_expect_eq(pki_cert_role(n), -EINVAL, "an unknown role is no role");
+	X509_free(n);
+	X509_free(h);
+}
+
+Test(pki, csr_key_hash_matches_the_issued_certificate)
+{
+	char *csr = NULL, *pem = NULL, serial[41], a[PKI_HASH_HEX], b[PKI_HASH_HEX];
+	cr_assert_eq(pki_make_csr(node_key, "n", &csr), 0);
+	cr_assert_eq(pki_csr_spki_sha256(csr, a), 0);
+	cr_assert_eq(pki_sign_csr(ca, ca_key, csr, "n", 10, &pem, serial), 0);
+	X509 *x = NULL;
+	cr_assert_eq(pki_cert_from_pem(pem, &x), 0);
+	cr_assert_eq(pki_spki_sha256(x, b), 0);
+	cr_expect_str_eq(a, b);
+	cr_expect_eq(pki_csr_spki_sha256("not a csr", a), -EBADMSG);
+	X509_free(x);
+	free(csr);
+	free(pem);
+}
+
+Test(pki, crl_is_signed_by_the_ca_and_lists_the_serials)
+{
+	char s1[41], s2[41];
+	X509 *a = sign_for(node_key, "a", "a", 10, s1);
+	X509 *b = sign_for(node_key, "b", "b", 10, s2);
+	const char *serials[] = {s1};
+	char *pem = NULL;
+	cr_assert_eq(pki_make_crl(ca, ca_key, serials, 1, 7, 30, &pem), 0);
+	size_t n = 99;
+	cr_assert_eq(pki_crl_check(pem, ca, &n), 0);
+	cr_expect_eq(n, 1);
+	/* OpenSSL's own verification with the CRL: a is revoked, b is not */
+	BIO *bio = BIO_new_mem_buf(pem, -1);
+	X509_CRL *crl = PEM_read_bio_X509_CRL(bio, NULL, NULL, NULL);
+	BIO_free(bio);
+	cr_assert_not_null(crl);
+	X509_STORE *st = X509_STORE_new();
+	X509_STORE_add_cert(st, ca);
+	X509_STORE_add_crl(st, crl);
+	X509_STORE_set_flags(st, X509_V_FLAG_CRL_CHECK);
+	X509 *certs[] = {a, b};
+	int want[] = {X509_V_ERR_CERT_REVOKED, X509_V_OK};
+	for (int i = 0; i < 2; i++) {
+		X509_STORE_CTX *ctx = X509_STORE_CTX_new();
+		X509_STORE_CTX_init(ctx, st, certs[i], NULL);
+		X509_verify_cert(ctx);
+		cr_expect_eq(X509_STORE_CTX_get_error(ctx), want[i], "cert %d: %s", i,
+			     X509_verify_cert_error_string(X509_STORE_CTX_get_error(ctx)));
+		X509_STORE_CTX_free(ctx);
+	}
+	X509_STORE_free(st);
+	X509_CRL_free(crl);
+	/* another CA's list is refused */
+	EVP_PKEY *k2 = NULL;
+	X509 *ca2 = NULL;
+	cr_assert_eq(pki_make_key(&k2), 0);
+	cr_assert_eq(pki_make_ca("lab", k2, &ca2), 0);
+	cr_expect_eq(pki_crl_check(pem, ca2, NULL), -EACCES);
+	cr_expect_eq(pki_crl_check("garbage", ca, NULL), -EBADMSG);
+	char *empty = NULL;
+	cr_assert_eq(pki_make_crl(ca, ca_key, NULL, 0, 1, 30, &empty), 0);
+	cr_assert_eq(pki_crl_check(empty, ca, &n), 0);
+	cr_expect_eq(n, 0);
+	free(empty);
+	X509_free(ca2);
+	EVP_PKEY_free(k2);
+	free(pem);
+	X509_free(a);
+	X509_free(b);
+}

@@ -328,3 +328,41 @@ Test(proto, builders_and_getters)
 	cr_assert_eq(proto_int(m, "missing", 77), 77);
 	json_decref(m);
 }
+
+/* A peer that has not authenticated gets a small limit (issue 14): a header
+ * announcing more is refused before any of the body arrives. */
+Test(proto, a_lowered_limit_refuses_larger_frames_from_the_header_alone)
+{
+	proto_decoder d;
+	proto_decoder_init(&d);
+	proto_decoder_limit(&d, 16 * 1024);
+	uint8_t hdr[4] = {0, 0x0e, 0x10, 0}; /* 900 KiB */
+	cr_assert_eq(proto_decoder_feed(&d, hdr, 4), 0);
+	json_t *m = NULL;
+	char err[128] = "";
+	cr_expect_eq(proto_decoder_next(&d, &m, err, sizeof err), -EMSGSIZE);
+	cr_expect(strstr(err, "16384"), "%s", err);
+	proto_decoder_free(&d);
+	/* at the limit it is fine; back to the default, so is a large one */
+	proto_decoder_init(&d);
+	proto_decoder_limit(&d, 64);
+	json_t *small = proto_msg("join", 1);
+	uint8_t *buf;
+	size_t len;
+	cr_assert_eq(proto_encode(small, &buf, &len), 0);
+	cr_assert_leq(len - 4, 64);
+	cr_assert_eq(proto_decoder_feed(&d, buf, len), 0);
+	cr_expect_eq(proto_decoder_next(&d, &m, err, sizeof err), 1);
+	json_decref(m);
+	free(buf);
+	json_decref(small);
+	json_t *big = msg_of_size(100000);
+	cr_assert_eq(proto_encode(big, &buf, &len), 0);
+	proto_decoder_limit(&d, 0);
+	cr_assert_eq(proto_decoder_feed(&d, buf, len), 0);
+	cr_expect_eq(proto_decoder_next(&d, &m, err, sizeof err), 1, "%s", err);
+	json_decref(m);
+	free(buf);
+	json_decref(big);
+	proto_decoder_free(&d);
+}

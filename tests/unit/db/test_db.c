@@ -298,19 +298,32 @@ Test(db, join_success_consumes_a_use)
 	cr_assert_eq(db_node_get(D, "w1", &g), 0);
 	cr_assert_str_eq(g.name, "spark-2");
 	cr_assert_str_eq(g.role, "worker");
+	/* joined, but not complete until the node connects */
+	cr_assert_str_eq(g.state, "joining");
+	cr_assert_eq(g.connected_at, 0);
+	bool first = false;
+	cr_assert_eq(db_node_connected(D, "w1", NOW + 2, NULL, NULL, &first), 0);
+	cr_assert(first);
+	cr_assert_eq(db_node_connected(D, "w1", NOW + 3, NULL, NULL, &first), 0);
+	cr_assert(!first, "only the first session completes the join");
+	cr_assert_eq(db_node_get(D, "w1", &g), 0);
 	cr_assert_str_eq(g.state, "ready");
+	cr_assert_eq(g.connected_at, NOW + 2);
 	cr_assert_str_eq(g.address, n.address);
 	cr_assert_str_eq(g.version, "0.1.0");
 	cr_assert_str_eq(g.cert_serial, "serial-w1");
 	cr_assert_eq(g.joined_at, NOW + 1);
 	cr_assert_eq(g.drained, false);
 
-	/* Empty role/state default to worker/ready. */
+	/* Empty role/state default to worker/ready (shown "joining" until it connects). */
 	n = mknode("w2", "spark-3", "", NOW + 2);
 	n.state[0] = '\0';
 	cr_assert_eq(db_join_commit(D, "0123456789abcdef", HASH_A, NOW + 2, &n), 0);
 	cr_assert_eq(db_node_get(D, "w2", &g), 0);
 	cr_assert_str_eq(g.role, "worker");
+	cr_assert_str_eq(g.state, "joining");
+	cr_assert_eq(db_node_connected(D, "w2", NOW + 3, NULL, NULL, NULL), 0);
+	cr_assert_eq(db_node_get(D, "w2", &g), 0);
 	cr_assert_str_eq(g.state, "ready");
 	cr_assert_eq(db_token_get(D, "0123456789abcdef", &t), 0);
 	cr_assert_eq(t.uses, 2);
@@ -433,6 +446,7 @@ Test(db, node_seen_state_drain)
 	add_token("aaaaaaaaaaaaaaaa", HASH_A, 0, -1);
 	db_node n = mknode("w1", "spark-2", "worker", NOW);
 	cr_assert_eq(db_join_commit(D, "aaaaaaaaaaaaaaaa", HASH_A, NOW, &n), 0);
+	cr_assert_eq(db_node_connected(D, "w1", NOW, NULL, NULL, NULL), 0);
 
 	db_node g;
 	cr_assert_eq(db_node_set_state(D, "w1", "unreachable"), 0);
@@ -483,6 +497,7 @@ Test(db, node_touch_only_moves_last_seen_forward)
 	add_token("aaaaaaaaaaaaaaaa", HASH_A, 0, -1);
 	db_node n = mknode("w1", "spark-2", "worker", NOW);
 	cr_assert_eq(db_join_commit(D, "aaaaaaaaaaaaaaaa", HASH_A, NOW, &n), 0);
+	cr_assert_eq(db_node_connected(D, "w1", NOW, NULL, NULL, NULL), 0);
 	cr_assert_eq(db_node_set_state(D, "w1", "unreachable"), 0);
 
 	db_node g;
@@ -909,10 +924,17 @@ Test(db, migration_from_version_1_keeps_data)
 		cr_assert_eq(sqlite3_exec(h, drop, NULL, NULL, NULL), SQLITE_OK, "%s: %s", drop,
 			     sqlite3_errmsg(h));
 	}
+	/* ... and the columns later migrations added to version-1 tables */
+	cr_assert_eq(sqlite3_exec(h, "ALTER TABLE nodes DROP COLUMN connected_at;"
+				     "ALTER TABLE nodes DROP COLUMN key_hash;", NULL, NULL, NULL),
+		     SQLITE_OK, "%s", sqlite3_errmsg(h));
 	cr_assert_eq(sqlite3_exec(h, "PRAGMA user_version = 1", NULL, NULL, NULL), SQLITE_OK);
 	sqlite3_close(h);
 	open_db();
 	cr_assert_eq(db_schema_version(D), latest);
+	db_node hn;
+	cr_assert_eq(db_node_get(D, "head-id", &hn), 0);
+	cr_expect_str_eq(hn.state, "ready", "the head counts as connected after the migration");
 	cr_assert_eq(node_count(), 1);
 	db_cluster c;
 	cr_assert_eq(db_cluster_get(D, &c), 0);
@@ -920,4 +942,78 @@ Test(db, migration_from_version_1_keeps_data)
 	db_fabric_port p = mkport("0", 0, "enp1s0f0np0", 1);
 	cr_expect_eq(db_fabric_set(D, "head-id", NOW, "{}", "[]", 0, &p, 1), 0);
 	cr_assert_eq(db_integrity_check(D), 0);
+}
+
+/* ---------- joins whose answer was lost (issue 14) ---------- */
+
+Test(db, join_pending_resume_keeps_the_token_use)
+{
+	open_db();
+	init_cluster();
+	add_token("1111111111111111", HASH_A, 0, 1); /* single use */
+	db_node n = mknode("w1", "spark-2", "worker", NOW);
+	strcpy(n.key_hash, HASH_B);
+	cr_assert_eq(db_join_commit(D, "1111111111111111", HASH_A, NOW, &n), 0);
+	/* the answer was lost: the same join again */
+	db_node p;
+	cr_assert_eq(db_join_pending(D, "1111111111111111", HASH_A, "spark-2", &p), 0);
+	cr_assert_str_eq(p.id, "w1");
+	cr_assert_str_eq(p.key_hash, HASH_B);
+	cr_expect_eq(db_join_pending(D, "1111111111111111", HASH_B, "spark-2", &p), -ENOENT,
+		     "a wrong secret finds nothing");
+	cr_expect_eq(db_join_pending(D, "1111111111111111", HASH_A, "spark-9", &p), -ENOENT);
+	db_node again = n;
+	strcpy(again.cert_serial, "serial-w1-again");
+	cr_assert_eq(db_join_resume(D, "1111111111111111", HASH_A, &again, "serial-w1", NOW + 5), 0);
+	db_token t;
+	cr_assert_eq(db_token_get(D, "1111111111111111", &t), 0);
+	cr_expect_eq(t.uses_left, 0, "the resume took no second use");
+	cr_expect_eq(t.uses, 1);
+	cr_expect_eq(db_cert_revoked(D, "serial-w1"), 1, "the lost answer's certificate is revoked");
+	cr_expect_eq(db_cert_revoked(D, "serial-w1-again"), 0);
+	db_node g;
+	cr_assert_eq(db_node_get(D, "w1", &g), 0);
+	cr_expect_str_eq(g.cert_serial, "serial-w1-again");
+	/* once connected, the join is complete and can no longer be resumed */
+	cr_assert_eq(db_node_connected(D, "w1", NOW + 6, NULL, NULL, NULL), 0);
+	cr_expect_eq(db_join_pending(D, "1111111111111111", HASH_A, "spark-2", &p), -ENOENT);
+	cr_expect_eq(db_join_resume(D, "1111111111111111", HASH_A, &again, "", NOW + 7), -ENOENT);
+}
+
+Test(db, join_never_connected_expires_and_gives_the_use_back)
+{
+	open_db();
+	init_cluster();
+	add_token("2222222222222222", HASH_A, 0, 1);
+	add_token("3333333333333333", HASH_B, 0, -1);
+	db_node ghost = mknode("g1", "ghost", "worker", NOW);
+	db_node live = mknode("l1", "live", "worker", NOW);
+	db_node young = mknode("y1", "young", "worker", NOW + 100);
+	cr_assert_eq(db_join_commit(D, "2222222222222222", HASH_A, NOW, &ghost), 0);
+	cr_assert_eq(db_join_commit(D, "3333333333333333", HASH_B, NOW, &live), 0);
+	cr_assert_eq(db_join_commit(D, "3333333333333333", HASH_B, NOW + 100, &young), 0);
+	cr_assert_eq(db_node_connected(D, "l1", NOW + 1, NULL, NULL, NULL), 0);
+	db_node *gone = NULL;
+	size_t n = 0;
+	cr_assert_eq(db_join_expire(D, NOW + 50, NOW + 60, &gone, &n), 0);
+	cr_assert_eq(n, 1);
+	cr_expect_str_eq(gone[0].name, "ghost");
+	free(gone);
+	db_node g;
+	cr_expect_eq(db_node_get(D, "g1", &g), -ENOENT);
+	cr_expect_eq(db_node_get(D, "l1", &g), 0, "a node that connected stays");
+	cr_expect_eq(db_node_get(D, "y1", &g), 0, "a join younger than the cutoff stays");
+	cr_expect_eq(db_cert_revoked(D, "serial-g1"), 1);
+	db_token t;
+	cr_assert_eq(db_token_get(D, "2222222222222222", &t), 0);
+	cr_expect_eq(t.uses_left, 1, "the single use is back");
+	cr_expect_eq(t.uses, 0);
+	cr_assert_eq(db_token_get(D, "3333333333333333", &t), 0);
+	cr_expect_eq(t.uses_left, -1, "an unlimited token stays unlimited");
+	char **rv = NULL;
+	size_t nrv = 0;
+	cr_assert_eq(db_revoked_list(D, &rv, &nrv), 0);
+	cr_assert_eq(nrv, 1);
+	cr_expect_str_eq(rv[0], "serial-g1");
+	db_strv_free(rv, nrv);
 }
