@@ -135,7 +135,14 @@ struct session {
 };
 
 /* control.c */
+enum agent_right { RIGHT_USER, RIGHT_ADMIN };
 int control_start(struct agent *a, char *err, size_t errlen);
+/* May the request's caller (its "caller" object, set by the control socket of
+ * the node it came from) ask for this? If not, why says so. */
+bool agent_caller_may(struct agent *a, const json_t *req, char *why, size_t len);
+bool agent_caller_is_admin(struct agent *a, const json_t *req);
+/* A result frame; one too large to send becomes a "too_large" error. */
+void control_send_result(conn *c, json_int_t id, json_t *data);
 void control_stop(struct agent *a);
 /* Reply helpers for handlers (req is the request, c the CLI connection). */
 void control_reply(conn *c, const json_t *req, json_t *data);

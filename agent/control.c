@@ -21,9 +21,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+void control_send_result(conn *c, json_int_t id, json_t *data)
+{
+	if (conn_send_new(c, proto_result(id, data)) == -EMSGSIZE)
+		conn_send_new(c, proto_error(id, "too_large",
+					     "the answer is larger than a frame may be (1 MiB); ask for "
+					     "less (e.g. fewer lines, one node)"));
+}
+
 void control_reply(conn *c, const json_t *req, json_t *data)
 {
-	conn_send_new(c, proto_result(proto_id(req), data));
+	control_send_result(c, proto_id(req), data);
 }
 
 void control_error(conn *c, const json_t *req, const char *code, const char *fmt, ...)
@@ -148,31 +156,123 @@ static void h_leave(struct agent *a, conn *c, const json_t *req)
 	worker_handle_leave(a, c, req);
 }
 
+static void h_jobs(struct agent *a, conn *c, const json_t *req)
+{
+	jobs_control(a, c, req); /* groups, jobs, exec (jobs_ctl.c) */
+}
+
+/* Who may ask what (issue 14): job users (the socket's group) read the
+ * cluster and run, watch and cancel their own jobs, and exec as themselves;
+ * admins (root, security.admin_group) also change membership, tokens, groups
+ * and addresses. The head checks the same table for forwarded requests. */
 struct ctl_handler {
 	const char *type;
 	void (*fn)(struct agent *a, conn *c, const json_t *req);
+	enum agent_right right;
 };
 
 static const struct ctl_handler handlers[] = {
-	{"version", h_version},
-	{"debug_memory", h_debug_memory},
-	{"init", h_init},
-	{"join", h_join},
-	{"leave", h_leave},
-	{"status", h_cluster},
-	{"node_ls", h_cluster},
-	{"node_show", h_cluster},
-	{"node_drain", h_cluster},
-	{"node_undrain", h_cluster},
-	{"node_rm", h_cluster},
-	{"token_create", h_cluster},
-	{"token_ls", h_cluster},
-	{"token_revoke", h_cluster},
-	{"topo_show", h_cluster},
-	{"topo_validate", h_cluster},
-	{"topo_addresses", h_cluster},
-	{NULL, NULL},
+	{"version", h_version, RIGHT_USER},
+	{"debug_memory", h_debug_memory, RIGHT_USER},
+	{"init", h_init, RIGHT_ADMIN},
+	{"join", h_join, RIGHT_ADMIN},
+	{"leave", h_leave, RIGHT_ADMIN},
+	{"status", h_cluster, RIGHT_USER},
+	{"node_ls", h_cluster, RIGHT_USER},
+	{"node_show", h_cluster, RIGHT_USER},
+	{"node_drain", h_cluster, RIGHT_ADMIN},
+	{"node_undrain", h_cluster, RIGHT_ADMIN},
+	{"node_rm", h_cluster, RIGHT_ADMIN},
+	{"token_create", h_cluster, RIGHT_ADMIN},
+	{"token_ls", h_cluster, RIGHT_ADMIN},
+	{"token_revoke", h_cluster, RIGHT_ADMIN},
+	{"topo_show", h_cluster, RIGHT_USER},
+	{"topo_validate", h_cluster, RIGHT_USER},
+	{"topo_addresses", h_cluster, RIGHT_ADMIN},
+	{"group_create", h_jobs, RIGHT_ADMIN},
+	{"group_ls", h_jobs, RIGHT_USER},
+	{"group_show", h_jobs, RIGHT_USER},
+	{"group_rm", h_jobs, RIGHT_ADMIN},
+	{"job_run", h_jobs, RIGHT_USER},
+	{"job_ls", h_jobs, RIGHT_USER},
+	{"job_show", h_jobs, RIGHT_USER},
+	{"job_logs", h_jobs, RIGHT_USER},
+	{"job_cancel", h_jobs, RIGHT_USER},
+	{"exec", h_jobs, RIGHT_USER},
+	{NULL, NULL, RIGHT_ADMIN},
 };
+
+static const struct ctl_handler *find_handler(const char *type)
+{
+	for (const struct ctl_handler *h = handlers; h->type; h++)
+		if (strcmp(h->type, type) == 0)
+			return h;
+	return NULL;
+}
+
+/* {"uid":N,"user":NAME,"groups":[NAME...]} of a control socket peer. */
+static json_t *caller_of(conn *c)
+{
+	struct ucred cr;
+	socklen_t sl = sizeof cr;
+	if (getsockopt(conn_fd(c), SOL_SOCKET, SO_PEERCRED, &cr, &sl) < 0)
+		return NULL;
+	json_t *o = json_pack("{s:I}", "uid", (json_int_t)cr.uid);
+	json_t *groups = json_array();
+	struct passwd *pw = getpwuid(cr.uid);
+	if (pw) {
+		json_object_set_new(o, "user", json_string(pw->pw_name));
+		gid_t gids[256];
+		int ng = 256;
+		if (getgrouplist(pw->pw_name, pw->pw_gid, gids, &ng) < 0)
+			ng = 256; /* more than fit: the first 256 */
+		for (int i = 0; i < ng; i++) {
+			struct group *gr = getgrgid(gids[i]);
+			if (gr)
+				json_array_append_new(groups, json_string(gr->gr_name));
+		}
+	}
+	json_object_set_new(o, "groups", groups);
+	return o;
+}
+
+bool agent_caller_is_admin(struct agent *a, const json_t *req)
+{
+	json_t *caller = json_object_get(req, "caller");
+	if (!json_is_object(caller))
+		return false;
+	if (proto_int(caller, "uid", -1) == 0)
+		return true;
+	size_t i;
+	json_t *g;
+	json_array_foreach(json_object_get(caller, "groups"), i, g)
+		if (a->admin_group[0] && json_is_string(g) &&
+		    strcmp(json_string_value(g), a->admin_group) == 0)
+			return true;
+	return false;
+}
+
+bool agent_caller_may(struct agent *a, const json_t *req, char *why, size_t len)
+{
+	const struct ctl_handler *h = find_handler(proto_type(req));
+	if (!h || h->right == RIGHT_USER || agent_caller_is_admin(a, req))
+		return true;
+	json_t *caller = json_object_get(req, "caller");
+	const char *user = proto_str(caller, "user");
+	char who[96];
+	if (user)
+		snprintf(who, sizeof who, "user %s", user);
+	else
+		snprintf(who, sizeof who, "uid %lld", (long long)proto_int(caller, "uid", -1));
+	snprintf(why, len,
+		 "\"%s\" needs an admin of the cluster (root%s%s), and %s is not one; run it as "
+		 "root%s", proto_type(req), a->admin_group[0] ? " or group " : "", a->admin_group, who,
+		 a->admin_group[0] ? " or add the user to that group" : "");
+	return false;
+}
+
+/* The daemon's agent, for connections whose data is NULL (refused). */
+static struct agent *ctl_agent;
 
 static void on_ctl_frame(conn *c, json_t *msg)
 {
@@ -183,28 +283,39 @@ static void on_ctl_frame(conn *c, json_t *msg)
 		return;
 	}
 	const char *type = proto_type(msg);
-	for (const struct ctl_handler *h = handlers; h->type; h++) {
-		if (strcmp(h->type, type) == 0) {
-			h->fn(a, c, msg);
-			json_decref(msg);
-			return;
-		}
+	const struct ctl_handler *h = find_handler(type);
+	if (!h) {
+		control_error(c, msg, "unknown_type",
+			      "unknown request type \"%s\"; is sparkctl newer than sparkd %s?",
+			      type, SPARK_VERSION);
+		json_decref(msg);
+		conn_close(c, 0);
+		return;
 	}
-	if (jobs_control(a, c, msg)) { /* groups, jobs, exec */
+	/* Who asks is what the kernel says, never what the request says; the
+	 * head reads it from forwarded requests. */
+	json_t *caller = caller_of(c);
+	if (!caller) {
+		control_error(c, msg, "forbidden", "cannot read the caller's credentials");
 		json_decref(msg);
 		return;
 	}
-	control_error(c, msg, "unknown_type",
-		      "unknown request type \"%s\"; is sparkctl newer than sparkd %s?",
-		      type, SPARK_VERSION);
+	json_object_set_new(msg, "caller", caller);
+	/* Requests served here are checked here; the head checks the rest. */
+	char why[512];
+	if (h->fn == h_cluster || h->fn == h_jobs || agent_caller_may(a, msg, why, sizeof why))
+		h->fn(a, c, msg);
+	else
+		control_error(c, msg, "forbidden", "%s", why);
 	json_decref(msg);
-	conn_close(c, 0);
 }
 
 static void on_ctl_close(conn *c, int err)
 {
 	struct agent *a = conn_data(c);
 	(void)err;
+	if (ctl_agent && ctl_agent->ctl_conns)
+		ctl_agent->ctl_conns--;
 	if (a) {
 		worker_cli_gone(a, c);
 		jobs_cli_gone(a, c);
@@ -262,16 +373,32 @@ static bool peer_allowed(struct agent *a, int fd, char *why, size_t len)
 static void on_ctl_connection(uv_stream_t *server, int status)
 {
 	struct agent *a = server->data;
+	ctl_agent = a;
 	if (status < 0)
 		return;
 	conn *c = conn_accept(server, NULL, &ctl_cbs, a);
 	if (!c)
 		return;
+	conn_set_max_frame(c, AGENT_CTL_FRAME);
+	/* Every connection counts, refused ones too (they are closed at their
+	 * first frame, so that the answer is read before the close). */
+	if (++a->ctl_conns > 2 * AGENT_CTL_MAX) {
+		conn_close(c, -EBUSY); /* beyond any reason: no answer */
+		return;
+	}
 	char why[256];
 	if (!peer_allowed(a, conn_fd(c), why, sizeof why)) {
 		log_warn("control_refused", "reason=%s", log_q(why));
 		conn_set_data(c, NULL);
 		conn_send_new(c, proto_error(0, "forbidden", why));
+		return;
+	}
+	if (a->ctl_conns > AGENT_CTL_MAX) {
+		log_warn("control_busy", "connections=%u", a->ctl_conns);
+		conn_set_data(c, NULL);
+		conn_send_new(c, proto_error(0, "busy",
+					     "sparkd has too many control connections open; try again"));
+		return;
 	}
 }
 

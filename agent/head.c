@@ -345,6 +345,12 @@ void head_handle_request(struct agent *a, conn *c, const json_t *req, const char
 {
 	const char *t = proto_type(req);
 	agent_busy(a);
+	char why[512];
+	if (!agent_caller_may(a, req, why, sizeof why)) {
+		log_warn("request_forbidden", "type=%s origin=%s", t, origin ? origin : "");
+		control_error(c, req, "forbidden", "%s", why);
+		return;
+	}
 	if (strcmp(t, "status") == 0)
 		r_status(a, c, req, origin);
 	else if (strcmp(t, "node_ls") == 0)

@@ -33,6 +33,7 @@
 #define JOBS_CHUNK 65536           /* bytes of log per data frame */
 #define JOBS_START_TIMEOUT_MS 30000 /* a rank still pending after this is lost */
 #define JOBS_MAX_RANKS_PER_NODE 64
+#define JOBS_MAX_SPEC_BYTES (128 * 1024) /* argv + env of a job or exec */
 #define JOBS_KEEP_DAYS 7           /* finished job dirs on nodes */
 
 struct mail;

@@ -103,7 +103,21 @@ static void reply_error(conn *dest, json_int_t id, const char *code, const char 
 
 static void reply(conn *dest, json_int_t id, json_t *data)
 {
-	conn_send_new(dest, proto_result(id, data));
+	control_send_result(dest, id, data);
+}
+
+/* What a job or exec carries to every member must fit in the frames that
+ * carry it: refuse it up front instead of a job_start that cannot be sent. */
+static bool spec_too_large(conn *dest, json_int_t id, const json_t *argv, const json_t *env)
+{
+	size_t n = json_dumpb(argv, NULL, 0, JSON_COMPACT) +
+		   (env ? json_dumpb(env, NULL, 0, JSON_COMPACT) : 0);
+	if (n <= JOBS_MAX_SPEC_BYTES)
+		return false;
+	reply_error(dest, id, "too_large",
+		    "the command and environment are too large (%zu bytes; at most %d): pass big "
+		    "inputs in a file", n, JOBS_MAX_SPEC_BYTES);
+	return true;
 }
 
 static json_t *stream_msg(struct watcher *w, const char *event)
@@ -1156,6 +1170,8 @@ static void r_job_run(struct agent *a, conn *dest, json_int_t id, const json_t *
 			    JOBS_MAX_RANKS_PER_NODE);
 		return;
 	}
+	if (spec_too_large(dest, id, argv, env))
+		return;
 	if (timeout < 0) {
 		reply_error(dest, id, "bad_request", "--timeout must not be negative");
 		return;
@@ -1547,6 +1563,8 @@ static void r_exec(struct agent *a, conn *dest, json_int_t id, const json_t *req
 			reply_error(dest, id, "bad_request", "the command must be strings");
 			return;
 		}
+	if (spec_too_large(dest, id, argv, json_object_get(req, "env")))
+		return;
 	db_node n;
 	if (resolve_node(a, key, &n) < 0) {
 		reply_error(dest, id, "not_found",
@@ -1602,6 +1620,11 @@ void jh_request(struct agent *a, conn *dest, json_int_t id, const json_t *req)
 		return;
 	}
 	const char *t = proto_type(req);
+	char why[512];
+	if (!agent_caller_may(a, req, why, sizeof why)) {
+		reply_error(dest, id, "forbidden", "%s", why);
+		return;
+	}
 	if (strcmp(t, "group_create") == 0)
 		r_group_create(a, dest, id, req);
 	else if (strcmp(t, "group_ls") == 0)

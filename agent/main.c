@@ -37,7 +37,7 @@ static void usage(FILE *f)
 }
 
 static const char *const config_keys[] = {"state_dir", "socket", "listen", "name", "log_level",
-					  "fabric", "discovery", "probes", NULL};
+					  "fabric", "discovery", "probes", "security", NULL};
 
 /* Apply config values for keys the command line did not set. The tree is kept
  * in *cfg for the modules that read their own keys (fabric.c). */
@@ -276,6 +276,10 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (topoval_init(&a, err, sizeof err) < 0) { /* fabric.pool/prefix, probes.* */
+		fprintf(stderr, "sparkd: %s; fix the config file\n", err);
+		return 2;
+	}
+	if (agent_security_config(&a, err, sizeof err) < 0) { /* security.* */
 		fprintf(stderr, "sparkd: %s; fix the config file\n", err);
 		return 2;
 	}
