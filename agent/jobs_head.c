@@ -1682,12 +1682,17 @@ static struct watcher *watcher_of_tail(struct jobs *J, long long tail_id, struct
 	return NULL;
 }
 
-static void on_job_data(struct agent *a, const json_t *msg)
+static void on_job_data(struct agent *a, const char *node_id, const json_t *msg)
 {
 	struct wtail *t = NULL;
 	struct watcher *w = watcher_of_tail(a->jobs, (long long)proto_int(msg, "tail_id", 0), &t);
 	if (!w || w->dead || t->eof)
 		return;
+	if (strcmp(t->node_id, node_id) != 0) { /* only the node running that rank */
+		log_warn("frame_not_owner", "type=job_data tail_id=%lld from=%s owner=%s",
+			 t->tail_id, node_id, t->node_id);
+		return;
+	}
 	json_t *data = json_object_get(msg, "data");
 	if (json_is_string(data) && json_string_length(data)) {
 		json_t *m = stream_msg(w, "output");
@@ -1848,24 +1853,26 @@ void jh_on_node_msg(struct agent *a, const char *node_id, const json_t *msg)
 		return;
 	const char *t = proto_type(msg);
 	if (strcmp(t, "job_data") == 0) {
-		on_job_data(a, msg);
+		on_job_data(a, node_id, msg);
 	} else if (strcmp(t, "job_started") == 0) {
 		on_job_started(a, node_id, msg);
 	} else if (strcmp(t, "job_exit") == 0) {
 		on_job_exit(a, node_id, msg);
 	} else if (strcmp(t, "job_sync") == 0) {
 		on_job_sync(a, node_id, msg);
-	} else if (strcmp(t, "exec_data") == 0) {
+	} else if (strcmp(t, "exec_data") == 0 || strcmp(t, "exec_exit") == 0) {
 		struct watcher *w = exec_watcher(a->jobs, (long long)proto_int(msg, "exec_id", 0));
-		if (w) {
+		if (w && strcmp(w->exec_node, node_id) != 0) { /* only the node running it */
+			log_warn("frame_not_owner", "type=%s exec_id=%lld from=%s owner=%s", t,
+				 w->exec_id, node_id, w->exec_node);
+			return;
+		}
+		if (w && strcmp(t, "exec_data") == 0) {
 			json_t *m = stream_msg(w, "output");
 			json_object_set(m, "stream", json_object_get(msg, "stream"));
 			json_object_set(m, "data", json_object_get(msg, "data"));
 			w_send(w, m);
-		}
-	} else if (strcmp(t, "exec_exit") == 0) {
-		struct watcher *w = exec_watcher(a->jobs, (long long)proto_int(msg, "exec_id", 0));
-		if (w) {
+		} else if (w) {
 			w->exec_id = 0; /* nothing left to stop */
 			const char *err = proto_str(msg, "error");
 			if (err)

@@ -30,6 +30,7 @@ struct forward {
 	enum fwd_kind kind;
 	json_t *pending;      /* frame not sent yet: waiting for the head session */
 	json_t *answer;       /* FWD_JOINED: the join's answer, sent once connected */
+	bool status;          /* a status request: the answer gets this node's head link */
 	uint64_t queued_ms;
 };
 
@@ -655,6 +656,15 @@ static void on_head_frame(conn *c, json_t *msg)
 			conn_send(cli, msg);
 		}
 	} else if (f->cli) {
+		json_t *d = json_object_get(msg, "data");
+		if (f->status && json_is_object(d))
+			json_object_set_new(d, "head_link",
+					    json_pack("{s:s, s:s, s:s}", "address", a->head_addr_now,
+						      "source",
+						      strcmp(a->head_addr_now, a->id.head_addr) == 0
+							      ? "advertised by the head"
+							      : "the address join was given",
+						      "head_key", a->id.head_key));
 		json_object_set_new(msg, "id", json_integer(f->orig_id));
 		conn_send(f->cli, msg);
 	}
@@ -868,8 +878,11 @@ void worker_stop(struct agent *a)
 void worker_forward(struct agent *a, conn *c, const json_t *req)
 {
 	struct forward *f = fwd_add(a, c, proto_id(req), FWD_REQUEST);
-	if (!f)
+	if (!f) {
+		control_error(c, req, "internal", "out of memory");
 		return;
+	}
+	f->status = strcmp(proto_type(req), "status") == 0;
 	agent_busy(a);
 	json_t *m = proto_msg("forward", f->id);
 	json_object_set(m, "request", (json_t *)req);
