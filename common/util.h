@@ -22,6 +22,14 @@ int util_parse_duration(const char *s, int64_t *secs);
 void util_fmt_age(int64_t secs, char *buf, size_t len);
 /* "host:port", "[v6]:port", "host" (port = def_port). -EINVAL on junk. */
 int util_split_hostport(const char *s, int def_port, char *host, size_t hostlen, int *port);
+/* Validate an address a person typed: HOST[:PORT], HOST a numeric IPv4
+ * (192.0.2.1), a bracketed numeric IPv6 ([fd00::1]) or a DNS name (letters,
+ * digits, '-' and '.'; labels of 1-63 not starting or ending with '-'; at most
+ * 253 in all; a name whose last label is all digits must be an IPv4 address),
+ * PORT 1-65535. Without ":PORT" the address is valid when default_port is
+ * 1-65535, and "missing :PORT" otherwise. 0, or -EINVAL with a message for
+ * people in err (it quotes nothing of s: the caller names the flag). */
+int util_check_hostport(const char *s, int default_port, char *err, size_t errlen);
 /* Copy with truncation, always NUL-terminated; returns src length. */
 size_t util_strlcpy(char *dst, const char *src, size_t size);
 /* Node/cluster names: 1-63 chars of [a-z0-9-], starting with a letter or digit. */
