@@ -68,6 +68,8 @@ struct agent {
 	int lock_fd;
 	uv_pipe_t ctl;
 	bool ctl_open;
+	dev_t ctl_dev; /* the control socket file we bound (control_stop unlinks only it) */
+	ino_t ctl_ino;
 	uv_tcp_t srv;
 	bool srv_open;
 	uv_signal_t sigterm, sigint;

@@ -81,6 +81,11 @@ int util_read_file(const char *path, char **out, size_t *len, size_t max)
 	FILE *f = fopen(path, "rbe");
 	if (!f)
 		return -errno;
+	struct stat st;
+	if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+		fclose(f);
+		return -EISDIR;
+	}
 	size_t cap = 4096, n = 0;
 	char *b = malloc(cap + 1);
 	if (!b) {

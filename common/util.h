@@ -16,6 +16,9 @@ int util_mkdirs(const char *path, int mode);
 int util_write_file(const char *path, const void *data, size_t len, int mode);
 /* Read a whole file (NUL-terminated, up to max bytes). Caller frees. */
 int util_read_file(const char *path, char **out, size_t *len, size_t max);
+/* The longest lifetime a join token may be given (init --ttl, token create
+ * --ttl): ten years. Far below what would overflow created_at + ttl. */
+#define UTIL_TTL_MAX_S (3650LL * 86400)
 /* "24h", "90m", "30s", "7d", "1h30m" or plain seconds -> seconds. -EINVAL on junk. */
 int util_parse_duration(const char *s, int64_t *secs);
 /* Seconds -> "3s", "5m", "2h", "4d" (largest whole unit, like kubectl AGE). */
