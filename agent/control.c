@@ -304,7 +304,7 @@ static int ctl_sock_answers(const char *path)
 static const char *file_kind(mode_t m)
 {
 	return S_ISREG(m) ? "a regular file" : S_ISDIR(m) ? "a directory" : S_ISLNK(m) ? "a symbolic link"
-	       : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) || S_ISBLK(m) ? "a device" : "not a socket";
+	       : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) || S_ISBLK(m) ? "a device" : "something else";
 }
 
 /* Make room for the socket at path: nothing there, or a stale socket file we
