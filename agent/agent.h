@@ -38,7 +38,6 @@
 #define AGENT_CTL_MAX 128               /* control socket connections at once */
 #define AGENT_CTL_FRAME (256 * 1024)    /* largest control request */
 #define AGENT_JOIN_EXPIRE_S 600         /* a join that never connected is undone */
-#define AGENT_TOKEN_TTL_MAX_S (10 * 366 * 86400) /* no overflow of created_at + ttl */
 
 enum agent_role { ROLE_NONE = 0, ROLE_HEAD, ROLE_WORKER };
 
@@ -79,6 +78,8 @@ struct agent {
 	int lock_fd;
 	uv_pipe_t ctl;
 	bool ctl_open;
+	dev_t ctl_dev; /* the control socket file we bound (control_stop unlinks only it) */
+	ino_t ctl_ino;
 	uv_tcp_t srv;
 	bool srv_open;
 	uv_signal_t sigterm, sigint;

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 void control_send_result(conn *c, json_int_t id, json_t *data)
@@ -120,10 +121,17 @@ static void h_cluster(struct agent *a, conn *c, const json_t *req)
 
 static void h_init(struct agent *a, conn *c, const json_t *req)
 {
+	if (a->id.role == ROLE_HEAD) { /* a head cannot leave (h_leave): say what it can do */
+		control_error(c, req, "already_in_cluster",
+			      "this node is already the head of cluster %s; add nodes with 'sparkctl "
+			      "token create', or to start a new cluster stop sparkd and wipe %s",
+			      a->id.cluster_name, a->opts.state_dir);
+		return;
+	}
 	if (a->id.role != ROLE_NONE && !a->id.removed) {
 		control_error(c, req, "already_in_cluster",
-			      "this node is already %s of cluster %s; run 'sparkctl leave' first",
-			      a->id.role == ROLE_HEAD ? "the head" : "a worker", a->id.cluster_name);
+			      "this node is already a worker of cluster %s; run 'sparkctl leave' first",
+			      a->id.cluster_name);
 		return;
 	}
 	head_handle_init(a, c, req);
@@ -402,6 +410,71 @@ static void on_ctl_connection(uv_stream_t *server, int status)
 	}
 }
 
+/* What answers on the socket file at path: 1 a listener accepted (or its
+ * backlog is full), 0 nobody (a stale file: ECONNREFUSED), or a negative errno. */
+static int ctl_sock_answers(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (strlen(path) >= sizeof sa.sun_path)
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	int r = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 ? 1 : -errno;
+	close(fd);
+	if (r == -EAGAIN)
+		return 1;
+	return r == -ECONNREFUSED ? 0 : r;
+}
+
+static const char *file_kind(mode_t m)
+{
+	return S_ISREG(m) ? "a regular file" : S_ISDIR(m) ? "a directory" : S_ISLNK(m) ? "a symbolic link"
+	       : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) || S_ISBLK(m) ? "a device" : "something else";
+}
+
+/* Make room for the socket at path: nothing there, or a stale socket file we
+ * remove. A daemon that answers, or anything that is not a socket, is refused
+ * and left alone. */
+static int ctl_clear_path(const char *path, char *err, size_t errlen)
+{
+	struct stat st;
+	if (lstat(path, &st) < 0) {
+		if (errno == ENOENT)
+			return 0;
+		int e = -errno;
+		snprintf(err, errlen, "cannot check control socket %s: %s", path, strerror(-e));
+		return e;
+	}
+	if (!S_ISSOCK(st.st_mode)) {
+		snprintf(err, errlen,
+			 "%s is %s, not a socket; sparkd will not remove it: pass another --socket "
+			 "PATH, or remove it yourself if it is not needed", path, file_kind(st.st_mode));
+		return -EEXIST;
+	}
+	int r = ctl_sock_answers(path);
+	if (r == 1) {
+		snprintf(err, errlen,
+			 "another daemon answers on control socket %s; stop it first or pass another "
+			 "--socket PATH", path);
+		return -EADDRINUSE;
+	}
+	if (r < 0) {
+		snprintf(err, errlen, "cannot check control socket %s: %s; remove it or pass another "
+			 "--socket PATH", path, strerror(-r));
+		return r;
+	}
+	if (unlink(path) < 0 && errno != ENOENT) {
+		int e = -errno;
+		snprintf(err, errlen, "cannot remove the stale control socket %s: %s", path,
+			 strerror(-e));
+		return e;
+	}
+	log_info("control_stale_socket", "path=%s action=%s", log_q(path), log_q("replaced"));
+	return 0;
+}
+
 int control_start(struct agent *a, char *err, size_t errlen)
 {
 	char dir[256];
@@ -411,32 +484,69 @@ int control_start(struct agent *a, char *err, size_t errlen)
 		*slash = '\0';
 		util_mkdirs(dir, 0755);
 	}
-	/* We hold the state-dir lock, so a socket file here is stale. */
-	unlink(a->opts.socket);
+	int r = ctl_clear_path(a->opts.socket, err, errlen);
+	if (r < 0)
+		return r;
+	/* Bound here rather than by uv_pipe_bind: libuv unlinks the path of a pipe
+	 * it bound when the handle closes, whoever's file it is by then. */
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (strlen(a->opts.socket) >= sizeof sa.sun_path) {
+		snprintf(err, errlen, "control socket path %s is too long (at most %zu bytes)",
+			 a->opts.socket, sizeof sa.sun_path - 1);
+		return -ENAMETOOLONG;
+	}
+	memcpy(sa.sun_path, a->opts.socket, strlen(a->opts.socket) + 1);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		r = -errno;
+		snprintf(err, errlen, "cannot make the control socket: %s", strerror(-r));
+		return r;
+	}
+	mode_t old = umask(0117);
+	r = bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 ? -errno : 0;
+	umask(old);
+	bool bound = r == 0;
 	uv_pipe_init(a->loop, &a->ctl, 0);
 	a->ctl.data = a;
-	mode_t old = umask(0117);
-	int r = uv_pipe_bind(&a->ctl, a->opts.socket);
-	umask(old);
 	if (r == 0)
+		r = uv_pipe_open(&a->ctl, fd);
+	if (r < 0)
+		close(fd); /* not the handle's yet */
+	struct stat st;
+	if (r == 0)
+		r = lstat(a->opts.socket, &st) < 0 ? -errno : 0;
+	if (r == 0) {
+		a->ctl_dev = st.st_dev;
+		a->ctl_ino = st.st_ino;
 		r = chmod(a->opts.socket, 0660) < 0 ? -errno : 0;
+	}
 	if (r == 0)
 		r = uv_listen((uv_stream_t *)&a->ctl, 64, on_ctl_connection);
 	if (r < 0) {
 		snprintf(err, errlen, "cannot listen on control socket %s: %s", a->opts.socket,
-			 r > -4096 ? uv_strerror(r) : "error");
+			 strerror(-r));
 		uv_close((uv_handle_t *)&a->ctl, NULL);
+		if (bound)
+			unlink(a->opts.socket);
 		return r;
 	}
 	a->ctl_open = true;
 	return 0;
 }
 
+/* Close the socket; remove its file only if it is still the one we bound (a
+ * daemon started later on the same path must stay reachable). */
 void control_stop(struct agent *a)
 {
 	if (a->ctl_open) {
 		uv_close((uv_handle_t *)&a->ctl, NULL);
-		unlink(a->opts.socket);
+		struct stat st;
+		if (lstat(a->opts.socket, &st) == 0 && S_ISSOCK(st.st_mode) &&
+		    st.st_dev == a->ctl_dev && st.st_ino == a->ctl_ino)
+			unlink(a->opts.socket);
+		else
+			log_info("control_socket_kept", "path=%s reason=%s", log_q(a->opts.socket),
+				 log_q("no longer ours"));
 		a->ctl_open = false;
 	}
 }

@@ -288,9 +288,9 @@ static void r_token_create(struct agent *a, conn *c, const json_t *req)
 {
 	int64_t ttl = proto_int(req, "ttl_s", 86400);
 	int64_t uses = proto_int(req, "uses", 0);
-	if (ttl < 0 || uses < 0 || ttl > AGENT_TOKEN_TTL_MAX_S || uses > INT32_MAX) {
+	if (ttl < 0 || uses < 0 || ttl > UTIL_TTL_MAX_S || uses > INT32_MAX) {
 		control_error(c, req, "bad_request",
-			      "ttl must be 0..%d s (10 years) and uses 0..%d", AGENT_TOKEN_TTL_MAX_S,
+			      "ttl must be 0..%lld s (10 years) and uses 0..%d", (long long)UTIL_TTL_MAX_S,
 			      INT32_MAX);
 		return;
 	}
@@ -1012,9 +1012,15 @@ void head_handle_init(struct agent *a, conn *c, const json_t *req)
 		return;
 	}
 	int64_t ttl = proto_int(req, "ttl_s", 86400);
-	if (ttl < 0 || ttl > AGENT_TOKEN_TTL_MAX_S) {
-		control_error(c, req, "bad_request", "the token ttl must be 0..%d s (10 years)",
-			      AGENT_TOKEN_TTL_MAX_S);
+	if (ttl < 0 || ttl > UTIL_TTL_MAX_S) {
+		control_error(c, req, "bad_request", "the token ttl must be 0..%lld s (10 years)",
+			      (long long)UTIL_TTL_MAX_S);
+		return;
+	}
+	const char *adv = proto_str(req, "advertise");
+	char why[256];
+	if (adv && *adv && util_check_hostport(adv, a->opts.listen_port, why, sizeof why) < 0) {
+		control_error(c, req, "bad_request", "--advertise %s: %s", adv, why);
 		return;
 	}
 	char err[512] = "";

@@ -6,6 +6,7 @@
 #include "spark_config.h"
 #include "util.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void usage(FILE *f)
@@ -36,6 +38,31 @@ static void usage(FILE *f)
 		SPARK_DEFAULT_CONFIG);
 }
 
+/* --listen / listen: ADDR[:PORT] with ADDR a numeric IPv4 or bracketed IPv6
+ * address of this machine (it is bound, not resolved). 0, or -EINVAL with a
+ * message naming what is wrong. */
+static int parse_listen(struct agent_opts *o, const char *s, char *err, size_t errlen)
+{
+	char why[160];
+	if (util_check_hostport(s, SPARK_DEFAULT_PORT, why, sizeof why) < 0) {
+		snprintf(err, errlen, "'%s' is not ADDR[:PORT] (%s), like 0.0.0.0:%d or [::]:%d", s,
+			 why, SPARK_DEFAULT_PORT, SPARK_DEFAULT_PORT);
+		return -EINVAL;
+	}
+	char host[sizeof o->listen_host];
+	int port;
+	unsigned char a[sizeof(struct in6_addr)];
+	if (util_split_hostport(s, SPARK_DEFAULT_PORT, host, sizeof host, &port) < 0 ||
+	    (inet_pton(AF_INET, host, a) != 1 && inet_pton(AF_INET6, host, a) != 1)) {
+		snprintf(err, errlen, "'%s' is not an IP address; sparkd binds an address of this "
+			 "machine, like 0.0.0.0:%d or [::]:%d", s, SPARK_DEFAULT_PORT, SPARK_DEFAULT_PORT);
+		return -EINVAL;
+	}
+	util_strlcpy(o->listen_host, host, sizeof o->listen_host);
+	o->listen_port = port;
+	return 0;
+}
+
 static const char *const config_keys[] = {"state_dir", "socket", "listen", "name", "log_level",
 					  "fabric", "discovery", "probes", "security", NULL};
 
@@ -48,6 +75,9 @@ static int apply_config(struct agent_opts *o, const char *path, bool explicit_pa
 	int r = cfg_load(path, &root, err, errlen);
 	if (r == -ENOENT && !explicit_path)
 		return 0;
+	if (r == -EISDIR)
+		snprintf(err, errlen, "%s is a directory, not a config file; pass the YAML file "
+			 "(for example --config %s/sparkd.yaml)", path, path);
 	if (r < 0)
 		return r;
 	r = cfg_check_keys(root, path, config_keys, err, errlen);
@@ -58,9 +88,9 @@ static int apply_config(struct agent_opts *o, const char *path, bool explicit_pa
 	if (r == 0 && !set[1] && cfg_get_str(root, "socket", &s, e2, sizeof e2) == 0)
 		util_strlcpy(o->socket, s, sizeof o->socket);
 	if (r == 0 && !set[2] && cfg_get_str(root, "listen", &s, e2, sizeof e2) == 0) {
-		if (util_split_hostport(s, SPARK_DEFAULT_PORT, o->listen_host, sizeof o->listen_host,
-					&o->listen_port) < 0) {
-			snprintf(err, errlen, "%s: listen: expected ADDR:PORT, got \"%s\"", path, s);
+		char why[384];
+		if (parse_listen(o, s, why, sizeof why) < 0) {
+			snprintf(err, errlen, "%s: listen: %s", path, why);
 			r = -EINVAL;
 		}
 	}
@@ -115,14 +145,15 @@ static int parse_args(struct agent_opts *o, json_t **cfg, int argc, char **argv)
 			util_strlcpy(o->socket, optarg, sizeof o->socket);
 			set[1] = true;
 			break;
-		case O_LISTEN:
-			if (util_split_hostport(optarg, SPARK_DEFAULT_PORT, o->listen_host,
-						sizeof o->listen_host, &o->listen_port) < 0) {
-				fprintf(stderr, "sparkd: --listen: expected ADDR:PORT, got '%s'\n", optarg);
+		case O_LISTEN: {
+			char why[384];
+			if (parse_listen(o, optarg, why, sizeof why) < 0) {
+				fprintf(stderr, "sparkd: --listen: %s\n", why);
 				return 2;
 			}
 			set[2] = true;
 			break;
+		}
 		case O_NAME:
 			if (!util_valid_name(optarg)) {
 				fprintf(stderr, "sparkd: --name: '%s' is not a valid node name "
@@ -173,6 +204,49 @@ static int parse_args(struct agent_opts *o, json_t **cfg, int argc, char **argv)
 		for (char *p = host; *p; p++)
 			*p = (*p >= 'A' && *p <= 'Z') ? (char)(*p - 'A' + 'a') : (*p == '.' ? '\0' : *p);
 		util_strlcpy(o->name, util_valid_name(host) ? host : "node", sizeof o->name);
+	}
+	return 0;
+}
+
+/* The state dir holds the node's key, the cluster CA and (on the head)
+ * cluster.db: create it 0700, refuse one another user owns or that group or
+ * others may write (they could have planted files), and chmod it 0700 so
+ * nobody else reads it, whatever the umask. */
+static int prepare_state_dir(const char *dir, char *err, size_t errlen)
+{
+	int r = util_mkdirs(dir, 0700);
+	if (r < 0) {
+		snprintf(err, errlen, "cannot create state dir %s: %s", dir, strerror(-r));
+		return r;
+	}
+	struct stat st;
+	if (stat(dir, &st) < 0) {
+		r = -errno;
+		snprintf(err, errlen, "cannot read state dir %s: %s", dir, strerror(-r));
+		return r;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "state dir %s is not a directory; pass another --state-dir", dir);
+		return -ENOTDIR;
+	}
+	if (st.st_uid != geteuid()) {
+		snprintf(err, errlen,
+			 "state dir %s belongs to uid %u, not to sparkd's user (uid %u); run 'chown %u "
+			 "%s' if it is this node's, or pass another --state-dir",
+			 dir, (unsigned)st.st_uid, (unsigned)geteuid(), (unsigned)geteuid(), dir);
+		return -EPERM;
+	}
+	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+		snprintf(err, errlen,
+			 "state dir %s may be written by %s (mode %04o); check its files, then run "
+			 "'chmod 700 %s'", dir, st.st_mode & S_IWOTH ? "anyone" : "its group",
+			 (unsigned)(st.st_mode & 07777), dir);
+		return -EPERM;
+	}
+	if ((st.st_mode & 07777) != 0700 && chmod(dir, 0700) < 0) {
+		r = -errno;
+		snprintf(err, errlen, "cannot chmod state dir %s to 0700: %s", dir, strerror(-r));
+		return r;
 	}
 	return 0;
 }
@@ -283,9 +357,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "sparkd: %s; fix the config file\n", err);
 		return 2;
 	}
-	if (util_mkdirs(a.opts.state_dir, 0700) < 0) {
-		fprintf(stderr, "sparkd: cannot create state dir %s: %s\n", a.opts.state_dir,
-			strerror(errno));
+	if (prepare_state_dir(a.opts.state_dir, err, sizeof err) < 0) {
+		fprintf(stderr, "sparkd: %s\n", err);
 		return 1;
 	}
 	if (take_lock(&a, err, sizeof err) < 0) {

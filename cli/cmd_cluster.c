@@ -4,8 +4,10 @@
 #include "output.h"
 
 #include "spark_config.h"
+#include "token.h"
 #include "util.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +17,19 @@
 #define OPT_END CLI_OPT_END
 
 static void reset_getopt(void) { optind = 0; }
+
+/* --ttl DURATION: 0 (no expiry) up to UTIL_TTL_MAX_S. 0, or the usage error's code. */
+static int parse_ttl(struct cli_ctx *ctx, const char *s, int64_t *ttl)
+{
+	int r = util_parse_duration(s, ttl);
+	if (r == -EINVAL)
+		return cli_usage(ctx, "--ttl: '%s' is not a duration like 30m, 24h or 7d", s);
+	if (r < 0 || *ttl > UTIL_TTL_MAX_S)
+		return cli_usage(ctx, "--ttl: '%s' is longer than the maximum of %lldd (10 years); "
+				      "use 0 for a token that never expires", s,
+				 (long long)(UTIL_TTL_MAX_S / 86400));
+	return 0;
+}
 
 static int no_args(struct cli_ctx *ctx, int argc, char **argv)
 {
@@ -54,14 +69,19 @@ int cmd_init(struct cli_ctx *ctx, int argc, char **argv)
 			name = optarg;
 		else if (ch == 'a')
 			adv = optarg;
-		else if (ch == 't' && util_parse_duration(optarg, &ttl) < 0)
-			return cli_usage(ctx, "--ttl: '%s' is not a duration like 30m, 24h or 7d", optarg);
+		else if (ch == 't' && (rc = parse_ttl(ctx, optarg, &ttl)) != 0)
+			return rc;
 	}
 	if (optind < argc)
 		return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
 	if (name && !util_valid_name(name))
 		return cli_usage(ctx, "--name: '%s' is not a valid cluster name (1-63 of a-z, 0-9, '-')",
 				 name);
+	char why[160];
+	if (adv && util_check_hostport(adv, SPARK_DEFAULT_PORT, why, sizeof why) < 0)
+		return cli_usage(ctx, "--advertise: '%s' is not HOST[:PORT] (%s); give the address "
+				      "the other nodes reach this one at, like 169.254.1.1:%d",
+				 adv, why, SPARK_DEFAULT_PORT);
 	json_t *args = json_pack("{s:I}", "ttl_s", (json_int_t)ttl);
 	if (name)
 		json_object_set_new(args, "name", json_string(name));
@@ -118,6 +138,14 @@ int cmd_join(struct cli_ctx *ctx, int argc, char **argv)
 	if (name && !util_valid_name(name))
 		return cli_usage(ctx, "--name: '%s' is not a valid node name (1-63 of a-z, 0-9, '-')",
 				 name);
+	char why[256];
+	if (util_check_hostport(argv[optind], SPARK_DEFAULT_PORT, why, sizeof why) < 0)
+		return cli_usage(ctx, "HEAD: '%s' is not HOST[:PORT] (%s); copy the join command "
+				      "'sparkctl init' or 'sparkctl token create' printed on the head",
+				 argv[optind], why);
+	struct join_token jt;
+	if (token_parse(token, &jt, why, sizeof why) < 0)
+		return cli_usage(ctx, "--token: %s", why);
 	json_t *args = json_pack("{s:s, s:s, s:I}", "head", argv[optind], "token", token,
 				 "timeout_s", (json_int_t)timeout);
 	if (name)
@@ -410,8 +438,8 @@ int cmd_token_create(struct cli_ctx *ctx, int argc, char **argv)
 	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
 		if (ch == -2)
 			return rc;
-		if (ch == 't' && util_parse_duration(optarg, &ttl) < 0)
-			return cli_usage(ctx, "--ttl: '%s' is not a duration like 30m, 24h or 7d", optarg);
+		if (ch == 't' && (rc = parse_ttl(ctx, optarg, &ttl)) != 0)
+			return rc;
 		if (ch == 'u') {
 			char *end;
 			uses = strtol(optarg, &end, 10);

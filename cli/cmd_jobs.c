@@ -730,8 +730,8 @@ int cmd_exec(struct cli_ctx *ctx, int argc, char **argv)
 	json_t *d = NULL;
 	struct stream_opts so = {.on_event = on_exec_event};
 	int r = stream_call(ctx, "exec", args, &d, &so);
-	if (r)
-		return r == 1 ? 255 : r;
+	if (r) /* the command did not run (no such node, refused...): 1, or 2 for bad usage */
+		return r;
 	long long code = cli_jnum(d, "exit_code");
 	json_decref(d);
 	return code < 0 ? 255 : code > 255 ? 255 : (int)code;

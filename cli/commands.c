@@ -51,7 +51,7 @@ const struct cli_cmd cli_commands[] = {
 	 "make the local sparkd the head of a new cluster and print the join command",
 	 "  --name CLUSTER        cluster name (default: spark)\n"
 	 "  --advertise ADDR:PORT address workers use to reach this head (default: the listen address)\n"
-	 "  --ttl D               lifetime of the first join token (default 24h)\n"},
+	 "  --ttl D               lifetime of the first join token (default 24h, at most 3650d)\n"},
 	{NULL, "join", cmd_join, "join HEAD[:PORT] --token TOKEN [--name NODE]",
 	 "join the local sparkd to the cluster whose head is HEAD",
 	 "  --token TOKEN   the token printed by 'sparkctl init' or 'sparkctl token create'\n"
@@ -71,7 +71,7 @@ const struct cli_cmd cli_commands[] = {
 	 "remove a node from the cluster and revoke its certificate", NULL},
 	{"token", "create", cmd_token_create, "token create [--ttl D] [--uses N] [--description TEXT]",
 	 "make a join token and print the join command",
-	 "  --ttl D        lifetime: 30m, 24h, 7d, or 0 for no expiry (default 24h)\n"
+	 "  --ttl D        lifetime: 30m, 24h, 7d (at most 3650d), or 0 for no expiry (default 24h)\n"
 	 "  --uses N       how many joins it allows (default: unlimited)\n"
 	 "  --description  a note shown by 'token ls'\n"},
 	{"token", "ls", cmd_token_ls, "token ls [-o table|json]", "list join tokens (never their secrets)",

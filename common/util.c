@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,6 +81,11 @@ int util_read_file(const char *path, char **out, size_t *len, size_t max)
 	FILE *f = fopen(path, "rbe");
 	if (!f)
 		return -errno;
+	struct stat st;
+	if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+		fclose(f);
+		return -EISDIR;
+	}
 	size_t cap = 4096, n = 0;
 	char *b = malloc(cap + 1);
 	if (!b) {
@@ -206,6 +212,134 @@ int util_split_hostport(const char *s, int def_port, char *host, size_t hostlen,
 			return -EINVAL;
 		*port = (int)v;
 	}
+	return 0;
+}
+
+static int hp_fail(char *err, size_t errlen, const char *msg)
+{
+	if (err && errlen)
+		snprintf(err, errlen, "%s", msg);
+	return -EINVAL;
+}
+
+/* A DNS name of [A-Za-z0-9-.]: labels 1-63, no '-' at either end, <= 253. */
+static int check_dns_name(const char *h, size_t n, char *err, size_t errlen)
+{
+	if (n > 253)
+		return hp_fail(err, errlen, "the host name is longer than 253 characters");
+	size_t start = 0;
+	bool last_numeric = true;
+	for (size_t i = 0; i <= n; i++) {
+		if (i < n && h[i] != '.') {
+			char c = h[i];
+			if (!isalnum((unsigned char)c) && c != '-')
+				return hp_fail(err, errlen,
+					       "a host name has only letters, digits, '-' and '.'");
+			continue;
+		}
+		size_t len = i - start;
+		if (len == 0)
+			return hp_fail(err, errlen, "empty label in the host name (two dots, or a "
+						    "dot at either end)");
+		if (len > 63)
+			return hp_fail(err, errlen, "a label of the host name is longer than 63 "
+						    "characters");
+		if (h[start] == '-' || h[i - 1] == '-')
+			return hp_fail(err, errlen, "a label of the host name starts or ends with '-'");
+		last_numeric = true;
+		for (size_t k = start; k < i; k++)
+			if (!isdigit((unsigned char)h[k]))
+				last_numeric = false;
+		start = i + 1;
+	}
+	if (last_numeric)
+		return hp_fail(err, errlen, "not a valid IPv4 address (four numbers 0-255 "
+					    "separated by dots)");
+	return 0;
+}
+
+int util_check_hostport(const char *s, int default_port, char *err, size_t errlen)
+{
+	if (!s || !*s)
+		return hp_fail(err, errlen, "empty address; expected HOST[:PORT]");
+	for (const char *p = s; *p; p++) {
+		unsigned char c = (unsigned char)*p;
+		if (c == ' ' || c == '\t')
+			return hp_fail(err, errlen, "spaces are not allowed in an address");
+		if (c < 0x20 || c == 0x7f)
+			return hp_fail(err, errlen, "control characters are not allowed in an address");
+		if (c >= 0x80)
+			return hp_fail(err, errlen, "only ASCII is allowed in an address (write an "
+						    "international name in its xn-- form)");
+	}
+	const char *host = s, *port = NULL;
+	size_t hl;
+	bool v6 = false;
+	if (s[0] == '[') {
+		const char *e = strchr(s, ']');
+		if (!e)
+			return hp_fail(err, errlen, "missing ']' after the IPv6 address");
+		host = s + 1;
+		hl = (size_t)(e - host);
+		v6 = true;
+		if (e[1] == ':')
+			port = e + 2;
+		else if (e[1] != '\0')
+			return hp_fail(err, errlen, "expected ':PORT' or nothing after ']'");
+	} else {
+		const char *c = strchr(s, ':');
+		if (c && strchr(c + 1, ':'))
+			return hp_fail(err, errlen, "write an IPv6 address in brackets, like "
+						    "[fd00::1]:7300");
+		hl = c ? (size_t)(c - s) : strlen(s);
+		if (c)
+			port = c + 1;
+	}
+	if (hl == 0)
+		return hp_fail(err, errlen, "empty host; expected HOST[:PORT]");
+	if (v6) {
+		char buf[INET6_ADDRSTRLEN + 1];
+		struct in6_addr a6;
+		if (hl >= sizeof buf)
+			return hp_fail(err, errlen, "not a valid IPv6 address inside [ ]");
+		memcpy(buf, host, hl);
+		buf[hl] = '\0';
+		if (inet_pton(AF_INET6, buf, &a6) != 1)
+			return hp_fail(err, errlen, "not a valid IPv6 address inside [ ]");
+	} else {
+		char buf[16];
+		struct in_addr a4;
+		bool ipv4 = false;
+		if (hl < sizeof buf) {
+			memcpy(buf, host, hl);
+			buf[hl] = '\0';
+			ipv4 = inet_pton(AF_INET, buf, &a4) == 1;
+		}
+		if (!ipv4) {
+			int r = check_dns_name(host, hl, err, errlen);
+			if (r < 0)
+				return r;
+		}
+	}
+	if (!port) {
+		if (default_port < 1 || default_port > 65535)
+			return hp_fail(err, errlen, "missing :PORT after the host");
+		return 0;
+	}
+	if (!*port)
+		return hp_fail(err, errlen, "empty port after ':'");
+	long v = 0;
+	if (strlen(port) > 5 && strspn(port, "0123456789") == strlen(port))
+		return hp_fail(err, errlen, "the port is not a number from 1 to 65535 (at most 5 digits)");
+	for (const char *p = port; *p; p++) {
+		if (!isdigit((unsigned char)*p))
+			return hp_fail(err, errlen, "the port is not a number from 1 to 65535");
+		v = v * 10 + (*p - '0');
+		if (v > 65535)
+			return hp_fail(err, errlen, "the port is above 65535");
+	}
+	if (v < 1)
+		return hp_fail(err, errlen, "the port must be from 1 to 65535");
 	return 0;
 }
 

@@ -10,9 +10,12 @@
 #include "db.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 
@@ -656,9 +659,39 @@ int db_open(const char *path, db **out)
 	db *d = calloc(1, sizeof *d);
 	if (!d)
 		return -ENOMEM;
+	/* cluster.db holds the cluster's secrets (CA key, token hashes): 0600
+	 * whatever the umask. SQLite makes -wal and -shm with the main file's
+	 * mode; ones left by a crash under an older mode are fixed too. */
+	int e = 0;
+	if (strcmp(path, ":memory:") != 0 && strncmp(path, "file:", 5) != 0) {
+		static const char *const sfx[] = {"", "-wal", "-shm", "-journal"};
+		for (size_t i = 0; i < ARRAY_SIZE(sfx); i++) {
+			char p[4096];
+			if ((size_t)snprintf(p, sizeof p, "%s%s", path, sfx[i]) >= sizeof p) {
+				e = -ENAMETOOLONG;
+				goto err;
+			}
+			int fd = open(p, O_RDWR | O_CLOEXEC | (i == 0 ? O_CREAT : 0), 0600);
+			if (fd < 0 && (i == 0 || errno != ENOENT)) {
+				e = -errno;
+				log_error("db_error", "op=open path=%s err=%s", log_q(p), log_q(strerror(-e)));
+				goto err;
+			}
+			if (fd >= 0) {
+				struct stat st;
+				int bad = fstat(fd, &st) < 0 || ((st.st_mode & 077) && fchmod(fd, 0600) < 0);
+				e = bad ? -errno : 0;
+				close(fd);
+				if (bad) {
+					log_error("db_error", "op=chmod path=%s err=%s", log_q(p),
+						  log_q(strerror(-e)));
+					goto err;
+				}
+			}
+		}
+	}
 	int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
 	int rc = sqlite3_open_v2(path, &d->h, flags, NULL);
-	int e = 0;
 	if (rc != SQLITE_OK) {
 		e = fail(d, rc, "open");
 		goto err;

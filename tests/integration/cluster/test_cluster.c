@@ -154,9 +154,9 @@ Test(cluster, bad_tokens_are_refused_and_nothing_is_recorded)
 	snprintf(bad, sizeof bad, "%s", tok);
 	bad[10] = bad[10] == 'a' ? 'b' : 'a';
 	expect_refused(1, bad, "man-in-the-middle");
-	/* malformed */
+	/* malformed: a usage error, caught by sparkctl (test_hardening.c) */
 	struct h_result r = join(1, "spk1.nothex");
-	cr_assert_eq(r.rc, 1);
+	cr_assert_eq(r.rc, 2);
 	cr_assert(strstr(r.err, "malformed token"), "%s", r.err);
 	h_result_free(&r);
 	/* revoked */

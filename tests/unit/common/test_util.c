@@ -202,6 +202,8 @@ Test(util, read_file_limits)
 	free(data);
 	char *t;
 	cr_assert_eq(util_read_file("/nonexistent/x", &t, NULL, 10), -ENOENT);
+	/* a directory says so (sparkd --config DIR), not "Input/output error" */
+	cr_assert_eq(util_read_file(dir, &t, NULL, 10), -EISDIR);
 	unlink(path);
 	rmdir(dir);
 }

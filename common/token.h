@@ -1,4 +1,5 @@
-/* token: join tokens. Printed form:
+/* token: join tokens (common/: sparkctl checks the form before it sends one,
+ * the agent parses it). Printed form:
  *   spk1.<CA SPKI SHA-256, 64 hex>.<token id, 16 hex>.<secret, 32 hex>
  * The CA hash lets a joiner pin the head's CA before it sends anything secret
  * (like kubeadm's discovery-token-ca-cert-hash). The head stores only
