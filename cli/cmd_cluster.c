@@ -268,6 +268,9 @@ int cmd_status(struct cli_ctx *ctx, int argc, char **argv)
 		json_t *cl = json_object_get(d, "cluster"), *head = json_object_get(d, "head");
 		printf("Cluster:  %s (%s)\n", cli_jstr(cl, "name"), cli_jstr(cl, "id"));
 		printf("Head:     %s at %s\n", cli_jstr(head, "name"), cli_jstr(head, "address"));
+		json_t *link = json_object_get(d, "head_link"); /* on a worker: how it reaches the head */
+		if (json_is_object(link) && strcmp(cli_jstr(link, "address"), cli_jstr(head, "address")))
+			printf("Reached:  at %s (%s)\n", cli_jstr(link, "address"), cli_jstr(link, "source"));
 		printf("Nodes:    %lld, %lld ready\n", cli_jnum(d, "node_count"), cli_jnum(d, "ready_count"));
 		cli_topo_status_line(json_object_get(d, "topology"));
 		printf("\n");
