@@ -939,6 +939,10 @@ static void job_check_done(struct agent *a, struct hjob *j)
 	snprintf(j->row.state, sizeof j->row.state, "%s", state);
 	snprintf(j->row.reason, sizeof j->row.reason, "%s",
 		 j->stopping ? j->stop_reason : failed ? "a rank failed" : "");
+	/* The job's exit code is decided here, once, and `sparkctl run` exits
+	 * with it: a job that did not succeed never reports 0. */
+	if (strcmp(state, "succeeded") != 0 && code <= 0)
+		code = 1;
 	j->row.exit_code = code > 255 ? 255 : code;
 	j->row.ended_at = util_now();
 	if (!j->row.started_at)

@@ -52,13 +52,22 @@ int cli_call(struct cli_ctx *ctx, const char *type, json_t *args, json_t **data,
 int cli_call_raw(struct cli_ctx *ctx, const char *type, json_t *args, json_t **data,
 		 unsigned timeout_ms, char **code, char **message);
 
-/* The pieces of cli_call for requests that stream (cmd_jobs.c): connect to
- * the control socket at path (the fd, or a negative errno); the one-line
- * message for a failed connect (err from cli_connect); send one request
- * {"type":type, ...args} (args borrowed, may be NULL): 0 or a negative errno. */
+/* Requests that stream: "stream" frames go to on_event until the final
+ * answer; there is no deadline. With on_interrupt, Ctrl-C calls it (count =
+ * how many so far) instead of ending sparkctl; it returns nonzero to stop
+ * waiting (cli_stream_raw then fails with code "detached"). */
+struct cli_stream {
+	void (*on_event)(void *arg, json_t *msg);
+	int (*on_interrupt)(void *arg, int count);
+	void *arg;
+};
+int cli_stream_raw(struct cli_ctx *ctx, const char *type, json_t *args, json_t **data,
+		   unsigned timeout_ms, const struct cli_stream *so, char **code, char **message);
+
+/* Connect to the control socket at path (the fd, or a negative errno); the
+ * one-line message for a failed connect (err from cli_connect). */
 int cli_connect(const char *path);
 void cli_connect_error(const char *path, int err, char *buf, size_t len);
-int cli_send_request(int fd, const char *type, json_t *args);
 
 /* getopt_long over a command's argv ("+": stop at the first non-option).
  * Returns the option, -1 at the end, or -2 after printing a usage error, with

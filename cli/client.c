@@ -1,4 +1,5 @@
-/* client: blocking request/reply over the agent's Unix control socket. */
+/* client: requests over the agent's Unix control socket, plain or streaming,
+ * through one read loop (read_answer). */
 #include "cli.h"
 
 #include "proto.h"
@@ -6,6 +7,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,44 +76,85 @@ static int write_all(int fd, const uint8_t *p, size_t n)
 	return 0;
 }
 
-int cli_send_request(int fd, const char *type, json_t *args)
+static volatile sig_atomic_t interrupted;
+static void on_sigint(int sig)
 {
-	uint8_t *frame;
-	size_t len;
-	int r = encode_request(type, args, &frame, &len);
-	if (r < 0)
-		return r;
-	r = write_all(fd, frame, len);
-	free(frame);
-	return r;
+	(void)sig;
+	interrupted++;
 }
 
-/* Read one frame within the deadline. */
-static int read_frame(int fd, proto_decoder *dec, json_t **msg, uint64_t deadline)
+/* The one read loop of the CLI: frames until the final "result" or "error"
+ * (returned in *reply), "stream" frames to so->on_event on the way; Ctrl-C to
+ * so->on_interrupt when it is set. 0, -ETIMEDOUT (deadline; 0 = none),
+ * -ECONNRESET, -EBADMSG, -ENOMEM, -ECANCELED (on_interrupt said stop). */
+static int read_answer(int fd, uint64_t deadline, const struct cli_stream *so, json_t **reply)
 {
-	char err[128];
+	struct sigaction sa = {.sa_handler = on_sigint}, old;
+	bool catch = so && so->on_interrupt;
+	if (catch) {
+		interrupted = 0;
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGINT, &sa, &old);
+	}
+	proto_decoder dec;
+	proto_decoder_init(&dec);
+	int r = 0, handled = 0;
+	*reply = NULL;
 	for (;;) {
-		int r = proto_decoder_next(dec, msg, err, sizeof err);
-		if (r != 0)
-			return r < 0 ? -EBADMSG : 0;
+		json_t *msg = NULL;
+		char err[128];
+		int nr = proto_decoder_next(&dec, &msg, err, sizeof err);
+		if (nr < 0) {
+			r = -EBADMSG;
+			break;
+		}
+		if (nr == 1) {
+			if (strcmp(proto_type(msg), "stream") == 0) {
+				if (so && so->on_event)
+					so->on_event(so->arg, msg);
+				json_decref(msg);
+				continue;
+			}
+			*reply = msg;
+			break;
+		}
+		if (catch && interrupted > handled) {
+			handled = interrupted;
+			if (so->on_interrupt(so->arg, handled)) {
+				r = -ECANCELED;
+				break;
+			}
+		}
 		uint64_t now = util_now_ms();
-		if (now >= deadline)
-			return -ETIMEDOUT;
+		if (deadline && now >= deadline) {
+			r = -ETIMEDOUT;
+			break;
+		}
 		struct pollfd pfd = {.fd = fd, .events = POLLIN};
-		int pr = poll(&pfd, 1, (int)(deadline - now));
+		int pr = poll(&pfd, 1, deadline ? (int)(deadline - now) : -1);
 		if (pr < 0 && errno == EINTR)
 			continue;
-		if (pr <= 0)
-			return pr == 0 ? -ETIMEDOUT : -errno;
+		if (pr <= 0) {
+			r = pr == 0 ? -ETIMEDOUT : -errno;
+			break;
+		}
 		uint8_t buf[65536];
 		ssize_t n = recv(fd, buf, sizeof buf, 0);
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n <= 0)
-			return n == 0 ? -ECONNRESET : -errno;
-		if (proto_decoder_feed(dec, buf, (size_t)n) < 0)
-			return -ENOMEM;
+		if (n <= 0) {
+			r = n == 0 ? -ECONNRESET : -errno;
+			break;
+		}
+		if (proto_decoder_feed(&dec, buf, (size_t)n) < 0) {
+			r = -ENOMEM;
+			break;
+		}
 	}
+	proto_decoder_free(&dec);
+	if (catch)
+		sigaction(SIGINT, &old, NULL);
+	return r;
 }
 
 static void set_err(char **code, char **message, const char *c, const char *m)
@@ -122,8 +165,8 @@ static void set_err(char **code, char **message, const char *c, const char *m)
 		*message = strdup(m);
 }
 
-int cli_call_raw(struct cli_ctx *ctx, const char *type, json_t *args, json_t **data,
-		 unsigned timeout_ms, char **code, char **message)
+int cli_stream_raw(struct cli_ctx *ctx, const char *type, json_t *args, json_t **data,
+		   unsigned timeout_ms, const struct cli_stream *so, char **code, char **message)
 {
 	if (data)
 		*data = NULL;
@@ -149,17 +192,21 @@ int cli_call_raw(struct cli_ctx *ctx, const char *type, json_t *args, json_t **d
 	}
 	r = write_all(fd, frame, flen);
 	free(frame);
-	proto_decoder dec;
-	proto_decoder_init(&dec);
 	json_t *reply = NULL;
 	if (r == 0)
-		r = read_frame(fd, &dec, &reply, util_now_ms() + (timeout_ms ? timeout_ms : 30000));
-	proto_decoder_free(&dec);
+		r = read_answer(fd, so ? 0 : util_now_ms() + (timeout_ms ? timeout_ms : 30000), so,
+				&reply);
 	close(fd);
+	if (r == -ECANCELED) {
+		set_err(code, message, "detached", "");
+		return -1;
+	}
 	if (r < 0) {
 		char m[512];
 		if (r == -ETIMEDOUT)
 			snprintf(m, sizeof m, "sparkd on %s did not answer in time", ctx->socket);
+		else if (r == -EBADMSG)
+			snprintf(m, sizeof m, "bad answer from sparkd on %s", ctx->socket);
 		else
 			snprintf(m, sizeof m, "lost the connection to sparkd on %s: %s", ctx->socket,
 				 strerror(-r));
@@ -180,6 +227,12 @@ int cli_call_raw(struct cli_ctx *ctx, const char *type, json_t *args, json_t **d
 	}
 	json_decref(reply);
 	return 0;
+}
+
+int cli_call_raw(struct cli_ctx *ctx, const char *type, json_t *args, json_t **data,
+		 unsigned timeout_ms, char **code, char **message)
+{
+	return cli_stream_raw(ctx, type, args, data, timeout_ms, NULL, code, message);
 }
 
 int cli_call(struct cli_ctx *ctx, const char *type, json_t *args, json_t **data,

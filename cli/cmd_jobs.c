@@ -9,8 +9,6 @@
 
 #include <errno.h>
 #include <getopt.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,13 +20,6 @@
 
 /* ---- streaming requests ------------------------------------------------------ */
 
-static volatile sig_atomic_t interrupted;
-static void on_sigint(int sig)
-{
-	(void)sig;
-	interrupted++;
-}
-
 typedef void (*event_fn)(void *arg, json_t *msg);
 
 struct stream_opts {
@@ -38,123 +29,70 @@ struct stream_opts {
 	long long *job_id;     /* learnt from the "started" event */
 };
 
-/* Send one request and read frames until the final answer. Returns 0 with
- * *data, 1 after printing the error, 130 when detached by a second Ctrl-C. */
+struct stream_state {
+	struct cli_ctx *ctx;
+	const struct stream_opts *so;
+};
+
+static void on_stream_event(void *arg, json_t *msg)
+{
+	struct stream_state *st = arg;
+	const char *ev = proto_str(msg, "event");
+	if (st->so->job_id && ev && strcmp(ev, "started") == 0)
+		*st->so->job_id = (long long)proto_int(msg, "job_id", 0);
+	if (st->so->on_event)
+		st->so->on_event(st->so->arg, msg);
+}
+
+/* Ctrl-C during `run`: the first cancels the job, a second stops waiting. */
+static int on_stream_interrupt(void *arg, int count)
+{
+	struct stream_state *st = arg;
+	long long jid = st->so->job_id ? *st->so->job_id : 0;
+	fflush(stdout);
+	if (count >= 2 || !jid) {
+		if (jid)
+			cli_fail("detached from job %lld; it is still stopping ('sparkctl job show %lld')",
+				 jid, jid);
+		return 1;
+	}
+	fprintf(stderr, "sparkctl: cancelling job %lld (Ctrl-C again to stop waiting)\n", jid);
+	char id[32];
+	snprintf(id, sizeof id, "%lld", jid);
+	char *code = NULL, *msg = NULL;
+	if (cli_call_raw(st->ctx, "job_cancel", json_pack("{s:s}", "job", id), NULL, 5000, &code,
+			 &msg) < 0)
+		fprintf(stderr, "sparkctl: could not cancel job %lld: %s\n", jid, msg ? msg : "");
+	free(code);
+	free(msg);
+	return 0;
+}
+
+/* Send one request and read frames until the final answer (client.c's read
+ * loop). Returns 0 with *data, 1 after printing the error, 130 when detached
+ * by a second Ctrl-C. */
 static int stream_call(struct cli_ctx *ctx, const char *type, json_t *args, json_t **data,
 		       const struct stream_opts *so)
 {
-	*data = NULL;
-	int fd = cli_connect(ctx->socket);
-	if (fd < 0) {
-		json_decref(args);
-		char m[512];
-		cli_connect_error(ctx->socket, fd, m, sizeof m);
-		return cli_fail("%s", m);
-	}
-	int r = cli_send_request(fd, type, args);
-	json_decref(args);
+	struct stream_state st = {.ctx = ctx, .so = so};
+	struct cli_stream cs = {.on_event = on_stream_event,
+				.on_interrupt = so->ctrl_c_cancels ? on_stream_interrupt : NULL,
+				.arg = &st};
+	char *code = NULL, *msg = NULL;
+	int r = cli_stream_raw(ctx, type, args, data, 0, &cs, &code, &msg);
+	int rc = 0;
 	if (r < 0) {
-		close(fd);
-		return cli_fail("cannot send the request to sparkd on %s: %s", ctx->socket, strerror(-r));
+		long long jid = so->job_id ? *so->job_id : 0;
+		if (code && strcmp(code, "detached") == 0)
+			rc = 130;
+		else if (code && strcmp(code, "transport") == 0 && jid)
+			rc = cli_fail("lost the connection to sparkd on %s; job %lld keeps running: "
+				      "'sparkctl job logs -f %lld' follows it", ctx->socket, jid, jid);
+		else
+			rc = cli_fail("%s", msg && *msg ? msg : "request failed");
 	}
-	struct sigaction sa = {.sa_handler = on_sigint}, old;
-	if (so && so->ctrl_c_cancels) {
-		sigemptyset(&sa.sa_mask);
-		sigaction(SIGINT, &sa, &old);
-	}
-	proto_decoder dec;
-	proto_decoder_init(&dec);
-	int cancel_fd = -1, handled = 0, rc = 1;
-	for (;;) {
-		json_t *msg = NULL;
-		char err[128];
-		int nr = proto_decoder_next(&dec, &msg, err, sizeof err);
-		if (nr < 0) {
-			rc = cli_fail("bad answer from sparkd: %s", err);
-			break;
-		}
-		if (nr == 1) {
-			const char *t = proto_type(msg);
-			if (strcmp(t, "stream") == 0) {
-				const char *ev = proto_str(msg, "event");
-				if (so && so->job_id && ev && strcmp(ev, "started") == 0)
-					*so->job_id = (long long)proto_int(msg, "job_id", 0);
-				if (so && so->on_event)
-					so->on_event(so->arg, msg);
-				json_decref(msg);
-				continue;
-			}
-			if (strcmp(t, "error") == 0) {
-				rc = cli_fail("%s", proto_str(msg, "message") ? proto_str(msg, "message")
-									: "request failed");
-			} else {
-				json_t *d = json_object_get(msg, "data");
-				*data = d ? json_incref(d) : json_object();
-				rc = 0;
-			}
-			json_decref(msg);
-			break;
-		}
-		if (so && so->ctrl_c_cancels && interrupted > handled) {
-			handled = interrupted;
-			long long jid = so->job_id ? *so->job_id : 0;
-			if (handled >= 2 || !jid) {
-				fflush(stdout);
-				if (jid)
-					cli_fail("detached from job %lld; it is still stopping ('sparkctl job show "
-						 "%lld')", jid, jid);
-				rc = 130;
-				break;
-			}
-			fflush(stdout);
-			fprintf(stderr, "sparkctl: cancelling job %lld (Ctrl-C again to stop waiting)\n", jid);
-			cancel_fd = cli_connect(ctx->socket);
-			if (cancel_fd >= 0) {
-				char id[32];
-				snprintf(id, sizeof id, "%lld", jid);
-				json_t *cancel = json_pack("{s:s}", "job", id);
-				cli_send_request(cancel_fd, "job_cancel", cancel);
-				json_decref(cancel);
-			}
-		}
-		struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = cancel_fd, .events = POLLIN}};
-		int pr = poll(p, cancel_fd >= 0 ? 2 : 1, -1);
-		if (pr < 0 && errno == EINTR)
-			continue;
-		if (pr < 0) {
-			rc = cli_fail("poll: %s", strerror(errno));
-			break;
-		}
-		if (cancel_fd >= 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-			char junk[4096];
-			if (recv(cancel_fd, junk, sizeof junk, 0) <= 0) {
-				close(cancel_fd);
-				cancel_fd = -1;
-			}
-		}
-		if (!(p[0].revents & (POLLIN | POLLHUP | POLLERR)))
-			continue;
-		uint8_t buf[65536];
-		ssize_t n = recv(fd, buf, sizeof buf, 0);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			long long jid = so && so->job_id ? *so->job_id : 0;
-			if (jid)
-				rc = cli_fail("lost the connection to sparkd on %s; job %lld keeps running: "
-					      "'sparkctl job logs -f %lld' follows it", ctx->socket, jid, jid);
-			else
-				rc = cli_fail("lost the connection to sparkd on %s", ctx->socket);
-			break;
-		}
-		proto_decoder_feed(&dec, buf, (size_t)n);
-	}
-	proto_decoder_free(&dec);
-	if (cancel_fd >= 0)
-		close(cancel_fd);
-	close(fd);
-	if (so && so->ctrl_c_cancels)
-		sigaction(SIGINT, &old, NULL);
+	free(code);
+	free(msg);
 	return rc;
 }
 
@@ -530,13 +468,13 @@ int cmd_group_rm(struct cli_ctx *ctx, int argc, char **argv)
 
 /* ---- run ------------------------------------------------------------------------ */
 
+/* The head decides a job's exit code (0 only for a job that succeeded);
+ * the CLI exits with it. An answer without one (an older head) is a failure. */
 static int job_exit_code(json_t *d)
 {
 	json_t *e = json_object_get(d, "exit_code");
 	long long c = json_is_integer(e) ? json_integer_value(e) : 1;
-	if (strcmp(cli_jstr(d, "state"), "succeeded") == 0)
-		return 0;
-	return c <= 0 ? 1 : c > 255 ? 255 : (int)c;
+	return c < 0 || c > 255 ? 1 : (int)c;
 }
 
 static void say_job_end(json_t *d)
