@@ -104,6 +104,7 @@ struct agent {
 	db *db;
 	X509 *ca;
 	EVP_PKEY *ca_key;
+	char *crl_pem;            /* the revocation list last made (head_crl_update) */
 	uv_timer_t live_timer;
 	bool live_timer_on;
 	struct session *sessions; /* connected workers */

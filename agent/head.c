@@ -849,8 +849,8 @@ const char *head_store_error(int r)
 	}
 }
 
-/* The cluster's CRL as PEM (caller frees), made from cluster.db. */
-char *head_crl_pem(struct agent *a)
+/* A new CRL from cluster.db (caller frees). */
+static char *make_crl(struct agent *a)
 {
 	char **serials = NULL;
 	size_t n = 0;
@@ -862,9 +862,16 @@ char *head_crl_pem(struct agent *a)
 	return pem;
 }
 
+/* The current CRL (caller frees): the one head_crl_update last made, so that
+ * every answer carries the same text until something is revoked. */
+char *head_crl_pem(struct agent *a)
+{
+	return a->crl_pem ? strdup(a->crl_pem) : make_crl(a);
+}
+
 int head_crl_update(struct agent *a)
 {
-	char *pem = head_crl_pem(a);
+	char *pem = make_crl(a);
 	if (!pem) {
 		log_error("crl_failed", "reason=%s", "cannot make the revocation list");
 		return -EIO;
@@ -882,7 +889,8 @@ int head_crl_update(struct agent *a)
 		if (s->authed && !s->closing)
 			conn_send(s->c, m);
 	json_decref(m);
-	free(pem);
+	free(a->crl_pem);
+	a->crl_pem = pem;
 	return r;
 }
 

@@ -416,6 +416,7 @@ int main(int argc, char **argv)
 		X509_free(a.ca);
 	if (a.ca_key)
 		EVP_PKEY_free(a.ca_key);
+	free(a.crl_pem);
 	if (a.db)
 		db_close(a.db);
 	fabric_free(&a);

@@ -717,6 +717,13 @@ static void take_crl(struct agent *a, const char *pem)
 	}
 	X509_free(ca);
 	identity_paths(a, "crl.pem", p, sizeof p);
+	char *cur = NULL;
+	size_t len = 0;
+	bool same = util_read_file(p, &cur, &len, 1 << 20) == 0 && len == strlen(pem) &&
+		    memcmp(cur, pem, len) == 0;
+	free(cur);
+	if (same)
+		return; /* the list this node already checks against */
 	if (pki_write_pem_text(p, pem, 0644) < 0 || agent_tls_setup(a, err, sizeof err) < 0) {
 		log_error("crl_failed", "detail=%s", log_q(err));
 		return;
