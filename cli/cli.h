@@ -64,6 +64,15 @@ struct cli_stream {
 int cli_stream_raw(struct cli_ctx *ctx, const char *type, json_t *args, json_t **data,
 		   unsigned timeout_ms, const struct cli_stream *so, char **code, char **message);
 
+/* Jobs in the foreground (cmd_jobs.c), for the commands that run one (bench):
+ * stream the output (only rank `only` when >= 0), say how it ended, return the
+ * job's exit code; _capture keeps rank `only`'s output in *out (malloc'd,
+ * caller frees) instead of printing it. The caller's cwd and PATH go into
+ * a job_run request with cli_add_caller_env. */
+int cli_run_foreground(struct cli_ctx *ctx, json_t *args, int only);
+int cli_run_capture(struct cli_ctx *ctx, json_t *args, int only, char **out, size_t *len);
+void cli_add_caller_env(json_t *args);
+
 /* Connect to the control socket at path (the fd, or a negative errno); the
  * one-line message for a failed connect (err from cli_connect). */
 int cli_connect(const char *path);
