@@ -29,6 +29,10 @@
 #      in jobs*.c, topo.h only in topo*.c. When the redesign of issue 15 lands, add
 #      peers.h and control.h (and any header below the services) to AGENT_CORE, and
 #      remove plan.h from AGENT_SHARED once plan.c has moved to topology/.
+#   6. every other arrow is one DESIGN.md names ("cli -> common, topology, provision,
+#      sim, models; agent -> topology, db, models, common; router -> common"), with
+#      common/ (utils, logging, framing) allowed to every folder but runtime/, and
+#      headers made by the top-level meson.build (spark_config.h) allowed to all.
 #
 # Usage: scripts/arrows.sh [SOURCE_DIR]   (default: $SPARK_SOURCE_DIR, else the
 # parent of this script's folder). Run by the test suite as the meson test 'arrows'.
@@ -74,6 +78,19 @@ function dirof(p) { if (p !~ /\//) return "."; sub(/\/[^\/]*$/, "", p); return p
 function base(p) { sub(/.*\//, "", p); return p }
 function stem(h) { sub(/\.h$/, "", h); sub(/_.*/, "", h); return h }
 function fail(where, msg) { printf "arrows: %s: %s\n", where, msg > "/dev/stderr"; bad++ }
+BEGIN {
+  # Folder -> the folders it may include (rule 6), from DESIGN.md "Layout".
+  allowed["common"] = ""
+  allowed["db"] = "common"
+  allowed["topology"] = "common"
+  allowed["provision"] = "common"
+  allowed["sim"] = "common"
+  allowed["models"] = "common"
+  allowed["agent"] = "common topology db models"
+  allowed["cli"] = "common topology provision sim models"
+  allowed["router"] = "common"
+  allowed["runtime"] = ""
+}
 $1 == "hdr"    { n = base($2); cnt[n]++; path[n, cnt[n]] = $2; exists[$2] = 1; next }
 $1 == "gen"    { gen[$2] = $3; next }
 $1 == "core"   { core[$2] = 1; next }
@@ -113,15 +130,20 @@ $1 == "inc" {
   edges++
   if (from != to) arrow[from " -> " to]++
 
+  gen_top = hp ~ /^\.\//
+  before = bad
   # Rules 1 and 2: agent/, cli/, router/ headers stay in their folder.
   if ((to == "agent" || to == "cli" || to == "router") && from != to)
     fail(where, from "/ includes " hp ": nothing outside " to "/ may include its headers (DESIGN.md: nothing imports cli/, agent/ or router/)")
   # Rule 3: runtime/ uses nothing of the control plane.
-  if (from == "runtime" && (to == "common" || to == "db" || to == "topology" || to == "agent" || to == "cli"))
+  else if (from == "runtime" && (to == "common" || to == "db" || to == "topology" || to == "agent" || to == "cli"))
     fail(where, "runtime/ includes " hp ": runtime/ depends on nothing of the control plane")
   # Rule 4: models/ includes only common/.
-  if (from == "models" && to != "models" && to != "common")
+  else if (from == "models" && to != "models" && to != "common" && !gen_top)
     fail(where, "models/ includes " hp ": models/ depends only on common/")
+  # Rule 6: only the arrows DESIGN.md names.
+  if (bad == before && from != to && !gen_top && (from in allowed) && index(" " allowed[from] " ", " " to " ") == 0)
+    fail(where, from "/ includes " hp ": DESIGN.md has no arrow " from " -> " to " (" from " may include: " (allowed[from] == "" ? "nothing of the tree" : allowed[from]) ")")
   # Rule 5: agent/ services never include each other.
   if (from == "agent" && to == "agent") {
     h = base(hp); fb = base(file)
