@@ -599,8 +599,11 @@ static void handle_hello(struct agent *a, struct session *s, const json_t *req)
 	const char *addr = proto_str(req, "address");
 	const char *ver = proto_str(req, "version");
 	db_node n;
-	if (db_node_get(a->db, s->node_id, &n) < 0)
+	if (db_node_get(a->db, s->node_id, &n) < 0) { /* removed while it connected */
+		control_error(s->c, req, "revoked", "this node is no longer in the cluster");
+		conn_close(s->c, 0);
 		return;
+	}
 	/* One session per node: a reconnect replaces a stale one. */
 	for (struct session *o = a->sessions; o; o = o->next)
 		if (o != s && o->authed && strcmp(o->node_id, s->node_id) == 0) {
@@ -633,10 +636,16 @@ static void handle_hello(struct agent *a, struct session *s, const json_t *req)
 static void handle_leave(struct agent *a, struct session *s, const json_t *req)
 {
 	db_node n;
-	if (db_node_get(a->db, s->node_id, &n) == 0 && db_node_remove(a->db, n.id, util_now()) == 0) {
-		db_event_add(a->db, util_now(), NULL, "node_left", n.name);
-		log_info("node_left", "node=%s id=%s", n.name, n.id);
+	int r = db_node_get(a->db, s->node_id, &n);
+	if (r == 0)
+		r = db_node_remove(a->db, n.id, util_now());
+	if (r < 0) {
+		control_error(s->c, req, "internal", "the head could not remove this node: %s",
+			      head_store_error(r));
+		return;
 	}
+	db_event_add(a->db, util_now(), NULL, "node_left", n.name);
+	log_info("node_left", "node=%s id=%s", n.name, n.id);
 	s->authed = false;
 	control_reply(s->c, req, json_pack("{s:s}", "left", n.name));
 	conn_close(s->c, 0);

@@ -171,7 +171,7 @@ static void w_finish(struct agent *a, struct watcher *w)
 static void w_result(struct agent *a, struct watcher *w, json_t *data)
 {
 	if (!w->dead)
-		conn_send_new(w->dest, proto_result(w->id, data));
+		control_send_result(w->dest, w->id, data);
 	else
 		json_decref(data);
 	w_finish(a, w);
