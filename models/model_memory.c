@@ -94,7 +94,7 @@ double model_rank_bytes(const model_shape_t *s, const model_dtype_t *d, const ch
 	if (first)
 		b += table * emb;
 	if (last) {
-		b += (double)s->hidden * hi;
+		b += (double)s->hidden * (all ? lo : hi);
 		if (!s->tied || !first)
 			b += table * emb; /* an untied LM head, or a tied one's copy on the last stage */
 	}

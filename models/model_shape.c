@@ -37,14 +37,14 @@ struct rd {
 	size_t errlen;
 };
 
-/* An integer field: present, integral, in [lo, hi]. def < lo means required. */
+/* An integer field: present, integral, in [lo, hi]. def -1 means required. */
 static int get_int(struct rd *r, const char *key, int64_t lo, int64_t hi, int64_t def, int64_t *out)
 {
 	json_t *v = json_object_get(r->cfg, key);
 	char *err = r->err;
 	size_t errlen = r->errlen;
 	if (!v || json_is_null(v)) {
-		if (def < lo)
+		if (def == -1)
 			return ERR("%s: missing field '%s'", r->where, key);
 		*out = def;
 		return 0;
@@ -332,7 +332,7 @@ int model_shape_load(const char *path, model_shape_t *s, char *err, size_t errle
 {
 	char file[4096];
 	size_t pl = strlen(path);
-	if (pl >= 11 && strcmp(path + pl - 5, ".json") == 0)
+	if (pl >= 5 && strcmp(path + pl - 5, ".json") == 0)
 		snprintf(file, sizeof file, "%s", path);
 	else
 		snprintf(file, sizeof file, "%s/config.json", path);
@@ -504,7 +504,7 @@ static int catalog_report(json_t *e, size_t i, const model_catalog_t *c, model_r
 	if (!model_dtype_find(dt))
 		return ERR("catalog: decode_reports[%zu]: unknown dtype '%.20s'", i, dt);
 	if (num_field(e, "nodes", 1, MODEL_MAX_NODES, &nodes) != 0 ||
-	    num_field(e, "tok_s", 0.001, 1e6, &tok) != 0)
+	    num_field(e, "tok_s", 0.001, 1e9, &tok) != 0)
 		return ERR("catalog: decode_reports[%zu]: nodes (1..8) and tok_s must be numbers", i);
 	memset(r, 0, sizeof *r);
 	snprintf(r->model, sizeof r->model, "%s", m);
