@@ -214,6 +214,7 @@ typedef struct model_calib {
 	double mem_gbs_all_cores;/* per rank when host_cores ranks stream at once (0 = mem_gbs) */
 	int host_cores;          /* ranks share this many cores (0 = one rank per node) */
 	double per_token_s;      /* fixed cost per token */
+	double per_layer_s;      /* fixed cost per layer and token on each rank (launches, norms) */
 	double comm_bytes;       /* bytes per element of the all-reduce (2 = bf16) */
 	double gather_bytes;     /* bytes each rank contributes to the per-token gather (0 = vocab*comm/TP) */
 	double alpha_s, beta_s_per_b; /* default link */

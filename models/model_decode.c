@@ -68,7 +68,7 @@ static int num(json_t *o, const char *k, double lo, double hi, double *out, char
 int model_calib_parse(const char *text, size_t len, model_calib_t *c, char *err, size_t errlen)
 {
 	static const char *const known[] = {"source",     "mem_gbs",     "mem_gbs_all_cores",
-					    "host_cores", "efficiency",  "per_token_ms",
+					    "host_cores", "efficiency",  "per_token_ms", "per_layer_us",
 					    "comm_bytes", "gather_bytes", "alpha_us",
 					    "link_gbs",   "links",       "measured"};
 	json_error_t je;
@@ -96,13 +96,15 @@ int model_calib_parse(const char *text, size_t len, model_calib_t *c, char *err,
 	const char *src = json_string_value(json_object_get(j, "source"));
 	if (src)
 		snprintf(c->source, sizeof c->source, "%s", src);
-	double cores = c->host_cores, ptm = c->per_token_s * 1e3, au = c->alpha_s * 1e6,
+	double cores = c->host_cores, ptm = c->per_token_s * 1e3, plu = c->per_layer_s * 1e6,
+	       au = c->alpha_s * 1e6,
 	       lg = 1.0 / (c->beta_s_per_b * 1e9);
 	if ((rc = num(j, "mem_gbs", 1e-3, 1e5, &c->mem_gbs, err, errlen)) ||
 	    (rc = num(j, "mem_gbs_all_cores", 1e-3, 1e5, &c->mem_gbs_all_cores, err, errlen)) ||
 	    (rc = num(j, "host_cores", 0, 4096, &cores, err, errlen)) ||
 	    (rc = num(j, "efficiency", 1e-3, 1, &c->efficiency, err, errlen)) ||
 	    (rc = num(j, "per_token_ms", 0, 1e5, &ptm, err, errlen)) ||
+	    (rc = num(j, "per_layer_us", 0, 1e6, &plu, err, errlen)) ||
 	    (rc = num(j, "comm_bytes", 0.5, 8, &c->comm_bytes, err, errlen)) ||
 	    (rc = num(j, "gather_bytes", 0, 1e9, &c->gather_bytes, err, errlen)) ||
 	    (rc = num(j, "alpha_us", 0, 1e6, &au, err, errlen)) ||
@@ -110,6 +112,7 @@ int model_calib_parse(const char *text, size_t len, model_calib_t *c, char *err,
 		goto out;
 	c->host_cores = (int)cores;
 	c->per_token_s = ptm * 1e-3;
+	c->per_layer_s = plu * 1e-6;
 	c->alpha_s = au * 1e-6;
 	c->beta_s_per_b = 1.0 / (lg * 1e9);
 	json_t *links = json_object_get(j, "links");
@@ -245,18 +248,19 @@ int model_decode_bytes(const model_shape_t *s, const model_decode_opts_t *o, int
 	return 0;
 }
 
-/* Per-rank streaming rate with tp ranks: on a host whose cores the ranks
- * share (a calibration of the simulator), only host_cores stream at once. */
-static double compute_s(const model_calib_t *c, int tp, double bytes)
+/* Compute per token on one rank: its bytes at the streaming rate, plus the
+ * per-layer cost. On a host whose cores the ranks share (a calibration of
+ * the simulator), only host_cores ranks run at once. */
+static double compute_s(const model_calib_t *c, int tp, double bytes, int64_t layers)
 {
-	double rate = c->mem_gbs * 1e9 * c->efficiency;
+	double rate = c->mem_gbs * 1e9 * c->efficiency, fixed = (double)layers * c->per_layer_s;
 	if (c->host_cores <= 0 || tp <= 1)
-		return bytes / rate;
+		return bytes / rate + fixed;
 	int k = tp < c->host_cores ? tp : c->host_cores;
 	double all = (c->mem_gbs_all_cores > 0 ? c->mem_gbs_all_cores : c->mem_gbs) * 1e9 *
 		     c->efficiency;
 	double r = c->host_cores > 1 ? rate + (all - rate) * (k - 1) / (c->host_cores - 1) : all;
-	return bytes / r * ((double)tp / k);
+	return (bytes / r + fixed) * ((double)tp / k);
 }
 
 int model_decode(const model_shape_t *s, const model_decode_opts_t *o, const model_calib_t *c,
@@ -273,7 +277,7 @@ int model_decode(const model_shape_t *s, const model_decode_opts_t *o, const mod
 		int rc = model_decode_bytes(s, o, tp, &r->bytes_per_rank, err, errlen);
 		if (rc < 0)
 			return rc;
-		r->compute_s = compute_s(c, tp, r->bytes_per_rank);
+		r->compute_s = compute_s(c, tp, r->bytes_per_rank, s->layers);
 		r->fixed_s = c->per_token_s;
 		r->allreduce_bytes = (double)s->hidden * c->comm_bytes;
 		if (tp > 1) {

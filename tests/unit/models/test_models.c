@@ -457,19 +457,21 @@ Test(decode, calibration_file)
 	char err[MODEL_ERR_LEN];
 	model_calib_default(&c, 1);
 	const char *txt = "{\"source\":\"sim\",\"mem_gbs\":5,\"host_cores\":2,\"mem_gbs_all_cores\":4,"
-			  "\"per_token_ms\":0.1,\"comm_bytes\":2,\"gather_bytes\":8,"
+			  "\"per_token_ms\":0.1,\"per_layer_us\":10,\"comm_bytes\":2,\"gather_bytes\":8,"
 			  "\"alpha_us\":20,\"link_gbs\":2,"
 			  "\"links\":[{\"world_size\":4,\"algo\":\"oneshot\",\"alpha_us\":40,\"link_gbs\":1}]}";
 	cr_assert_eq(model_calib_parse(txt, strlen(txt), &c, err, sizeof err), 0, "%s", err);
 	cr_assert_float_eq(model_allreduce_s(&c, MODEL_ALGO_ONESHOT, 4, 1000), 40e-6 + 3 * 1000 / 1e9, 1e-15);
 	cr_assert_float_eq(model_allreduce_s(&c, MODEL_ALGO_ONESHOT, 2, 1000), 20e-6 + 1000 / 2e9, 1e-15);
-	/* 4 ranks on 2 cores: two stream at once at 4 GB/s each, twice over */
+	/* 4 ranks on 2 cores: two stream at once at 4 GB/s each, twice over; every
+	 * rank runs both layers' fixed 10 us */
 	model_shape_t s = tiny();
 	model_decode_opts_t o = {.nodes = 4, .algo = MODEL_ALGO_ONESHOT};
 	model_decode_row_t rows[4];
 	cr_assert_eq(model_decode(&s, &o, &c, rows, err, sizeof err), 0, "%s", err);
-	cr_assert_float_eq(rows[3].compute_s, rows[3].bytes_per_rank / 4e9 * 2, 1e-15);
-	cr_assert_float_eq(rows[0].compute_s, rows[0].bytes_per_rank / 5e9, 1e-15);
+	cr_assert_float_eq(rows[3].compute_s, (rows[3].bytes_per_rank / 4e9 + 20e-6) * 2, 1e-15);
+	cr_assert_float_eq(rows[0].compute_s, rows[0].bytes_per_rank / 5e9 + 20e-6, 1e-15);
+	cr_assert_float_eq(rows[0].fixed_s, 0.1e-3, 1e-15);
 	static const char *const bad[] = {
 	    "{\"mem_gbs\":-1}", "{\"nope\":1}", "{\"links\":[{\"algo\":\"x\"}]}", "[1]", "{", "",
 	    "{\"links\":[{\"world_size\":2,\"algo\":\"ring\"}]}",
