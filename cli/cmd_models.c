@@ -730,13 +730,14 @@ static json_t *decode_json(const model_shape_t *s, const model_decode_opts_t *o,
 				 "allreduce_bytes", r->allreduce_bytes, "allreduce_us",
 				 r->allreduce_s * 1e6, "bytes_per_rank", r->bytes_per_rank));
 	}
-	return json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:f, s:f, s:f, s:f, s:f, s:o}", "model",
-			 s->name, "dtype", o->dtype ? o->dtype : s->native_dtype, "topology",
-			 o->topo == MODEL_TOPO_RING ? "ring" : "switch", "algo",
+	return json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:o}",
+			 "model", s->name, "dtype", o->dtype ? o->dtype : s->native_dtype,
+			 "topology", o->topo == MODEL_TOPO_RING ? "ring" : "switch", "algo",
 			 model_algo_name(o->algo), "context", (json_int_t)o->context, "calibration",
 			 c->source, "mem_gbs", c->mem_gbs, "efficiency", c->efficiency,
-			 "per_token_ms", c->per_token_s * 1e3, "alpha_us", c->alpha_s * 1e6,
-			 "link_gbs", 1.0 / (c->beta_s_per_b * 1e9), "rows", a);
+			 "per_token_ms", c->per_token_s * 1e3, "per_layer_us", c->per_layer_s * 1e6,
+			 "alpha_us", c->alpha_s * 1e6, "link_gbs", 1.0 / (c->beta_s_per_b * 1e9),
+			 "rows", a);
 }
 
 int cmd_plan_decode(struct cli_ctx *ctx, int argc, char **argv)
