@@ -237,6 +237,13 @@ Test(kv, sliding_layers_hold_the_window)
 	cr_assert_eq(q.window, 0);
 	model_shape_t q2 = fixture("qwen1.5-moe-a2.7b");
 	cr_assert_eq(q2.window, 0);
+	/* the catalog's gpt-oss has no layer_types: the family rule (even layers) */
+	load_cat();
+	const model_shape_t *g = model_catalog_find(&cat, "gpt-oss-20b");
+	cr_assert(g);
+	cr_assert_eq(g->sliding_layers, 12);
+	cr_assert_eq(g->window, 128);
+	free_cat();
 }
 
 /* ---- storage types and weights ------------------------------------------------ */
