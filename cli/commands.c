@@ -44,6 +44,9 @@ int cmd_bench_decode(struct cli_ctx *, int, char **);
 int cmd_topo_show(struct cli_ctx *, int, char **);
 int cmd_topo_validate(struct cli_ctx *, int, char **);
 int cmd_topo_addresses(struct cli_ctx *, int, char **);
+/* cmd_models.c */
+int cmd_fit(struct cli_ctx *, int, char **);
+int cmd_plan_decode(struct cli_ctx *, int, char **);
 /* @@extern-decls: areas add their handler declarations above this line */
 
 const struct cli_cmd cli_commands[] = {
@@ -236,6 +239,49 @@ const struct cli_cmd cli_commands[] = {
 	 "Prints world size, tokens/s, speed-up over one rank, communication share and the\n"
 	 "algorithm; exit 1 if the world sizes generate different tokens. spark-decode is\n"
 	 "found by env SPARK_DECODE, next to sparkctl, in ../runtime/decode/, or on PATH.\n"},
+	{NULL, "fit", cmd_fit,
+	 "fit MODEL [--nodes N | --tp N --pp N] [--dtype D] [--rule R] [--kv-dtype bf16|fp8]\n"
+	 "         [--context L] [--batch B] [--usable-gib G] [--overhead-gib G] [-o table|json]\n"
+	 "       fit --catalog [--nodes 1,2,4,8 | --group G] [--context L] [--batch B] [-o table|json]",
+	 "will a model fit, on how many nodes, with how much context (no cluster needed)",
+	 "  MODEL            a catalog name (llama-3.3-70b, deepseek-v3, gpt-oss-120b...), or a\n"
+	 "                   model directory or config.json (Hugging Face); also --model MODEL\n"
+	 "  --nodes N        nodes to fit on (default 1); TP = N where the heads split N ways,\n"
+	 "                   else TP x PP\n"
+	 "  --tp N, --pp N   tensor parallel across nodes x pipeline stages by layers\n"
+	 "  --dtype D        weights' storage type: bf16 f16 fp8 int8 nvfp4 mxfp4 int4 q8_0 q6_k\n"
+	 "                   q5_k_m q4_k_m q4_0 q3_k_m q2_k (default: the published weights' own)\n"
+	 "  --rule R         which tensors take D: all, linear (block matrices; embeddings, LM\n"
+	 "                   head, norms, routers stay bf16), experts (MoE experts only)\n"
+	 "  --kv-dtype D     KV cache type: bf16 (default) or fp8\n"
+	 "  --context L      tokens per sequence (default 32768, or the model's maximum if less)\n"
+	 "  --batch B        sequences held at once (default 1)\n"
+	 "  --usable-gib G   memory an engine may use per node (default 102: CUDA sees 121.7 GiB,\n"
+	 "                   about 102 are free after the OS)\n"
+	 "  --overhead-gib G engine context, activations, CUDA graphs per node (default 4)\n"
+	 "  --catalog        every catalog model on 1..8 nodes (or --nodes LIST): the fewest nodes\n"
+	 "                   per storage type and the context left\n"
+	 "  --catalog-file F another catalog (YAML, see share/sparkctl/models.yaml)\n"
+	 "  --group G        use the size of group G (needs the cluster)\n"
+	 "Exit 0 when it fits, 1 when it does not (the line on stderr says on how many nodes it\n"
+	 "would), 2 on bad usage. See docs/planner.md.\n"},
+	{"plan", "decode", cmd_plan_decode,
+	 "plan decode MODEL --nodes N [--topology ring|switch] [--algo auto|oneshot|ring]\n"
+	 "         [--dtype D] [--context L] [--calibration FILE] [-o table|json]",
+	 "predicted batch-1 decode tok/s and speed-up on 1..N nodes, and where the time goes",
+	 "  MODEL              a catalog name, or a model directory or config.json\n"
+	 "  --nodes N          the largest tensor-parallel size (rows for 1..N)\n"
+	 "  --group G          N and the topology from group G (needs the cluster)\n"
+	 "  --topology T       switch (default; one-shot possible) or ring (neighbours only: relay)\n"
+	 "  --algo A           all-reduce: auto (cheapest the topology allows), oneshot, ring\n"
+	 "  --dtype D          weights' storage type (default: the published weights' own)\n"
+	 "  --context L        tokens already in the KV cache, read every token (default 0)\n"
+	 "  --calibration FILE measured bandwidth, alpha/beta and per-token cost instead of the\n"
+	 "                     Spark defaults (bench/planner/run.sh writes one)\n"
+	 "Per token: compute = active weight bytes per rank / (273 GB/s x efficiency from the\n"
+	 "published single-node figures); communication = 2 all-reduces per layer priced by\n"
+	 "libsparkcoll's alpha-beta model (200G RoCE: 1.5 us, 24 GB/s); plus a fixed cost.\n"
+	 "See docs/planner.md.\n"},
 	/* @@table-entries: areas add their rows above this line */
 	{NULL, NULL, NULL, NULL, NULL, NULL},
 };
