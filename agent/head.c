@@ -652,6 +652,48 @@ static void handle_leave(struct agent *a, struct session *s, const json_t *req)
 	head_crl_update(a);
 }
 
+/* What a member's frame must carry (docs/protocol.md): a frame missing one
+ * of these, or with it of another type, is answered with an error and not
+ * acted on; handlers never fall back to a default for them. */
+static const struct {
+	const char *type;
+	struct proto_field fields[6];
+} member_frames[] = {
+	{"hello", {{NULL, 0}}},
+	{"heartbeat", {{NULL, 0}}},
+	{"leave", {{NULL, 0}}},
+	{"fabric", {{"discovery", 'o'}, {NULL, 0}}},
+	{"forward", {{"request", 'o'}, {NULL, 0}}},
+	{"job_req", {{"request", 'o'}, {NULL, 0}}},
+	{"stream_cancel", {{"relay_id", 'i'}, {NULL, 0}}},
+	{"job_started", {{"job_id", 'i'}, {"ranks", 'a'}, {NULL, 0}}},
+	{"job_exit", {{"job_id", 'i'}, {"rank", 'i'}, {"exit_code", 'i'}, {"signal", 'i'}, {NULL, 0}}},
+	{"job_data", {{"tail_id", 'i'}, {NULL, 0}}},
+	{"job_sync", {{"ranks", 'a'}, {NULL, 0}}},
+	{"exec_data", {{"exec_id", 'i'}, {"stream", 's'}, {"data", 's'}, {NULL, 0}}},
+	{"exec_exit", {{"exec_id", 'i'}, {"exit_code", 'i'}, {"signal", 'i'}, {NULL, 0}}},
+	{"topo_reply", {{"ok", 'b'}, {NULL, 0}}},
+	{"topo_rdma_ep", {{"probe", 's'}, {"endpoint", 'o'}, {NULL, 0}}},
+};
+
+/* 0 if msg is a member frame type with its fields; otherwise answered. */
+static int check_member_frame(conn *c, const json_t *msg)
+{
+	const char *t = proto_type(msg);
+	for (size_t i = 0; i < ARRAY_SIZE(member_frames); i++) {
+		if (strcmp(member_frames[i].type, t) != 0)
+			continue;
+		char why[128];
+		if (proto_check(msg, member_frames[i].fields, why, sizeof why) == 0)
+			return 0;
+		log_warn("frame_refused", "type=%s reason=%s peer=%s", t, log_q(why), conn_peer_name(c));
+		control_error(c, msg, "bad_request", "%s: %s", t, why);
+		return -EBADMSG;
+	}
+	control_error(c, msg, "unknown_type", "the head does not serve \"%s\"", t);
+	return -ENOENT;
+}
+
 static void on_session_frame(conn *c, json_t *msg)
 {
 	struct session *s = conn_data(c);
@@ -670,6 +712,10 @@ static void on_session_frame(conn *c, json_t *msg)
 		return;
 	}
 	s->last_ms = util_now_ms();
+	if (check_member_frame(c, msg) < 0) {
+		json_decref(msg);
+		return;
+	}
 	if (strcmp(t, "heartbeat") != 0)
 		agent_busy(a);
 	if (strcmp(t, "heartbeat") == 0) {

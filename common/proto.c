@@ -1,6 +1,7 @@
 #include "proto.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,4 +164,27 @@ json_int_t proto_int(const json_t *obj, const char *key, json_int_t def)
 {
 	json_t *v = json_object_get(obj, key);
 	return json_is_integer(v) ? json_integer_value(v) : def;
+}
+
+int proto_check(const json_t *msg, const struct proto_field *fields, char *err, size_t errlen)
+{
+	for (const struct proto_field *f = fields; f && f->name; f++) {
+		json_t *v = json_object_get(msg, f->name);
+		bool ok;
+		const char *what;
+		switch (f->type) {
+		case 's': ok = json_is_string(v); what = "a string"; break;
+		case 'i': ok = json_is_integer(v); what = "an integer"; break;
+		case 'b': ok = json_is_boolean(v); what = "true or false"; break;
+		case 'o': ok = json_is_object(v); what = "an object"; break;
+		case 'a': ok = json_is_array(v); what = "an array"; break;
+		default: ok = false; what = "of a known type"; break;
+		}
+		if (!ok) {
+			if (err && errlen)
+				snprintf(err, errlen, v ? "%s must be %s" : "%s is missing", f->name, what);
+			return -EBADMSG;
+		}
+	}
+	return 0;
 }

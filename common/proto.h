@@ -43,6 +43,15 @@ json_t *proto_error(json_int_t id, const char *code, const char *message);
 /* {"v":1,"type":"result","id":id,"data":data} (steals data; NULL -> {}) */
 json_t *proto_result(json_int_t id, json_t *data);
 
+/* Required fields of a frame type: name and JSON type, 's' string, 'i'
+ * integer, 'b' boolean, 'o' object, 'a' array; ends with {NULL, 0}. */
+struct proto_field {
+	const char *name;
+	char type;
+};
+/* 0, or -EBADMSG with "FIELD is missing" / "FIELD must be a T" in err. */
+int proto_check(const json_t *msg, const struct proto_field *fields, char *err, size_t errlen);
+
 const char *proto_type(const json_t *msg);
 json_int_t proto_id(const json_t *msg);
 /* Typed field getters: NULL / def when absent or of another type. */
