@@ -226,6 +226,10 @@ static const char *const migrations[] = {
 	"ALTER TABLE nodes ADD COLUMN key_hash TEXT NOT NULL DEFAULT '';"
 	"UPDATE nodes SET connected_at = joined_at WHERE role = 'head' OR EXISTS "
 	"  (SELECT 1 FROM events e WHERE e.node_id = nodes.id AND e.kind = 'connected');",
+	/* 6: one node's newest events without reading the whole log (issue 15,
+	 * db_node_events). IF NOT EXISTS: a database put back to an older version
+	 * by dropping tables keeps its indexes on events. */
+	"CREATE INDEX IF NOT EXISTS events_node ON events(node_id, id);",
 };
 #define DB_SCHEMA_VERSION ((int)ARRAY_SIZE(migrations))
 

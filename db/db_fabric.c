@@ -167,3 +167,25 @@ int db_fabric_ports(db *d, const char *node_id, db_fabric_port **out, size_t *n)
 	return 0;
 }
 
+/* Rows, and physical ports with at least one twin's carrier up. */
+static const char SQL_FPORT_UP[] =
+	"SELECT count(*), count(DISTINCT CASE WHEN carrier = 1 THEN port END) "
+	"FROM fabric_ports WHERE node_id = ?1";
+
+int db_fabric_ports_up(db *d, const char *node_id)
+{
+	if (!d || !node_id)
+		return -EINVAL;
+	int e = 0;
+	sqlite3_stmt *s = db_stmt(d, SQL_FPORT_UP, &e);
+	if (!s)
+		return e;
+	db_bind_str(s, 1, node_id);
+	int rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		e = sqlite3_column_int64(s, 0) == 0 ? -ENOENT : sqlite3_column_int(s, 1);
+	else
+		e = db_fail(d, rc, "fabric_ports_up");
+	db_done(s);
+	return e;
+}

@@ -255,6 +255,77 @@ int db_group_memberships(db *d, db_membership **out, size_t *n)
 	return 0;
 }
 
+static const char SQL_NODE_GROUPS[] =
+	"SELECT group_name FROM group_members WHERE node_id = ?1 ORDER BY group_name";
+
+int db_node_groups(db *d, const char *node_id, char ***out, size_t *n)
+{
+	if (!d || !node_id || !out || !n)
+		return -EINVAL;
+	*out = NULL;
+	*n = 0;
+	int e = 0, rc;
+	sqlite3_stmt *s = db_stmt(d, SQL_NODE_GROUPS, &e);
+	if (!s)
+		return e;
+	db_bind_str(s, 1, node_id);
+	char **arr = NULL;
+	size_t cnt = 0, cap = 0;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if ((e = db_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0)
+			break;
+		if (!(arr[cnt] = db_col_dup(s, 0))) {
+			e = -ENOMEM;
+			break;
+		}
+		cnt++;
+	}
+	if (e == 0 && rc != SQLITE_DONE)
+		e = db_fail(d, rc, "node_groups");
+	db_done(s);
+	if (e < 0) {
+		db_strv_free(arr, cnt);
+		return e;
+	}
+	*out = arr;
+	*n = cnt;
+	return 0;
+}
+
+static const char SQL_GROUP_NODES[] =
+	"SELECT " NODE_COLS " FROM group_members m JOIN nodes n ON n.id = m.node_id "
+	"WHERE m.group_name = ?1 ORDER BY m.seq";
+
+int db_group_nodes(db *d, const char *group, db_node **out, size_t *n)
+{
+	if (!d || !group || !out || !n)
+		return -EINVAL;
+	*out = NULL;
+	*n = 0;
+	int e = 0, rc;
+	sqlite3_stmt *s = db_stmt(d, SQL_GROUP_NODES, &e);
+	if (!s)
+		return e;
+	db_bind_str(s, 1, group);
+	db_node *arr = NULL;
+	size_t cnt = 0, cap = 0;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if ((e = db_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0)
+			break;
+		db_node_row(s, &arr[cnt++]);
+	}
+	if (e == 0 && rc != SQLITE_DONE)
+		e = db_fail(d, rc, "group_nodes");
+	db_done(s);
+	if (e < 0) {
+		free(arr);
+		return e;
+	}
+	*out = arr;
+	*n = cnt;
+	return 0;
+}
+
 static void job_row(sqlite3_stmt *s, db_job *j)
 {
 	memset(j, 0, sizeof *j);

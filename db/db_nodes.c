@@ -6,6 +6,7 @@
 #include "db_internal.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -723,6 +724,22 @@ int db_join_commit(db *d, const char *token_id, const char *secret_hash, int64_t
 static const char SQL_EVENT_ADD[] =
 	"INSERT INTO events (ts, node_id, kind, detail) VALUES (?1, ?2, ?3, ?4)";
 
+/* One event row, inside the caller's transaction. */
+static int event_insert(db *d, int64_t ts, const char *node_id, const char *kind,
+			const char *detail)
+{
+	int e = 0;
+	sqlite3_stmt *s = db_stmt(d, SQL_EVENT_ADD, &e);
+	if (!s)
+		return e;
+	/* Stored no longer than db_event can return them. */
+	sqlite3_bind_int64(s, 1, ts);
+	db_bind_field(s, 2, node_id ? node_id : "", sizeof ((db_event *)0)->node_id - 1);
+	db_bind_field(s, 3, kind, sizeof ((db_event *)0)->kind - 1);
+	db_bind_field(s, 4, detail ? detail : "", sizeof ((db_event *)0)->detail - 1);
+	return db_exec(d, s, "event_add");
+}
+
 int db_event_add(db *d, int64_t ts, const char *node_id, const char *kind, const char *detail)
 {
 	if (!d || db_is_empty(kind))
@@ -730,16 +747,102 @@ int db_event_add(db *d, int64_t ts, const char *node_id, const char *kind, const
 	int e = db_tx_begin(d);
 	if (e < 0)
 		return e;
-	sqlite3_stmt *s = db_stmt(d, SQL_EVENT_ADD, &e);
-	if (s) {
-		/* Stored no longer than db_event can return them. */
-		sqlite3_bind_int64(s, 1, ts);
-		db_bind_field(s, 2, node_id ? node_id : "", sizeof ((db_event *)0)->node_id - 1);
-		db_bind_field(s, 3, kind, sizeof ((db_event *)0)->kind - 1);
-		db_bind_field(s, 4, detail ? detail : "", sizeof ((db_event *)0)->detail - 1);
-		e = db_exec(d, s, "event_add");
-	}
+	e = event_insert(d, ts, node_id, kind, detail);
 	return db_tx_end(d, e);
+}
+
+/* The stored state, and the state as shown (db_node_row's rule). */
+static const char SQL_NODE_STATE_OF[] =
+	"SELECT state, drained, connected_at, role FROM nodes WHERE id = ?1";
+/* Only when different, so that a repeated transition writes nothing. */
+static const char SQL_NODE_STATE_CHANGE[] =
+	"UPDATE nodes SET state = ?2 WHERE id = ?1 AND state <> ?2";
+
+int db_node_transition(db *d, const char *id, const char *state, const char *detail, int64_t now)
+{
+	if (!d || db_is_empty(id) || !state_valid(state))
+		return -EINVAL;
+	int e = db_tx_begin(d);
+	if (e < 0)
+		return e;
+	char shown[sizeof ((db_node *)0)->state] = "";
+	sqlite3_stmt *s = db_stmt(d, SQL_NODE_STATE_OF, &e);
+	if (s) {
+		db_bind_str(s, 1, id);
+		int rc = sqlite3_step(s);
+		if (rc == SQLITE_ROW) {
+			db_node n;
+			memset(&n, 0, sizeof n);
+			COL_F(s, 0, n.state);
+			n.drained = sqlite3_column_int(s, 1) != 0;
+			n.connected_at = sqlite3_column_int64(s, 2);
+			COL_F(s, 3, n.role);
+			util_strlcpy(shown, n.state, sizeof shown);
+			if (n.drained && strcmp(shown, "ready") == 0)
+				util_strlcpy(shown, "draining", sizeof shown);
+			if (n.connected_at == 0 && strcmp(n.role, "worker") == 0)
+				util_strlcpy(shown, "joining", sizeof shown);
+		} else {
+			e = rc == SQLITE_DONE ? -ENOENT : db_fail(d, rc, "node_state_of");
+		}
+		db_done(s);
+	}
+	int changed = 0;
+	if (e == 0 && (s = db_stmt(d, SQL_NODE_STATE_CHANGE, &e))) {
+		db_bind_str(s, 1, id);
+		db_bind_str(s, 2, state);
+		e = db_exec(d, s, "node_transition");
+		changed = e == 0 && db_changes(d) == 1;
+	}
+	if (e == 0 && changed) {
+		char words[64];
+		if (!detail) {
+			snprintf(words, sizeof words, "%s -> %s", shown, state);
+			detail = words;
+		}
+		e = event_insert(d, now, id, state, detail);
+	}
+	e = db_tx_end(d, e);
+	return e < 0 ? e : changed;
+}
+
+static void event_row(sqlite3_stmt *s, db_event *ev)
+{
+	memset(ev, 0, sizeof *ev);
+	ev->id = sqlite3_column_int64(s, 0);
+	ev->ts = sqlite3_column_int64(s, 1);
+	COL_F(s, 2, ev->node_id);
+	COL_F(s, 3, ev->kind);
+	COL_F(s, 4, ev->detail);
+}
+
+/* Every row of s as events. */
+static int event_rows(db *d, sqlite3_stmt *s, const char *op, db_event **out, size_t *n)
+{
+	db_event *arr = NULL;
+	size_t cnt = 0, cap = 0;
+	int e = 0, rc;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if ((e = db_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0)
+			break;
+		event_row(s, &arr[cnt++]);
+	}
+	if (e == 0 && rc != SQLITE_DONE)
+		e = db_fail(d, rc, op);
+	db_done(s);
+	if (e < 0) {
+		free(arr);
+		return e;
+	}
+	*out = arr;
+	*n = cnt;
+	return 0;
+}
+
+/* limit 0 = no limit (a negative LIMIT means none in SQLite). */
+static int64_t sql_limit(size_t limit)
+{
+	return limit == 0 || (uint64_t)limit > (uint64_t)INT64_MAX ? -1 : (int64_t)limit;
 }
 
 static const char SQL_EVENT_LIST[] =
@@ -752,35 +855,32 @@ int db_event_list(db *d, int64_t since_id, size_t limit, db_event **out, size_t 
 		return -EINVAL;
 	*out = NULL;
 	*n = 0;
-	int e = 0, rc;
+	int e = 0;
 	sqlite3_stmt *s = db_stmt(d, SQL_EVENT_LIST, &e);
 	if (!s)
 		return e;
 	sqlite3_bind_int64(s, 1, since_id);
-	/* limit 0 = no limit (a negative LIMIT means none in SQLite). */
-	sqlite3_bind_int64(s, 2, limit == 0 || (uint64_t)limit > (uint64_t)INT64_MAX ? -1 : (int64_t)limit);
-	db_event *arr = NULL;
-	size_t cnt = 0, cap = 0;
-	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-		if ((e = db_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0)
-			break;
-		db_event *ev = &arr[cnt++];
-		memset(ev, 0, sizeof *ev);
-		ev->id = sqlite3_column_int64(s, 0);
-		ev->ts = sqlite3_column_int64(s, 1);
-		COL_F(s, 2, ev->node_id);
-		COL_F(s, 3, ev->kind);
-		COL_F(s, 4, ev->detail);
-	}
-	if (e == 0 && rc != SQLITE_DONE)
-		e = db_fail(d, rc, "event_list");
-	db_done(s);
-	if (e < 0) {
-		free(arr);
-		return e;
-	}
-	*out = arr;
-	*n = cnt;
-	return 0;
+	sqlite3_bind_int64(s, 2, sql_limit(limit));
+	return event_rows(d, s, "event_list", out, n);
 }
 
+/* The newest ?2 of one node, returned oldest first (index events_node). */
+static const char SQL_NODE_EVENTS[] =
+	"SELECT id, ts, node_id, kind, detail FROM "
+	"(SELECT id, ts, node_id, kind, detail FROM events WHERE node_id = ?1 "
+	"ORDER BY id DESC LIMIT ?2) ORDER BY id ASC";
+
+int db_node_events(db *d, const char *node_id, size_t limit, db_event **out, size_t *n)
+{
+	if (!d || !node_id || !out || !n)
+		return -EINVAL;
+	*out = NULL;
+	*n = 0;
+	int e = 0;
+	sqlite3_stmt *s = db_stmt(d, SQL_NODE_EVENTS, &e);
+	if (!s)
+		return e;
+	db_bind_str(s, 1, node_id);
+	sqlite3_bind_int64(s, 2, sql_limit(limit));
+	return event_rows(d, s, "node_events", out, n);
+}
