@@ -751,10 +751,8 @@ int db_event_add(db *d, int64_t ts, const char *node_id, const char *kind, const
 	return db_tx_end(d, e);
 }
 
-/* The stored state, and the state as shown (db_node_row's rule). */
-static const char SQL_NODE_STATE_OF[] =
-	"SELECT state, drained, connected_at, role FROM nodes WHERE id = ?1";
-/* Only when different, so that a repeated transition writes nothing. */
+/* Only when the stored state differs, so that a repeated transition writes
+ * nothing (a drained node shows "draining" but is still "ready"). */
 static const char SQL_NODE_STATE_CHANGE[] =
 	"UPDATE nodes SET state = ?2 WHERE id = ?1 AND state <> ?2";
 
@@ -765,28 +763,9 @@ int db_node_transition(db *d, const char *id, const char *state, const char *det
 	int e = db_tx_begin(d);
 	if (e < 0)
 		return e;
-	char shown[sizeof ((db_node *)0)->state] = "";
-	sqlite3_stmt *s = db_stmt(d, SQL_NODE_STATE_OF, &e);
-	if (s) {
-		db_bind_str(s, 1, id);
-		int rc = sqlite3_step(s);
-		if (rc == SQLITE_ROW) {
-			db_node n;
-			memset(&n, 0, sizeof n);
-			COL_F(s, 0, n.state);
-			n.drained = sqlite3_column_int(s, 1) != 0;
-			n.connected_at = sqlite3_column_int64(s, 2);
-			COL_F(s, 3, n.role);
-			util_strlcpy(shown, n.state, sizeof shown);
-			if (n.drained && strcmp(shown, "ready") == 0)
-				util_strlcpy(shown, "draining", sizeof shown);
-			if (n.connected_at == 0 && strcmp(n.role, "worker") == 0)
-				util_strlcpy(shown, "joining", sizeof shown);
-		} else {
-			e = rc == SQLITE_DONE ? -ENOENT : db_fail(d, rc, "node_state_of");
-		}
-		db_done(s);
-	}
+	db_node n; /* n.state: the state as shown before the change */
+	e = node_get(d, SQL_NODE_GET, id, &n);
+	sqlite3_stmt *s = NULL;
 	int changed = 0;
 	if (e == 0 && (s = db_stmt(d, SQL_NODE_STATE_CHANGE, &e))) {
 		db_bind_str(s, 1, id);
@@ -797,7 +776,7 @@ int db_node_transition(db *d, const char *id, const char *state, const char *det
 	if (e == 0 && changed) {
 		char words[64];
 		if (!detail) {
-			snprintf(words, sizeof words, "%s -> %s", shown, state);
+			snprintf(words, sizeof words, "%s -> %s", n.state, state);
 			detail = words;
 		}
 		e = event_insert(d, now, id, state, detail);
