@@ -85,6 +85,15 @@ int db_node_seen(db *d, const char *id, int64_t ts, const char *address, const c
 /* Only last_seen, and only forwards (never below the stored value). */
 int db_node_touch(db *d, const char *id, int64_t ts);
 int db_node_set_state(db *d, const char *id, const char *state);
+/* A state change and its event, in one transaction: when the stored state
+ * differs from state, set it and add an event of kind state with detail
+ * (NULL: "OLD -> NEW", OLD as db_node_get shows it: "draining", "joining"...).
+ * Nothing is written when the node already is in that state. Returns 1 when
+ * it changed, 0 when it already was in that state, -ENOENT for an unknown
+ * node, -EINVAL for a state that is not ready|unreachable|down|draining. Note
+ * that db_node_seen and db_node_connected set "ready" themselves: transition
+ * first. */
+int db_node_transition(db *d, const char *id, const char *state, const char *detail, int64_t now);
 int db_node_set_drained(db *d, const char *id, bool drained);
 /* Remove the node and revoke its certificate serial, in one transaction. */
 int db_node_remove(db *d, const char *id, int64_t now);
@@ -157,10 +166,15 @@ int db_fabric_get(db *d, const char *node_id, db_fabric *out);
 void db_fabric_free(db_fabric *f);
 /* A node's port rows, ordered by port then twin (empty when none). */
 int db_fabric_ports(db *d, const char *node_id, db_fabric_port **out, size_t *n);
+/* How many physical ports of the node have a twin with carrier up; -ENOENT
+ * when the node has no port rows (never reported, or reported none). */
+int db_fabric_ports_up(db *d, const char *node_id);
 
 /* Events log (newest last). */
 int db_event_add(db *d, int64_t ts, const char *node_id, const char *kind, const char *detail);
 int db_event_list(db *d, int64_t since_id, size_t limit, db_event **out, size_t *n);
+/* The newest limit events of one node (0 = all), oldest first. */
+int db_node_events(db *d, const char *node_id, size_t limit, db_event **out, size_t *n);
 
 /* Groups and jobs (issue 6). A group is an ordered set of nodes (rank order).
  * A node is in at most one group unless every group holding it is shared.
@@ -202,6 +216,11 @@ int db_group_members(db *d, const char *name, db_group_member **out, size_t *n);
 int db_group_remove(db *d, const char *name);
 /* Every (group, node) pair, by group then rank order. */
 int db_group_memberships(db *d, db_membership **out, size_t *n);
+/* Names of the groups holding this node, by name; free with db_strv_free. */
+int db_node_groups(db *d, const char *node_id, char ***out, size_t *n);
+/* The group's member nodes as node rows, in rank order (empty for an unknown
+ * group or one whose nodes were all removed). */
+int db_group_nodes(db *d, const char *group, db_node **out, size_t *n);
 
 typedef struct db_job {
 	int64_t id;
