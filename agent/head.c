@@ -178,15 +178,9 @@ static void r_node_show(struct agent *a, conn *c, const json_t *req, const char 
 	db_event *ev = NULL;
 	size_t nev = 0;
 	json_t *events = json_array();
-	if (db_event_list(a->db, 0, 1000, &ev, &nev) == 0) {
-		size_t first = 0, count = 0;
-		for (size_t i = nev; i-- > 0;)
-			if (strcmp(ev[i].node_id, n.id) == 0 && ++count <= 10)
-				first = i;
-		for (size_t i = first; i < nev && count; i++)
-			if (strcmp(ev[i].node_id, n.id) == 0)
-				json_array_append_new(events,
-						      json_pack("{s:I, s:s, s:s}", "ts", (json_int_t)ev[i].ts,
+	if (db_node_events(a->db, n.id, 10, &ev, &nev) == 0) { /* the newest 10, oldest first */
+		for (size_t i = 0; i < nev; i++)
+			json_array_append_new(events, json_pack("{s:I, s:s, s:s}", "ts", (json_int_t)ev[i].ts,
 								"kind", ev[i].kind, "detail", ev[i].detail));
 		free(ev);
 	}
@@ -377,15 +371,11 @@ void head_handle_request(struct agent *a, conn *c, const json_t *req, const char
 
 /* ---- liveness ----------------------------------------------------------- */
 
+/* The one place a node's state changes (state and event in one transaction). */
 static void set_state(struct agent *a, const db_node *n, const char *state)
 {
-	if (strcmp(n->state, state) == 0)
-		return;
-	db_node_set_state(a->db, n->id, state);
-	char detail[64];
-	snprintf(detail, sizeof detail, "%s -> %s", n->state, state);
-	db_event_add(a->db, util_now(), n->id, state, detail);
-	log_info("node_state", "node=%s from=%s to=%s", n->name, n->state, state);
+	if (db_node_transition(a->db, n->id, state, NULL, util_now()) > 0)
+		log_info("node_state", "node=%s from=%s to=%s", n->name, n->state, state);
 }
 
 /* Unauthenticated sessions get AGENT_PREAUTH_MS from accept to finish their
@@ -612,13 +602,9 @@ static void handle_hello(struct agent *a, struct session *s, const json_t *req)
 			break;
 		}
 	bool first = false;
+	db_node_transition(a->db, n.id, "ready", NULL, util_now());
 	db_node_connected(a->db, s->node_id, util_now(), addr && *addr ? addr : n.address,
 			  ver ? ver : n.version, &first);
-	if (strcmp(n.state, "ready") != 0) {
-		char detail[64];
-		snprintf(detail, sizeof detail, "%s -> ready", n.state);
-		db_event_add(a->db, util_now(), n.id, "ready", detail);
-	}
 	db_event_add(a->db, util_now(), n.id, "connected", conn_peer_name(s->c));
 	log_info(first ? "join_complete" : "node_connected", "node=%s peer=%s", n.name,
 		 conn_peer_name(s->c));
@@ -721,10 +707,7 @@ static void on_session_frame(conn *c, json_t *msg)
 	if (strcmp(t, "heartbeat") == 0) {
 		db_node n;
 		if (db_node_get(a->db, s->node_id, &n) == 0) {
-			if (strcmp(n.state, "ready") != 0) {
-				char detail[64];
-				snprintf(detail, sizeof detail, "%s -> ready", n.state);
-				db_event_add(a->db, util_now(), n.id, "ready", detail);
+			if (db_node_transition(a->db, n.id, "ready", NULL, util_now()) > 0) {
 				log_info("node_state", "node=%s from=%s to=ready", n.name, n.state);
 				db_node_seen(a->db, n.id, util_now(), n.address, n.version);
 			} else if (util_now() - n.last_seen >= HEAD_SEEN_FLUSH_S) {

@@ -717,14 +717,13 @@ static void r_group_rm(struct agent *a, conn *dest, json_int_t id, const json_t 
 json_t *jh_node_groups(struct agent *a, const char *node_id)
 {
 	json_t *arr = json_array();
-	db_membership *ms = NULL;
+	char **names = NULL;
 	size_t n = 0;
-	if (!a->db || db_group_memberships(a->db, &ms, &n) < 0)
+	if (!a->db || db_node_groups(a->db, node_id, &names, &n) < 0)
 		return arr;
 	for (size_t i = 0; i < n; i++)
-		if (strcmp(ms[i].node_id, node_id) == 0)
-			json_array_append_new(arr, json_string(ms[i].group_name));
-	free(ms);
+		json_array_append_new(arr, json_string(names[i]));
+	db_strv_free(names, n);
 	return arr;
 }
 
