@@ -1032,7 +1032,15 @@ Test(security, join_answer_lost_then_retried_completes_with_single_use_token, .t
 	while (!(st = node_state("n3")) && h_now_ms() - t0 < 3000)
 		usleep(100000);
 	cr_assert(st, "the head does not list n3 after its join");
-	cr_expect_str_eq(st, "joining", "a join that never connected is shown as %s", st);
+	cr_expect_str_eq(st, "joining", "a join that never connected is shown as %s by node ls", st);
+	struct h_result sr = ctl_t(0, 10, "status", "-o", "json", NULL);
+	cr_assert_eq(sr.rc, 0, "status: %s", sr.err);
+	json_t *sj = h_json(&sr);
+	const char *sst = json_string_value(json_object_get(h_status_node(sj, "n3"), "state"));
+	cr_expect_str_eq(sst ?: "(absent)", "joining", "status shows the unconnected n3 as %s",
+			 sst ?: "(absent)");
+	json_decref(sj);
+	h_result_free(&sr);
 	cr_assert_eq(h_start(C, 1), 0);
 	struct h_result r = ctl_t(1, 30, "join", h_addr(C, 0), "--token", tok, "--name", "n3",
 				  "--timeout", "5s", NULL);
@@ -1107,4 +1115,28 @@ Test(security, run_with_200k_of_arguments_refused_at_once)
 	cr_expect(strstr(r.err, "too large"), "run's message should say the job is too large (rc %d): "
 					      "%.300s", r.rc, r.err);
 	h_result_free(&r);
+}
+
+Test(security, control_request_over_256k_refused)
+{
+	cluster(1, 1);
+	/* a status request padded to 300 KiB: under the old 1 MiB limit, over 256 KiB */
+	size_t pad = 300 * 1024;
+	char *req = malloc(pad + 128);
+	cr_assert(req);
+	int n = snprintf(req, 128, "{\"v\":1,\"type\":\"status\",\"id\":1,\"pad\":\"");
+	memset(req + n, 'x', pad);
+	strcpy(req + n + pad, "\"}");
+	struct hs_client *c = CL[0] = hs_connect_unix(C->nodes[0].sock);
+	cr_assert(c);
+	hs_send_frame(c, req); /* may fail half-way once the daemon has refused the header */
+	free(req);
+	json_t *f = hs_read_frame(c, 3000);
+	cr_assert(f, "no answer to a 300 KiB control request within 3 s");
+	char *txt = json_dumps(f, JSON_COMPACT);
+	cr_expect_str_eq(json_string_value(json_object_get(f, "type")) ?: "", "error",
+			 "a 300 KiB control request (limit 256 KiB) was answered %.200s", txt);
+	free(txt);
+	json_decref(f);
+	cr_expect(hs_wait_closed(c, 2000), "the daemon kept the connection after the oversized request");
 }
