@@ -409,15 +409,73 @@ Test(security, identities_head_cert_is_ou_head_and_workers_pin_its_key)
 
 /* ---- 1. a worker pins its head --------------------------------------------- */
 
-/* The head is killed and a fake head answers on its port with node-3's
- * certificate (removed first when removed is true). w1 must connect, send
- * nothing, run nothing, log head_impostor, and come back to the real head. */
-static void fake_head_case(bool removed)
+enum fake_kind { FAKE_REMOVED, FAKE_MEMBER, FAKE_FORGED_HEAD };
+
+static const char *const fake_what[] = {
+	[FAKE_REMOVED] = "removed node-3's certificate",
+	[FAKE_MEMBER] = "current member node-3's certificate",
+	[FAKE_FORGED_HEAD] = "a CN=<head id>, OU=head certificate signed by the cluster CA with another key",
+};
+
+/* A certificate as the head's (CN = head id, OU = head, the extensions sparkd
+ * gives its leaves) on a new key, signed with the head's own ca.key: only the
+ * pinned head_key tells it apart. Writes rfile("forged.crt") (leaf then CA)
+ * and rfile("forged.key"). */
+static void forge_head_cert(void)
 {
-	cluster(3, 3);
-	if (removed)
-		node_rm("node-3");
-	h_kill(C, 2, SIGKILL);
+	json_t *hid = identity(0);
+	char subj[128];
+	snprintf(subj, sizeof subj, "/CN=%s/OU=head",
+		 json_string_value(json_object_get(hid, "node_id")));
+	json_decref(hid);
+	write_file(rfile("forged.ext"), "basicConstraints=critical,CA:FALSE\n"
+					"keyUsage=critical,digitalSignature\n"
+					"extendedKeyUsage=serverAuth,clientAuth\n"
+					"subjectKeyIdentifier=hash\n"
+					"authorityKeyIdentifier=keyid:always\n");
+	struct h_result r = run_cmd("/usr/bin/openssl", "ecparam", "-name", "prime256v1", "-genkey",
+				    "-noout", "-out", rfile("forged.key"), NULL);
+	cr_assert_eq(r.rc, 0, "openssl ecparam: %s", r.err);
+	h_result_free(&r);
+	r = run_cmd("/usr/bin/openssl", "req", "-new", "-key", rfile("forged.key"), "-subj", subj,
+		    "-out", rfile("forged.csr"), NULL);
+	cr_assert_eq(r.rc, 0, "openssl req: %s", r.err);
+	h_result_free(&r);
+	r = run_cmd("/usr/bin/openssl", "x509", "-req", "-in", rfile("forged.csr"), "-CA",
+		    nfile(0, "ca.crt"), "-CAkey", nfile(0, "ca.key"), "-set_serial",
+		    "0x5eed5eed5eed5eed", "-days", "1", "-extfile", rfile("forged.ext"), "-out",
+		    rfile("forged.leaf"), NULL);
+	cr_assert_eq(r.rc, 0, "openssl x509 -req: %s", r.err);
+	h_result_free(&r);
+	char *leaf = slurp(rfile("forged.leaf")), *ca = slurp(nfile(0, "ca.crt"));
+	size_t n = strlen(leaf) + strlen(ca) + 1;
+	char *chain = malloc(n);
+	snprintf(chain, n, "%s%s", leaf, ca);
+	write_file(rfile("forged.crt"), chain);
+	free(chain);
+	free(leaf);
+	free(ca);
+}
+
+/* The head is killed and a fake head answers on its port with another
+ * certificate of the cluster (see fake_what). w1 must connect, send nothing,
+ * run nothing, log head_impostor, and come back to the real head. */
+static void fake_head_case(enum fake_kind kind)
+{
+	const char *chain, *key;
+	if (kind == FAKE_FORGED_HEAD) {
+		cluster(2, 2);
+		forge_head_cert();
+		chain = rfile("forged.crt");
+		key = rfile("forged.key");
+	} else {
+		cluster(3, 3);
+		if (kind == FAKE_REMOVED)
+			node_rm("node-3");
+		h_kill(C, 2, SIGKILL); /* node-3 would reach the fake too */
+		chain = nfile(2, "node.crt");
+		key = nfile(2, "node.key");
+	}
 	const char *marker = rfile("MARKER");
 	char exec_frame[1024], job_frame[1024];
 	snprintf(exec_frame, sizeof exec_frame,
@@ -428,8 +486,7 @@ static void fake_head_case(bool removed)
 		 "\"argv\":[\"/bin/sh\",\"-c\",\"touch %s\"],\"user\":\"root\"}", marker);
 	const char *frames[] = {exec_frame, job_frame, NULL};
 	h_kill(C, 0, SIGKILL);
-	S = hs_server_start(C->nodes[0].port, nfile(2, "node.crt"), nfile(2, "node.key"), frames,
-			    4000);
+	S = hs_server_start(C->nodes[0].port, chain, key, frames, 4000);
 	cr_assert(S, "cannot start the fake head on port %d", C->nodes[0].port);
 	long t0 = h_now_ms();
 	while (hs_server_accepts(S) == 0 && h_now_ms() - t0 < 15000)
@@ -441,14 +498,13 @@ static void fake_head_case(bool removed)
 		usleep(50000);
 	char *types = hs_server_types(S);
 	cr_expect_eq(hs_server_nframes(S), 0,
-		     "w1 sent frames to a fake head presenting %s node-3's certificate "
-		     "(it must close right after the handshake): %s",
-		     removed ? "removed" : "current member", types);
+		     "w1 sent frames to a fake head presenting %s (it must close right after the "
+		     "handshake): %s", fake_what[kind], types);
 	cr_expect(!hs_server_saw(S, "hello"), "w1 said hello to the fake head");
 	free(types);
 	cr_assert(!exists(marker),
-		  "w1 ran exec_start/job_start (user root) from a fake head presenting %s node-3's "
-		  "certificate: %s exists", removed ? "removed" : "current member", marker);
+		  "w1 ran exec_start/job_start (user root) from a fake head presenting %s: %s exists",
+		  fake_what[kind], marker);
 	cr_expect(log_has(1, "head_impostor"), "w1's log has no head_impostor event");
 	hs_server_stop(S);
 	S = NULL;
@@ -459,12 +515,17 @@ static void fake_head_case(bool removed)
 
 Test(security, worker_refuses_fake_head_with_removed_nodes_cert, .timeout = 90)
 {
-	fake_head_case(true);
+	fake_head_case(FAKE_REMOVED);
 }
 
 Test(security, worker_refuses_fake_head_with_current_members_cert, .timeout = 90)
 {
-	fake_head_case(false);
+	fake_head_case(FAKE_MEMBER);
+}
+
+Test(security, worker_refuses_fake_head_with_forged_head_cert_on_another_key, .timeout = 90)
+{
+	fake_head_case(FAKE_FORGED_HEAD);
 }
 
 /* ---- 1b. join checks the head before sending anything secret ----------------- */
