@@ -249,8 +249,8 @@ static void norm_serial(const char *in, char *out, size_t len)
 	size_t n = 0;
 	while (*in == '0' || *in == ':')
 		in++;
-	for (; *in && n + 1 < len; in++)
-		if (isxdigit((unsigned char)*in))
+	for (; (isxdigit((unsigned char)*in) || *in == ':') && n + 1 < len; in++)
+		if (*in != ':')
 			out[n++] = (char)toupper((unsigned char)*in);
 	out[n] = '\0';
 }
@@ -827,13 +827,18 @@ Test(security, control_socket_caps_at_128_connections)
 			break;
 	}
 	hs_close(probe);
+	/* connection 129 asks what sparkctl would ask */
 	struct hs_client *c = CL[128] = hs_connect_unix(C->nodes[0].sock);
 	cr_assert(c);
+	hs_send_frame(c, "{\"v\":1,\"type\":\"status\",\"id\":1}");
 	json_t *f = hs_read_frame(c, 3000);
 	cr_assert(f, "connection 129 to the control socket got no error frame within 3 s");
 	cr_expect_str_eq(json_string_value(json_object_get(f, "code")) ?: "", "busy");
 	json_decref(f);
 	cr_expect(hs_wait_closed(c, 2000), "connection 129 was not closed");
+	struct h_result busy = ctl_t(0, 10, "status", NULL);
+	cr_expect_neq(busy.rc, 0, "status worked with 128 control connections held open");
+	h_result_free(&busy);
 	for (int i = 0; i <= 128; i++) {
 		hs_close(CL[i]);
 		CL[i] = NULL;
