@@ -833,7 +833,10 @@ Test(security, control_socket_caps_at_128_connections)
 	hs_send_frame(c, "{\"v\":1,\"type\":\"status\",\"id\":1}");
 	json_t *f = hs_read_frame(c, 3000);
 	cr_assert(f, "connection 129 to the control socket got no error frame within 3 s");
-	cr_expect_str_eq(json_string_value(json_object_get(f, "code")) ?: "", "busy");
+	char *ft = json_dumps(f, JSON_COMPACT);
+	cr_expect_str_eq(json_string_value(json_object_get(f, "code")) ?: "", "busy",
+			 "connection 129 was answered %.160s", ft);
+	free(ft);
 	json_decref(f);
 	cr_expect(hs_wait_closed(c, 2000), "connection 129 was not closed");
 	struct h_result busy = ctl_t(0, 10, "status", NULL);
