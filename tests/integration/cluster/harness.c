@@ -106,7 +106,9 @@ static int sock_answers(const char *path)
 	return ok;
 }
 
-int h_start(struct h_cluster *c, int i)
+int h_start(struct h_cluster *c, int i) { return h_start_cfg(c, i, "/dev/null"); }
+
+int h_start_cfg(struct h_cluster *c, int i, const char *config)
 {
 	struct h_node *nd = &c->nodes[i];
 	char listen[64], port[16];
@@ -127,7 +129,7 @@ int h_start(struct h_cluster *c, int i)
 			close(fd);
 		}
 		execl(h_bin("sparkd"), "sparkd", "--state-dir", nd->dir, "--socket", nd->sock,
-		      "--listen", listen, "--name", nd->name, "--config", "/dev/null", "--log-level",
+		      "--listen", listen, "--name", nd->name, "--config", config, "--log-level",
 		      "debug", (char *)NULL);
 		_exit(127);
 	}

@@ -37,6 +37,8 @@ struct h_cluster *h_cluster_new(int n);
 void h_cluster_free(struct h_cluster *c);
 /* Start node i's sparkd and wait until its control socket answers (5 s). */
 int h_start(struct h_cluster *c, int i);
+/* Same, with sparkd.yaml at config instead of an empty one. */
+int h_start_cfg(struct h_cluster *c, int i, const char *config);
 void h_kill(struct h_cluster *c, int i, int sig); /* and reap */
 /* Run sparkctl against node i with the given arguments (NULL-terminated). */
 struct h_result h_ctl(struct h_cluster *c, int i, ...);
