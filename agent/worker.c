@@ -735,6 +735,14 @@ static void on_head_ready(conn *c, int status)
 {
 	struct agent *a = conn_data(c);
 	if (status < 0) {
+		const char *v = conn_verify_error(c);
+		if (v) { /* a certificate that is not the cluster's, or revoked */
+			snprintf(a->head_error, sizeof a->head_error,
+				 "the peer at %s is not this cluster's head: its certificate failed (%s)",
+				 a->head_addr_now, v);
+			log_warn("head_impostor", "addr=%s reason=%s", a->head_addr_now, log_q(v));
+			return;
+		}
 		snprintf(a->head_error, sizeof a->head_error, "%s",
 			 status > -4096 ? uv_strerror(status) : strerror(-status));
 		return;

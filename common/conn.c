@@ -1004,6 +1004,14 @@ int conn_fd(conn *c)
 
 bool conn_is_tls(conn *c) { return c && c->ssl; }
 
+const char *conn_verify_error(conn *c)
+{
+	if (!c || !c->ssl)
+		return NULL;
+	long v = SSL_get_verify_result(c->ssl);
+	return v == X509_V_OK ? NULL : X509_verify_cert_error_string(v);
+}
+
 bool conn_peer_revoked(conn *c)
 {
 	return c && c->ssl && SSL_is_init_finished(c->ssl) && SSL_get0_peer_certificate(c->ssl) &&

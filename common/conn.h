@@ -85,6 +85,9 @@ X509 *conn_peer_cert(conn *c);
 /* The peer presented a certificate that the CRL loaded into the context
  * (tls_ctx_load_crl) lists. */
 bool conn_peer_revoked(conn *c);
+/* Why the peer's certificate failed verification (also after a failed
+ * handshake), or NULL when it did not fail. */
+const char *conn_verify_error(conn *c);
 /* Peer's full chain as sent (TLS only), borrowed; for pinning during join.
  * (OpenSSL semantics: on the server side the chain leaves out the leaf.) */
 STACK_OF(X509) *conn_peer_chain(conn *c);
