@@ -780,6 +780,8 @@ Test(security, unauth_memory_bounded_under_300_big_frames)
 	long r = rss_kib(pid);
 	if (r > peak)
 		peak = r;
+	cr_log_info("head VmRSS under 300 unauthenticated 1 MiB frames: %ld -> %ld KiB (peak)", base,
+		    peak);
 	if (!SPARK_ASAN)
 		cr_expect_lt(peak - base, 30 * 1024,
 			     "the head's VmRSS went from %ld to %ld KiB (+%ld MiB) under 300 "
