@@ -214,8 +214,9 @@ static void revoke_session(struct agent *a, const char *node_id)
 	}
 }
 
-static void r_node_rm(struct agent *a, conn *c, const json_t *req)
+static void r_node_rm(struct agent *a, conn *c, const json_t *req, const char *origin)
 {
+	(void)origin;
 	db_node n;
 	if (lookup_node(a, c, req, &n) < 0)
 		return;
@@ -278,8 +279,9 @@ static json_t *token_json(const db_token *t)
 			 (json_int_t)t->uses_left, "uses", (json_int_t)t->uses);
 }
 
-static void r_token_create(struct agent *a, conn *c, const json_t *req)
+static void r_token_create(struct agent *a, conn *c, const json_t *req, const char *origin)
 {
+	(void)origin;
 	int64_t ttl = proto_int(req, "ttl_s", 86400);
 	int64_t uses = proto_int(req, "uses", 0);
 	if (ttl < 0 || uses < 0 || ttl > UTIL_TTL_MAX_S || uses > INT32_MAX) {
@@ -308,8 +310,9 @@ static void r_token_create(struct agent *a, conn *c, const json_t *req)
 	control_reply(c, req, d);
 }
 
-static void r_token_ls(struct agent *a, conn *c, const json_t *req)
+static void r_token_ls(struct agent *a, conn *c, const json_t *req, const char *origin)
 {
+	(void)origin;
 	db_token *t = NULL;
 	size_t n = 0;
 	if (db_token_list(a->db, &t, &n) < 0) {
@@ -323,8 +326,9 @@ static void r_token_ls(struct agent *a, conn *c, const json_t *req)
 	control_reply(c, req, json_pack("{s:o}", "tokens", arr));
 }
 
-static void r_token_revoke(struct agent *a, conn *c, const json_t *req)
+static void r_token_revoke(struct agent *a, conn *c, const json_t *req, const char *origin)
 {
+	(void)origin;
 	const char *id = proto_str(req, "token_id");
 	if (!id || db_token_revoke(a->db, id) < 0) {
 		control_error(c, req, "not_found",
@@ -334,6 +338,38 @@ static void r_token_revoke(struct agent *a, conn *c, const json_t *req)
 	log_info("token_revoked", "token_id=%s", id);
 	control_reply(c, req, json_pack("{s:s, s:s}", "id", id, "state", "revoked"));
 }
+
+static void r_node_drain_on(struct agent *a, conn *c, const json_t *req, const char *origin)
+{
+	(void)origin;
+	r_node_drain(a, c, req, true);
+}
+
+static void r_node_drain_off(struct agent *a, conn *c, const json_t *req, const char *origin)
+{
+	(void)origin;
+	r_node_drain(a, c, req, false);
+}
+
+/* The cluster requests the head serves (control.c's table says who may ask;
+ * the head checks it again for forwarded ones). origin: the asking node. */
+static const struct {
+	const char *type;
+	void (*fn)(struct agent *a, conn *c, const json_t *req, const char *origin);
+} cluster_requests[] = {
+	{"status", r_status},
+	{"node_ls", r_node_ls},
+	{"node_show", r_node_show},
+	{"node_drain", r_node_drain_on},
+	{"node_undrain", r_node_drain_off},
+	{"node_rm", r_node_rm},
+	{"token_create", r_token_create},
+	{"token_ls", r_token_ls},
+	{"token_revoke", r_token_revoke},
+	{"topo_show", topoval_request}, /* topology show|validate|addresses (topo_head.c) */
+	{"topo_validate", topoval_request},
+	{"topo_addresses", topoval_request},
+};
 
 void head_handle_request(struct agent *a, conn *c, const json_t *req, const char *origin)
 {
@@ -345,28 +381,12 @@ void head_handle_request(struct agent *a, conn *c, const json_t *req, const char
 		control_error(c, req, "forbidden", "%s", why);
 		return;
 	}
-	if (strcmp(t, "status") == 0)
-		r_status(a, c, req, origin);
-	else if (strcmp(t, "node_ls") == 0)
-		r_node_ls(a, c, req, origin);
-	else if (strcmp(t, "node_show") == 0)
-		r_node_show(a, c, req, origin);
-	else if (strcmp(t, "node_drain") == 0)
-		r_node_drain(a, c, req, true);
-	else if (strcmp(t, "node_undrain") == 0)
-		r_node_drain(a, c, req, false);
-	else if (strcmp(t, "node_rm") == 0)
-		r_node_rm(a, c, req);
-	else if (strcmp(t, "token_create") == 0)
-		r_token_create(a, c, req);
-	else if (strcmp(t, "token_ls") == 0)
-		r_token_ls(a, c, req);
-	else if (strcmp(t, "token_revoke") == 0)
-		r_token_revoke(a, c, req);
-	else if (strncmp(t, "topo_", 5) == 0)
-		topoval_request(a, c, req, origin); /* topo show|validate|addresses (topo_head.c) */
-	else
-		control_error(c, req, "unknown_type", "the head does not serve \"%s\"", t);
+	for (size_t i = 0; i < ARRAY_SIZE(cluster_requests); i++)
+		if (strcmp(cluster_requests[i].type, t) == 0) {
+			cluster_requests[i].fn(a, c, req, origin);
+			return;
+		}
+	control_error(c, req, "unknown_type", "the head does not serve \"%s\"", t);
 }
 
 /* ---- liveness ----------------------------------------------------------- */
@@ -638,32 +658,76 @@ static void handle_leave(struct agent *a, struct session *s, const json_t *req)
 	head_crl_update(a);
 }
 
-/* What a member's frame must carry (docs/protocol.md): a frame missing one
- * of these, or with it of another type, is answered with an error and not
- * acted on; handlers never fall back to a default for them. */
-static const struct {
+static void f_heartbeat(struct agent *a, struct session *s, const json_t *msg)
+{
+	(void)msg;
+	db_node n;
+	if (db_node_get(a->db, s->node_id, &n) < 0)
+		return;
+	if (db_node_transition(a->db, n.id, "ready", NULL, util_now()) > 0) {
+		log_info("node_state", "node=%s from=%s to=ready", n.name, n.state);
+		db_node_seen(a->db, n.id, util_now(), n.address, n.version);
+	} else if (util_now() - n.last_seen >= HEAD_SEEN_FLUSH_S) {
+		db_node_touch(a->db, n.id, util_now());
+	}
+}
+
+static void f_forward(struct agent *a, struct session *s, const json_t *msg)
+{
+	json_t *inner = json_object_get(msg, "request");
+	if (!json_is_string(json_object_get(inner, "type"))) {
+		control_error(s->c, msg, "bad_request", "forward needs a request with a type");
+		return;
+	}
+	json_t *copy = json_deep_copy(inner);
+	json_object_set_new(copy, "id", json_integer(proto_id(msg)));
+	head_handle_request(a, s->c, copy, s->node_id);
+	json_decref(copy);
+}
+
+static void f_fabric(struct agent *a, struct session *s, const json_t *msg)
+{
+	fabric_on_frame(a, s->c, s->node_id, msg);
+}
+
+static void f_topo(struct agent *a, struct session *s, const json_t *msg)
+{
+	topoval_on_node_frame(a, s->node_id, msg); /* topology requests' answers (topo*.c) */
+}
+
+static void f_jobs(struct agent *a, struct session *s, const json_t *msg)
+{
+	jobs_session_frame(a, s, msg); /* groups, jobs, exec (jobs*.c) */
+}
+
+/* Every frame a member may send the head: its handler and the fields it must
+ * carry (docs/protocol.md). A frame missing one of these, or with it of
+ * another type, is answered with an error and not acted on; handlers never
+ * fall back to a default for them. */
+static const struct member_frame {
 	const char *type;
+	void (*fn)(struct agent *a, struct session *s, const json_t *msg);
 	struct proto_field fields[6];
 } member_frames[] = {
-	{"hello", {{NULL, 0}}},
-	{"heartbeat", {{NULL, 0}}},
-	{"leave", {{NULL, 0}}},
-	{"fabric", {{"discovery", 'o'}, {NULL, 0}}},
-	{"forward", {{"request", 'o'}, {NULL, 0}}},
-	{"job_req", {{"request", 'o'}, {NULL, 0}}},
-	{"stream_cancel", {{"relay_id", 'i'}, {NULL, 0}}},
-	{"job_started", {{"job_id", 'i'}, {"ranks", 'a'}, {NULL, 0}}},
-	{"job_exit", {{"job_id", 'i'}, {"rank", 'i'}, {"exit_code", 'i'}, {"signal", 'i'}, {NULL, 0}}},
-	{"job_data", {{"tail_id", 'i'}, {NULL, 0}}},
-	{"job_sync", {{"ranks", 'a'}, {NULL, 0}}},
-	{"exec_data", {{"exec_id", 'i'}, {"stream", 's'}, {"data", 's'}, {NULL, 0}}},
-	{"exec_exit", {{"exec_id", 'i'}, {"exit_code", 'i'}, {"signal", 'i'}, {NULL, 0}}},
-	{"topo_reply", {{"ok", 'b'}, {NULL, 0}}},
-	{"topo_rdma_ep", {{"probe", 's'}, {"endpoint", 'o'}, {NULL, 0}}},
+	{"hello", handle_hello, {{NULL, 0}}},
+	{"heartbeat", f_heartbeat, {{NULL, 0}}},
+	{"leave", handle_leave, {{NULL, 0}}},
+	{"fabric", f_fabric, {{"discovery", 'o'}, {NULL, 0}}},
+	{"forward", f_forward, {{"request", 'o'}, {NULL, 0}}},
+	{"job_req", f_jobs, {{"request", 'o'}, {NULL, 0}}},
+	{"stream_cancel", f_jobs, {{"relay_id", 'i'}, {NULL, 0}}},
+	{"job_started", f_jobs, {{"job_id", 'i'}, {"ranks", 'a'}, {NULL, 0}}},
+	{"job_exit", f_jobs, {{"job_id", 'i'}, {"rank", 'i'}, {"exit_code", 'i'}, {"signal", 'i'}, {NULL, 0}}},
+	{"job_data", f_jobs, {{"tail_id", 'i'}, {NULL, 0}}},
+	{"job_sync", f_jobs, {{"ranks", 'a'}, {NULL, 0}}},
+	{"exec_data", f_jobs, {{"exec_id", 'i'}, {"stream", 's'}, {"data", 's'}, {NULL, 0}}},
+	{"exec_exit", f_jobs, {{"exec_id", 'i'}, {"exit_code", 'i'}, {"signal", 'i'}, {NULL, 0}}},
+	{"topo_reply", f_topo, {{"ok", 'b'}, {NULL, 0}}},
+	{"topo_rdma_ep", f_topo, {{"probe", 's'}, {"endpoint", 'o'}, {NULL, 0}}},
 };
 
-/* 0 if msg is a member frame type with its fields; otherwise answered. */
-static int check_member_frame(conn *c, const json_t *msg)
+/* The member frame row for msg, its fields checked; NULL once answered. */
+static const struct member_frame *member_frame_of(conn *c, const json_t *msg)
 {
 	const char *t = proto_type(msg);
 	for (size_t i = 0; i < ARRAY_SIZE(member_frames); i++) {
@@ -671,13 +735,13 @@ static int check_member_frame(conn *c, const json_t *msg)
 			continue;
 		char why[128];
 		if (proto_check(msg, member_frames[i].fields, why, sizeof why) == 0)
-			return 0;
+			return &member_frames[i];
 		log_warn("frame_refused", "type=%s reason=%s peer=%s", t, log_q(why), conn_peer_name(c));
 		control_error(c, msg, "bad_request", "%s: %s", t, why);
-		return -EBADMSG;
+		return NULL;
 	}
 	control_error(c, msg, "unknown_type", "the head does not serve \"%s\"", t);
-	return -ENOENT;
+	return NULL;
 }
 
 static void on_session_frame(conn *c, json_t *msg)
@@ -698,44 +762,11 @@ static void on_session_frame(conn *c, json_t *msg)
 		return;
 	}
 	s->last_ms = util_now_ms();
-	if (check_member_frame(c, msg) < 0) {
-		json_decref(msg);
-		return;
-	}
-	if (strcmp(t, "heartbeat") != 0)
-		agent_busy(a);
-	if (strcmp(t, "heartbeat") == 0) {
-		db_node n;
-		if (db_node_get(a->db, s->node_id, &n) == 0) {
-			if (db_node_transition(a->db, n.id, "ready", NULL, util_now()) > 0) {
-				log_info("node_state", "node=%s from=%s to=ready", n.name, n.state);
-				db_node_seen(a->db, n.id, util_now(), n.address, n.version);
-			} else if (util_now() - n.last_seen >= HEAD_SEEN_FLUSH_S) {
-				db_node_touch(a->db, n.id, util_now());
-			}
-		}
-	} else if (strcmp(t, "hello") == 0) {
-		handle_hello(a, s, msg);
-	} else if (strcmp(t, "fabric") == 0) {
-		fabric_on_frame(a, c, s->node_id, msg);
-	} else if (strncmp(t, "topo_", 5) == 0) {
-		topoval_on_node_frame(a, s->node_id, msg); /* topology requests' answers (topo*.c) */
-	} else if (jobs_session_frame(a, s, msg)) {
-		/* groups, jobs, exec (jobs*.c) */
-	} else if (strcmp(t, "leave") == 0) {
-		handle_leave(a, s, msg);
-	} else if (strcmp(t, "forward") == 0) {
-		json_t *inner = json_object_get(msg, "request");
-		if (!json_is_object(inner) || !json_is_string(json_object_get(inner, "type"))) {
-			control_error(c, msg, "bad_request", "forward needs a request object");
-		} else {
-			json_t *copy = json_deep_copy(inner);
-			json_object_set_new(copy, "id", json_integer(proto_id(msg)));
-			head_handle_request(a, c, copy, s->node_id);
-			json_decref(copy);
-		}
-	} else {
-		control_error(c, msg, "unknown_type", "the head does not serve \"%s\"", t);
+	const struct member_frame *f = member_frame_of(c, msg);
+	if (f) {
+		if (f->fn != f_heartbeat)
+			agent_busy(a);
+		f->fn(a, s, msg);
 	}
 	json_decref(msg);
 }

@@ -593,8 +593,9 @@ static void r_group_create(struct agent *a, conn *dest, json_int_t id, const jso
 	reply(dest, id, o);
 }
 
-static void r_group_ls(struct agent *a, conn *dest, json_int_t id)
+static void r_group_ls(struct agent *a, conn *dest, json_int_t id, const json_t *req)
 {
+	(void)req;
 	db_group *gs = NULL;
 	size_t n = 0;
 	if (db_group_list(a->db, &gs, &n) < 0) {
@@ -1628,28 +1629,22 @@ void jh_request(struct agent *a, conn *dest, json_int_t id, const json_t *req)
 		reply_error(dest, id, "forbidden", "%s", why);
 		return;
 	}
-	if (strcmp(t, "group_create") == 0)
-		r_group_create(a, dest, id, req);
-	else if (strcmp(t, "group_ls") == 0)
-		r_group_ls(a, dest, id);
-	else if (strcmp(t, "group_show") == 0)
-		r_group_show(a, dest, id, req);
-	else if (strcmp(t, "group_rm") == 0)
-		r_group_rm(a, dest, id, req);
-	else if (strcmp(t, "job_run") == 0)
-		r_job_run(a, dest, id, req);
-	else if (strcmp(t, "job_ls") == 0)
-		r_job_ls(a, dest, id, req);
-	else if (strcmp(t, "job_show") == 0)
-		r_job_show(a, dest, id, req);
-	else if (strcmp(t, "job_logs") == 0)
-		r_job_logs(a, dest, id, req);
-	else if (strcmp(t, "job_cancel") == 0)
-		r_job_cancel(a, dest, id, req);
-	else if (strcmp(t, "exec") == 0)
-		r_exec(a, dest, id, req);
-	else
-		reply_error(dest, id, "unknown_type", "the head does not serve \"%s\"", t);
+	static const struct {
+		const char *type;
+		void (*fn)(struct agent *a, conn *dest, json_int_t id, const json_t *req);
+	} requests[] = {
+		{"group_create", r_group_create}, {"group_ls", r_group_ls},
+		{"group_show", r_group_show},     {"group_rm", r_group_rm},
+		{"job_run", r_job_run},           {"job_ls", r_job_ls},
+		{"job_show", r_job_show},         {"job_logs", r_job_logs},
+		{"job_cancel", r_job_cancel},     {"exec", r_exec},
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(requests); i++)
+		if (strcmp(requests[i].type, t) == 0) {
+			requests[i].fn(a, dest, id, req);
+			return;
+		}
+	reply_error(dest, id, "unknown_type", "the head does not serve \"%s\"", t);
 }
 
 void jh_stream_cancel(struct agent *a, conn *dest, json_int_t id)
@@ -1850,42 +1845,51 @@ static struct watcher *exec_watcher(struct jobs *J, long long xid)
 	return NULL;
 }
 
+/* exec_data / exec_exit: only from the node the exec runs on. */
+static void on_exec_frame(struct agent *a, const char *node_id, const json_t *msg)
+{
+	const char *t = proto_type(msg);
+	struct watcher *w = exec_watcher(a->jobs, (long long)proto_int(msg, "exec_id", 0));
+	if (!w)
+		return;
+	if (strcmp(w->exec_node, node_id) != 0) {
+		log_warn("frame_not_owner", "type=%s exec_id=%lld from=%s owner=%s", t, w->exec_id,
+			 node_id, w->exec_node);
+		return;
+	}
+	if (strcmp(t, "exec_data") == 0) {
+		json_t *m = stream_msg(w, "output");
+		json_object_set(m, "stream", json_object_get(msg, "stream"));
+		json_object_set(m, "data", json_object_get(msg, "data"));
+		w_send(w, m);
+		return;
+	}
+	w->exec_id = 0; /* nothing left to stop */
+	const char *err = proto_str(msg, "error");
+	if (err)
+		w_note(w, "%s", err);
+	w_result(a, w, json_pack("{s:I, s:I, s:s}", "exit_code", proto_int(msg, "exit_code", 1),
+				 "signal", proto_int(msg, "signal", 0), "node", w->exec_node_name));
+	w_sweep(a->jobs);
+}
+
 void jh_on_node_msg(struct agent *a, const char *node_id, const json_t *msg)
 {
 	if (!a->jobs || a->id.role != ROLE_HEAD || !a->db)
 		return;
+	static const struct {
+		const char *type;
+		void (*fn)(struct agent *a, const char *node_id, const json_t *msg);
+	} frames[] = {
+		{"job_data", on_job_data},   {"job_started", on_job_started}, {"job_exit", on_job_exit},
+		{"job_sync", on_job_sync},   {"exec_data", on_exec_frame},    {"exec_exit", on_exec_frame},
+	};
 	const char *t = proto_type(msg);
-	if (strcmp(t, "job_data") == 0) {
-		on_job_data(a, node_id, msg);
-	} else if (strcmp(t, "job_started") == 0) {
-		on_job_started(a, node_id, msg);
-	} else if (strcmp(t, "job_exit") == 0) {
-		on_job_exit(a, node_id, msg);
-	} else if (strcmp(t, "job_sync") == 0) {
-		on_job_sync(a, node_id, msg);
-	} else if (strcmp(t, "exec_data") == 0 || strcmp(t, "exec_exit") == 0) {
-		struct watcher *w = exec_watcher(a->jobs, (long long)proto_int(msg, "exec_id", 0));
-		if (w && strcmp(w->exec_node, node_id) != 0) { /* only the node running it */
-			log_warn("frame_not_owner", "type=%s exec_id=%lld from=%s owner=%s", t,
-				 w->exec_id, node_id, w->exec_node);
+	for (size_t i = 0; i < ARRAY_SIZE(frames); i++)
+		if (strcmp(frames[i].type, t) == 0) {
+			frames[i].fn(a, node_id, msg);
 			return;
 		}
-		if (w && strcmp(t, "exec_data") == 0) {
-			json_t *m = stream_msg(w, "output");
-			json_object_set(m, "stream", json_object_get(msg, "stream"));
-			json_object_set(m, "data", json_object_get(msg, "data"));
-			w_send(w, m);
-		} else if (w) {
-			w->exec_id = 0; /* nothing left to stop */
-			const char *err = proto_str(msg, "error");
-			if (err)
-				w_note(w, "%s", err);
-			w_result(a, w, json_pack("{s:I, s:I, s:s}", "exit_code",
-						 proto_int(msg, "exit_code", 1), "signal",
-						 proto_int(msg, "signal", 0), "node", w->exec_node_name));
-			w_sweep(a->jobs);
-		}
-	}
 }
 
 void jh_node_session_gone(struct agent *a, const char *node_id)

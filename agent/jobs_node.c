@@ -1094,21 +1094,21 @@ void jn_on_head_msg(struct agent *a, const json_t *msg)
 {
 	if (!a->jobs || a->jobs->stopping)
 		return;
+	static const struct {
+		const char *type;
+		void (*fn)(struct agent *a, const json_t *msg);
+	} frames[] = {
+		{"job_start", on_job_start},     {"job_signal", on_job_signal},
+		{"job_tail", on_job_tail},       {"job_untail", on_job_untail},
+		{"exec_start", on_exec_start},   {"exec_signal", on_exec_signal},
+		{"job_sync_ack", on_sync_ack},
+	};
 	const char *t = proto_type(msg);
-	if (strcmp(t, "job_start") == 0)
-		on_job_start(a, msg);
-	else if (strcmp(t, "job_signal") == 0)
-		on_job_signal(a, msg);
-	else if (strcmp(t, "job_tail") == 0)
-		on_job_tail(a, msg);
-	else if (strcmp(t, "job_untail") == 0)
-		on_job_untail(a, msg);
-	else if (strcmp(t, "exec_start") == 0)
-		on_exec_start(a, msg);
-	else if (strcmp(t, "exec_signal") == 0)
-		on_exec_signal(a, msg);
-	else if (strcmp(t, "job_sync_ack") == 0)
-		on_sync_ack(a, msg);
+	for (size_t i = 0; i < ARRAY_SIZE(frames); i++)
+		if (strcmp(frames[i].type, t) == 0) {
+			frames[i].fn(a, msg);
+			return;
+		}
 }
 
 void jn_send_head(struct agent *a, json_t *msg)
