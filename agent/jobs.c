@@ -210,17 +210,17 @@ void jobs_session_closed(struct agent *a, struct session *s)
 		jh_node_session_gone(a, s->node_id);
 }
 
+/* head.c's frame table routes job_req, stream_cancel and the members' job_*
+ * and exec_* frames here, their fields checked. */
 bool jobs_session_frame(struct agent *a, struct session *s, const json_t *msg)
 {
 	const char *t = proto_type(msg);
-	bool mine = strncmp(t, "job_", 4) == 0 || strncmp(t, "exec_", 5) == 0 ||
-		    strcmp(t, "stream_cancel") == 0;
-	if (!a->jobs || !mine)
+	if (!a->jobs)
 		return false;
 	if (strcmp(t, "job_req") == 0) {
 		json_t *inner = json_object_get(msg, "request");
-		if (!json_is_object(inner) || !json_is_string(json_object_get(inner, "type"))) {
-			control_error(s->c, msg, "bad_request", "job_req needs a request object");
+		if (!json_is_string(json_object_get(inner, "type"))) {
+			control_error(s->c, msg, "bad_request", "job_req needs a request with a type");
 			return true;
 		}
 		json_t *req = json_deep_copy(inner);
@@ -239,17 +239,7 @@ bool jobs_head_frame(struct agent *a, const json_t *msg)
 {
 	if (!a->jobs)
 		return false;
-	const char *t = proto_type(msg);
-	if (jctl_on_head_frame(a, msg))
-		return true;
-	if (strcmp(t, "job_start") == 0 || strcmp(t, "job_signal") == 0 ||
-	    strcmp(t, "job_tail") == 0 || strcmp(t, "job_untail") == 0 ||
-	    strcmp(t, "exec_start") == 0 || strcmp(t, "exec_signal") == 0 ||
-	    strcmp(t, "job_sync_ack") == 0) {
-		jn_on_head_msg(a, msg);
-		return true;
-	}
-	return false;
+	return jctl_on_head_frame(a, msg) || jn_on_head_msg(a, msg);
 }
 
 void jobs_head_up(struct agent *a)

@@ -90,7 +90,7 @@ void jh_free(struct agent *a);
 json_t *jh_node_groups(struct agent *a, const char *node_id);
 
 /* jobs_node.c */
-void jn_on_head_msg(struct agent *a, const json_t *msg);
+bool jn_on_head_msg(struct agent *a, const json_t *msg); /* false: not a job frame */
 void jn_send_head(struct agent *a, json_t *msg); /* steals msg */
 void jn_head_up(struct agent *a);                 /* send job_sync */
 void jn_head_lost(struct agent *a);

@@ -1090,10 +1090,8 @@ static void exec_free(struct nexec *x)
 
 /* ---- the head's frames --------------------------------------------------------------------- */
 
-void jn_on_head_msg(struct agent *a, const json_t *msg)
+bool jn_on_head_msg(struct agent *a, const json_t *msg)
 {
-	if (!a->jobs || a->jobs->stopping)
-		return;
 	static const struct {
 		const char *type;
 		void (*fn)(struct agent *a, const json_t *msg);
@@ -1106,9 +1104,11 @@ void jn_on_head_msg(struct agent *a, const json_t *msg)
 	const char *t = proto_type(msg);
 	for (size_t i = 0; i < ARRAY_SIZE(frames); i++)
 		if (strcmp(frames[i].type, t) == 0) {
-			frames[i].fn(a, msg);
-			return;
+			if (a->jobs && !a->jobs->stopping)
+				frames[i].fn(a, msg);
+			return true;
 		}
+	return false;
 }
 
 void jn_send_head(struct agent *a, json_t *msg)
