@@ -67,7 +67,7 @@ struct identity {
 	char joined_via[160];       /* worker: the address `join` was given */
 };
 
-struct forward; /* worker.c: a CLI request waiting for the head's answer */
+struct pending; /* peers.c: a request sent to the head, waiting for its answer */
 struct fabric;  /* fabric.c: discovery options, last report, watcher */
 struct jobs;    /* jobs*.c: groups, jobs, exec */
 struct topo_agent; /* topo*.c: neighbour discovery and topology validation */
@@ -116,8 +116,9 @@ struct agent {
 	uv_timer_t hb_timer, retry_timer, queue_timer;
 	bool hb_on, retry_on, queue_on;
 	unsigned backoff_ms;
-	json_int_t next_fwd_id;
-	struct forward *forwards;
+	json_int_t next_fwd_id;   /* ids of requests to the head (peers.c) */
+	struct pending *pending;
+	struct join_wait *join_wait; /* a join's CLI, answered once connected */
 	char head_error[256];     /* last reason the head could not be reached */
 	char head_addr_now[160];  /* the head address this (or the last) session uses */
 	bool head_alt;            /* the next connect tries the other address */
@@ -187,7 +188,26 @@ void worker_stop(struct agent *a);
 void worker_handle_join(struct agent *a, conn *c, const json_t *req);
 void worker_handle_leave(struct agent *a, conn *c, const json_t *req);
 void worker_forward(struct agent *a, conn *c, const json_t *req);
-void worker_cli_gone(struct agent *a, conn *c);   /* drop forwards for a closed CLI */
+void worker_cli_gone(struct agent *a, conn *c);   /* a CLI closed: forget it */
+
+/* peers.c: requests this node sends its head and waits for (one table for
+ * the CLI's forwarded and relayed requests and the worker's own hello and
+ * leave). frame is stolen; its id is set here. Queued for AGENT_QUEUE_WAIT_MS
+ * while the head is not up (PEERS_NOW: send on the session as it is: hello).
+ * PEERS_STREAMS: "stream" frames with its id go to cli as they come, and a CLI
+ * that goes away sends the head a stream_cancel. on_answer (may be NULL: the
+ * answer goes to cli with its id) gets the final answer, or an error made
+ * here when the head is unreachable or sparkd stops. */
+typedef void (*peers_answer_fn)(struct agent *a, conn *cli, json_int_t orig_id, json_t *msg);
+#define PEERS_NOW 1u
+#define PEERS_STREAMS 2u
+int peers_request(struct agent *a, conn *cli, json_int_t orig_id, json_t *frame, unsigned flags,
+		  peers_answer_fn on_answer);
+bool peers_on_head_frame(struct agent *a, const json_t *msg); /* an answer of ours: used */
+void peers_head_up(struct agent *a);   /* hello answered: send what was queued */
+void peers_head_lost(struct agent *a); /* the session closed: fail what was sent */
+void peers_cli_gone(struct agent *a, conn *cli);
+void peers_stop(struct agent *a, const char *why);
 
 /* fabric.c. Frame worker -> head: {"type":"fabric","id":0,"discovery":{...}}
  * (topology/discover.h JSON), after each hello and each fabric change; no answer,

@@ -326,6 +326,7 @@ static void on_ctl_close(conn *c, int err)
 		ctl_agent->ctl_conns--;
 	if (a) {
 		worker_cli_gone(a, c);
+		peers_cli_gone(a, c);
 		jobs_cli_gone(a, c);
 		topoval_conn_gone(a, c);
 	}

@@ -153,8 +153,6 @@ int jobs_init(struct agent *a)
 	a->jobs = J;
 	uv_timer_init(a->loop, &J->mail_timer);
 	J->mail_timer.data = J;
-	uv_timer_init(a->loop, &J->relay_timer);
-	J->relay_timer.data = J;
 	uv_timer_init(a->loop, &J->head_timer);
 	J->head_timer.data = J;
 	uv_timer_init(a->loop, &J->node_timer);
@@ -173,12 +171,10 @@ void jobs_stop(struct agent *a)
 	struct jobs *J = a->jobs;
 	if (!J || J->stopping)
 		return;
-	jctl_stop(a);
 	jh_stop(a);
 	jn_stop(a);
 	J->stopping = true;
 	uv_timer_stop(&J->mail_timer);
-	uv_timer_stop(&J->relay_timer);
 	uv_timer_stop(&J->head_timer);
 	uv_timer_stop(&J->node_timer);
 	/* the timers are closed by main's final walk; jobs_free frees the rest */
@@ -239,7 +235,7 @@ bool jobs_head_frame(struct agent *a, const json_t *msg)
 {
 	if (!a->jobs)
 		return false;
-	return jctl_on_head_frame(a, msg) || jn_on_head_msg(a, msg);
+	return jn_on_head_msg(a, msg);
 }
 
 void jobs_head_up(struct agent *a)
@@ -247,7 +243,6 @@ void jobs_head_up(struct agent *a)
 	if (!a->jobs)
 		return;
 	jn_head_up(a);
-	jctl_head_up(a);
 }
 
 void jobs_head_lost(struct agent *a)
@@ -255,7 +250,6 @@ void jobs_head_lost(struct agent *a)
 	if (!a->jobs)
 		return;
 	jn_head_lost(a);
-	jctl_head_lost(a);
 }
 
 json_t *jobs_node_groups(struct agent *a, const char *node_id)

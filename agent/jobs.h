@@ -37,7 +37,6 @@
 #define JOBS_KEEP_DAYS 7           /* finished job dirs on nodes */
 
 struct mail;
-struct relay;
 struct hjob;
 struct watcher;
 struct nrank;
@@ -49,9 +48,6 @@ struct jobs {
 	/* mailbox between the head and its own node */
 	struct mail *mail_first, *mail_last;
 	uv_timer_t mail_timer;
-	/* relays of a worker's CLI requests to the head */
-	struct relay *relays;
-	uv_timer_t relay_timer;
 	/* head */
 	struct hjob *hjobs;
 	struct watcher *watchers;
@@ -72,10 +68,6 @@ struct jobs {
 };
 
 /* jobs_ctl.c */
-void jctl_head_up(struct agent *a);
-void jctl_head_lost(struct agent *a);
-bool jctl_on_head_frame(struct agent *a, const json_t *msg); /* relay answers */
-void jctl_stop(struct agent *a);
 
 /* jobs_head.c. dest: where answers go (a CLI connection, or a worker's session
  * for a relayed request), id: the id to answer with. */

@@ -20,21 +20,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-enum fwd_kind { FWD_REQUEST, FWD_LEAVE, FWD_HELLO, FWD_JOINED };
-
-struct forward {
-	struct forward *next;
-	json_int_t id;        /* id on the head session */
-	json_int_t orig_id;   /* id the CLI used */
-	conn *cli;            /* NULL once the CLI went away */
-	enum fwd_kind kind;
-	json_t *pending;      /* frame not sent yet: waiting for the head session */
-	json_t *answer;       /* FWD_JOINED: the join's answer, sent once connected */
-	bool status;          /* a status request: the answer gets this node's head link */
-	uint64_t queued_ms;
+/* A join's CLI waits for the first session to the head (a join is complete
+ * when the node connected with its identity). */
+struct join_wait {
+	conn *cli;
+	json_int_t orig_id;
+	json_t *answer;
 };
-
-static struct forward *fwd_add(struct agent *a, conn *cli, json_int_t orig, enum fwd_kind k);
 
 static void schedule_reconnect(struct agent *a);
 static void connect_head(struct agent *a);
@@ -286,12 +278,18 @@ static void on_join_frame(conn *c, json_t *msg)
 				 a->id.node_name, a->id.head_addr);
 			/* The CLI hears of it once the first session to the head is up:
 			 * a join is complete when the node connected with its identity. */
-			struct forward *f = j->cli ? fwd_add(a, j->cli, proto_id(j->req), FWD_JOINED) : NULL;
-			if (f)
-				f->answer = json_pack("{s:s, s:s, s:s, s:s}", "cluster_name",
+			struct join_wait *w = j->cli ? calloc(1, sizeof *w) : NULL;
+			if (w) {
+				w->cli = j->cli;
+				w->orig_id = proto_id(j->req);
+				w->answer = json_pack("{s:s, s:s, s:s, s:s}", "cluster_name",
 						      a->id.cluster_name, "cluster_id", a->id.cluster_id,
 						      "node_name", a->id.node_name, "head_address",
 						      a->id.head_addr);
+				a->join_wait = w;
+			} else if (j->cli) {
+				control_error(j->cli, j->req, "internal", "out of memory");
+			}
 			j->cli = NULL;
 			conn_close(c, 0);
 			worker_start(a);
@@ -440,138 +438,29 @@ void worker_handle_join(struct agent *a, conn *c, const json_t *req)
 
 /* ---- session to the head -------------------------------------------------- */
 
-static struct forward *fwd_add(struct agent *a, conn *cli, json_int_t orig, enum fwd_kind k)
+/* Answer the join's CLI: connected, or not (with why). */
+static void join_wait_end(struct agent *a, const char *why)
 {
-	struct forward *f = calloc(1, sizeof *f);
-	if (!f)
-		return NULL;
-	f->id = ++a->next_fwd_id;
-	f->orig_id = orig;
-	f->cli = cli;
-	f->kind = k;
-	f->next = a->forwards;
-	a->forwards = f;
-	return f;
-}
-
-static struct forward *fwd_take(struct agent *a, json_int_t id)
-{
-	for (struct forward **p = &a->forwards; *p; p = &(*p)->next)
-		if ((*p)->id == id) {
-			struct forward *f = *p;
-			*p = f->next;
-			return f;
-		}
-	return NULL;
-}
-
-/* Fail forwards with an error to their CLI: all of them, or only those already
- * sent (queued ones wait for the next session). */
-static void fail_forwards_if(struct agent *a, const char *why, bool sent_only)
-{
-	for (struct forward **p = &a->forwards; *p;) {
-		struct forward *f = *p;
-		if (sent_only && f->pending) {
-			p = &f->next;
-			continue;
-		}
-		*p = f->next;
-		if (f->cli && f->kind == FWD_JOINED) {
-			json_object_set_new(f->answer, "connected", json_false());
-			json_object_set_new(f->answer, "note", json_string(why));
-			conn_send_new(f->cli, proto_result(f->orig_id, json_incref(f->answer)));
-		} else if (f->cli) {
-			conn_send_new(f->cli, proto_error(f->orig_id, "head_unreachable", why));
-		}
-		json_decref(f->pending);
-		json_decref(f->answer);
-		free(f);
-	}
-}
-
-/* The first hello after a join was answered: tell the waiting CLI. */
-static void joined_reply(struct agent *a)
-{
-	for (struct forward **p = &a->forwards; *p;) {
-		struct forward *f = *p;
-		if (f->kind != FWD_JOINED) {
-			p = &f->next;
-			continue;
-		}
-		*p = f->next;
-		if (f->cli) {
-			json_object_set_new(f->answer, "connected", json_true());
-			conn_send_new(f->cli, proto_result(f->orig_id, json_incref(f->answer)));
-		}
-		json_decref(f->answer);
-		free(f);
-	}
-}
-
-static void fail_forwards(struct agent *a, const char *why) { fail_forwards_if(a, why, false); }
-
-static void flush_queued(struct agent *a)
-{
-	for (struct forward *f = a->forwards; f; f = f->next)
-		if (f->pending) {
-			conn_send_new(a->head, f->pending);
-			f->pending = NULL;
-		}
-}
-
-static void on_queue_timer(uv_timer_t *t)
-{
-	struct agent *a = t->data;
-	uint64_t now = util_now_ms();
-	bool left = false;
-	for (struct forward **p = &a->forwards; *p;) {
-		struct forward *f = *p;
-		if (f->pending && now - f->queued_ms >= AGENT_QUEUE_WAIT_MS) {
-			*p = f->next;
-			if (f->cli) {
-				char why[512];
-				snprintf(why, sizeof why,
-					 "the head at %s is unreachable (%s); check that its sparkd runs, "
-					 "or run this command on the head",
-					 a->id.head_addr, a->head_error[0] ? a->head_error : "connecting");
-				conn_send_new(f->cli, proto_error(f->orig_id, "head_unreachable", why));
-			}
-			json_decref(f->pending);
-			free(f);
-			continue;
-		}
-		left |= f->pending != NULL;
-		p = &f->next;
-	}
-	if (!left)
-		uv_timer_stop(t);
-}
-
-/* Send now if the head session is up, else queue for AGENT_QUEUE_WAIT_MS. */
-static void fwd_send(struct agent *a, struct forward *f, json_t *m)
-{
-	if (a->head && a->head_up) {
-		conn_send_new(a->head, m);
+	struct join_wait *w = a->join_wait;
+	if (!w)
 		return;
+	a->join_wait = NULL;
+	if (w->cli) {
+		json_object_set_new(w->answer, "connected", json_boolean(!why));
+		if (why)
+			json_object_set_new(w->answer, "note", json_string(why));
+		conn_send_new(w->cli, proto_result(w->orig_id, json_incref(w->answer)));
 	}
-	f->pending = m;
-	f->queued_ms = util_now_ms();
-	if (!a->queue_on) {
-		uv_timer_init(a->loop, &a->queue_timer);
-		a->queue_timer.data = a;
-		a->queue_on = true;
-	}
-	if (!uv_is_active((uv_handle_t *)&a->queue_timer))
-		uv_timer_start(&a->queue_timer, on_queue_timer, 250, 250);
+	json_decref(w->answer);
+	free(w);
 }
 
 void worker_cli_gone(struct agent *a, conn *c)
 {
-	for (struct forward *f = a->forwards; f; f = f->next)
-		if (f->cli == c)
-			f->cli = NULL;
 	if (a->join && a->join->cli == c)
 		a->join->cli = NULL;
+	if (a->join_wait && a->join_wait->cli == c)
+		a->join_wait->cli = NULL;
 }
 
 static void on_heartbeat(uv_timer_t *t)
@@ -610,66 +499,76 @@ static void on_head_frame(conn *c, json_t *msg)
 		json_decref(msg);
 		return;
 	}
-	struct forward *f = id ? fwd_take(a, id) : NULL;
-	if (!f) {
-		if (strcmp(t, "error") == 0) {
-			const char *code = proto_str(msg, "code");
-			if (code && strcmp(code, "revoked") == 0) {
-				log_warn("revoked", "cluster=%s reason=%s", a->id.cluster_name,
-					 log_q(proto_str(msg, "message")));
-				a->id.removed = true;
-				identity_save(a);
-				worker_stop(a);
-				agent_close_listener(a);
-			}
-		}
+	if (peers_on_head_frame(a, msg)) { /* answers to what this node asked */
 		json_decref(msg);
 		return;
 	}
-	if (f->kind == FWD_HELLO) {
-		if (strcmp(t, "result") == 0) {
-			json_t *d = json_object_get(msg, "data");
-			take_crl(a, proto_str(d, "crl"));
-			a->head_alt = strcmp(a->head_addr_now, a->id.head_addr) != 0; /* stick to it */
-			a->head_up = true;
-			a->backoff_ms = 0;
-			a->head_error[0] = '\0';
-			log_info("head_connected", "head=%s", a->head_addr_now);
-			joined_reply(a);
-			uv_timer_start(&a->hb_timer, on_heartbeat, AGENT_HEARTBEAT_MS, AGENT_HEARTBEAT_MS);
-			flush_queued(a);
-			fabric_publish(a);
-			jobs_head_up(a);
+	if (strcmp(t, "error") == 0 && id == 0) {
+		const char *code = proto_str(msg, "code");
+		if (code && strcmp(code, "revoked") == 0) {
+			log_warn("revoked", "cluster=%s reason=%s", a->id.cluster_name,
+				 log_q(proto_str(msg, "message")));
+			a->id.removed = true;
+			identity_save(a);
+			worker_stop(a);
+			agent_close_listener(a);
 		}
-	} else if (f->kind == FWD_LEAVE) {
-		conn *cli = f->cli;
-		json_int_t orig = f->orig_id;
-		if (strcmp(t, "result") == 0) {
-			char cluster[64];
-			util_strlcpy(cluster, a->id.cluster_name, sizeof cluster);
-			log_info("left", "cluster=%s", cluster);
-			become_unjoined(a);
-			if (cli)
-				conn_send_new(cli, proto_result(orig, json_pack("{s:s}", "left", cluster)));
-		} else if (cli) {
-			json_object_set_new(msg, "id", json_integer(orig));
-			conn_send(cli, msg);
-		}
-	} else if (f->cli) {
-		json_t *d = json_object_get(msg, "data");
-		if (f->status && json_is_object(d))
-			json_object_set_new(d, "head_link",
-					    json_pack("{s:s, s:s, s:s}", "address", a->head_addr_now,
-						      "source",
-						      strcmp(a->head_addr_now, a->id.head_addr) == 0
-							      ? "advertised by the head"
-							      : "the address join was given",
-						      "head_key", a->id.head_key));
-		json_object_set_new(msg, "id", json_integer(f->orig_id));
-		conn_send(f->cli, msg);
 	}
-	free(f);
 	json_decref(msg);
+}
+
+static void on_hello_answer(struct agent *a, conn *cli, json_int_t orig_id, json_t *msg)
+{
+	(void)cli;
+	(void)orig_id;
+	if (strcmp(proto_type(msg), "result") != 0)
+		return; /* refused or head_unreachable: the session closes, or closed */
+	json_t *d = json_object_get(msg, "data");
+	take_crl(a, proto_str(d, "crl"));
+	a->head_alt = strcmp(a->head_addr_now, a->id.head_addr) != 0; /* stick to it */
+	a->head_up = true;
+	a->backoff_ms = 0;
+	a->head_error[0] = '\0';
+	log_info("head_connected", "head=%s", a->head_addr_now);
+	join_wait_end(a, NULL);
+	uv_timer_start(&a->hb_timer, on_heartbeat, AGENT_HEARTBEAT_MS, AGENT_HEARTBEAT_MS);
+	peers_head_up(a);
+	fabric_publish(a);
+	jobs_head_up(a);
+}
+
+static void on_leave_answer(struct agent *a, conn *cli, json_int_t orig_id, json_t *msg)
+{
+	if (strcmp(proto_type(msg), "result") == 0) {
+		char cluster[64];
+		util_strlcpy(cluster, a->id.cluster_name, sizeof cluster);
+		log_info("left", "cluster=%s", cluster);
+		become_unjoined(a);
+		if (cli)
+			conn_send_new(cli, proto_result(orig_id, json_pack("{s:s}", "left", cluster)));
+	} else if (cli) {
+		json_t *copy = json_copy(msg);
+		json_object_set_new(copy, "id", json_integer(orig_id));
+		conn_send_new(cli, copy);
+	}
+}
+
+/* status on a worker: the head's answer plus how this node reaches the head. */
+static void on_status_answer(struct agent *a, conn *cli, json_int_t orig_id, json_t *msg)
+{
+	if (!cli)
+		return;
+	json_t *copy = json_deep_copy(msg);
+	json_t *d = json_object_get(copy, "data");
+	if (json_is_object(d))
+		json_object_set_new(d, "head_link",
+				    json_pack("{s:s, s:s, s:s}", "address", a->head_addr_now, "source",
+					      strcmp(a->head_addr_now, a->id.head_addr) == 0
+						      ? "advertised by the head"
+						      : "the address join was given",
+					      "head_key", a->id.head_key));
+	json_object_set_new(copy, "id", json_integer(orig_id));
+	conn_send_new(cli, copy);
 }
 
 /* Is the peer this cluster's head? The chain is CA-signed and unrevoked (the
@@ -755,11 +654,10 @@ static void on_head_ready(conn *c, int status)
 		conn_close(c, -EACCES);
 		return;
 	}
-	struct forward *f = fwd_add(a, NULL, 0, FWD_HELLO);
-	json_t *m = proto_msg("hello", f ? f->id : 0);
+	json_t *m = proto_msg("hello", 0);
 	json_object_set_new(m, "address", json_string(a->id.advertise));
 	json_object_set_new(m, "version", json_string(SPARK_VERSION));
-	conn_send_new(c, m);
+	peers_request(a, NULL, 0, m, PEERS_NOW, on_hello_answer);
 }
 
 static void on_head_close(conn *c, int err)
@@ -778,9 +676,10 @@ static void on_head_close(conn *c, int err)
 	else if (!a->head_error[0])
 		snprintf(a->head_error, sizeof a->head_error, "connection closed");
 	char why[512];
-	snprintf(why, sizeof why, "lost the connection to the head at %s (%s); try again", a->id.head_addr,
+	snprintf(why, sizeof why, "lost the connection to the head at %s (%s)", a->id.head_addr,
 		 a->head_error);
-	fail_forwards_if(a, why, true);
+	join_wait_end(a, why);
+	peers_head_lost(a);
 	jobs_head_lost(a);
 	if (was_up)
 		log_warn("head_lost", "head=%s reason=%s", a->id.head_addr, log_q(a->head_error));
@@ -879,29 +778,24 @@ void worker_stop(struct agent *a)
 		uv_timer_stop(&a->hb_timer);
 	if (a->retry_on)
 		uv_timer_stop(&a->retry_timer);
-	if (a->queue_on)
-		uv_timer_stop(&a->queue_timer);
 	if (a->head) {
 		conn *h = a->head;
 		a->head = NULL;
 		a->head_up = false;
 		conn_close(h, 0);
 	}
-	fail_forwards(a, "sparkd stopped talking to the head");
+	join_wait_end(a, "sparkd stopped talking to the head");
+	peers_stop(a, "sparkd stopped talking to the head");
 }
 
 void worker_forward(struct agent *a, conn *c, const json_t *req)
 {
-	struct forward *f = fwd_add(a, c, proto_id(req), FWD_REQUEST);
-	if (!f) {
-		control_error(c, req, "internal", "out of memory");
-		return;
-	}
-	f->status = strcmp(proto_type(req), "status") == 0;
 	agent_busy(a);
-	json_t *m = proto_msg("forward", f->id);
+	json_t *m = proto_msg("forward", 0);
 	json_object_set(m, "request", (json_t *)req);
-	fwd_send(a, f, m);
+	bool status = strcmp(proto_type(req), "status") == 0;
+	if (peers_request(a, c, proto_id(req), m, 0, status ? on_status_answer : NULL) < 0)
+		control_error(c, req, "internal", "out of memory");
 }
 
 void worker_handle_leave(struct agent *a, conn *c, const json_t *req)
@@ -913,7 +807,6 @@ void worker_handle_leave(struct agent *a, conn *c, const json_t *req)
 		control_reply(c, req, json_pack("{s:s}", "left", cluster));
 		return;
 	}
-	struct forward *f = fwd_add(a, c, proto_id(req), FWD_LEAVE);
-	if (f)
-		fwd_send(a, f, proto_msg("leave", f->id));
+	if (peers_request(a, c, proto_id(req), proto_msg("leave", 0), 0, on_leave_answer) < 0)
+		control_error(c, req, "internal", "out of memory");
 }

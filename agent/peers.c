@@ -1,0 +1,211 @@
+/* peers: the requests this node sends its head and waits for (issue 15: one
+ * pending-request table where the worker's cluster forwards and the job
+ * relays each had their own queue, timer, timeout and id counter).
+ *
+ * Each entry has an id on the head session and, when a CLI asked, that CLI's
+ * connection and request id. It is sent at once while the session to the head
+ * is up (or, PEERS_NOW, as soon as the session exists: hello), else queued
+ * for AGENT_QUEUE_WAIT_MS. Answers come back with the entry's id: "stream"
+ * frames (PEERS_STREAMS) go to the CLI as they arrive, the final "result" or
+ * "error" goes to the CLI (or to the entry's on_answer) and ends the entry. A
+ * CLI that goes away leaves the entry to be dropped on its answer; a
+ * streaming one sends the head a stream_cancel. */
+#include "agent.h"
+
+#include "log.h"
+#include "proto.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct pending {
+	struct pending *next;
+	json_int_t id;        /* on the head session */
+	json_int_t orig_id;   /* the CLI's */
+	conn *cli;            /* NULL: internal, or the CLI went away */
+	unsigned flags;
+	peers_answer_fn on_answer;
+	json_t *frame;        /* not sent yet: waiting for the head session */
+	uint64_t queued_ms;
+	long long job_id;     /* learnt from a "started" stream event */
+};
+
+static void pending_unlink(struct agent *a, struct pending *p)
+{
+	for (struct pending **q = &a->pending; *q; q = &(*q)->next)
+		if (*q == p) {
+			*q = p->next;
+			return;
+		}
+}
+
+static void pending_free(struct pending *p)
+{
+	json_decref(p->frame);
+	free(p);
+}
+
+static void fail(struct agent *a, struct pending *p, const char *code, const char *why)
+{
+	if (p->on_answer) {
+		json_t *e = proto_error(p->orig_id, code, why);
+		p->on_answer(a, p->cli, p->orig_id, e);
+		json_decref(e);
+	} else if (p->cli) {
+		conn_send_new(p->cli, proto_error(p->orig_id, code, why));
+	}
+}
+
+static void on_queue_timer(uv_timer_t *t)
+{
+	struct agent *a = t->data;
+	uint64_t now = util_now_ms();
+	bool left = false;
+	for (struct pending *p = a->pending, *next; p; p = next) {
+		next = p->next;
+		if (!p->frame)
+			continue;
+		if (now - p->queued_ms < AGENT_QUEUE_WAIT_MS) {
+			left = true;
+			continue;
+		}
+		char why[512];
+		snprintf(why, sizeof why,
+			 "the head at %s is unreachable (%s); check that its sparkd runs, or run this "
+			 "command on the head",
+			 a->id.head_addr, a->head_error[0] ? a->head_error : "connecting");
+		pending_unlink(a, p);
+		fail(a, p, "head_unreachable", why);
+		pending_free(p);
+	}
+	if (!left)
+		uv_timer_stop(t);
+}
+
+int peers_request(struct agent *a, conn *cli, json_int_t orig_id, json_t *frame, unsigned flags,
+		  peers_answer_fn on_answer)
+{
+	struct pending *p = calloc(1, sizeof *p);
+	if (!p) {
+		json_decref(frame);
+		return -ENOMEM;
+	}
+	p->id = ++a->next_fwd_id;
+	p->orig_id = orig_id;
+	p->cli = cli;
+	p->flags = flags;
+	p->on_answer = on_answer;
+	json_object_set_new(frame, "id", json_integer(p->id));
+	p->next = a->pending;
+	a->pending = p;
+	if (a->head && (a->head_up || (flags & PEERS_NOW))) {
+		conn_send_new(a->head, frame);
+		return 0;
+	}
+	p->frame = frame;
+	p->queued_ms = util_now_ms();
+	if (!a->queue_on) {
+		uv_timer_init(a->loop, &a->queue_timer);
+		a->queue_timer.data = a;
+		a->queue_on = true;
+	}
+	if (!uv_is_active((uv_handle_t *)&a->queue_timer))
+		uv_timer_start(&a->queue_timer, on_queue_timer, 250, 250);
+	return 0;
+}
+
+bool peers_on_head_frame(struct agent *a, const json_t *msg)
+{
+	json_int_t id = proto_id(msg);
+	struct pending *p = a->pending;
+	while (id && p && p->id != id)
+		p = p->next;
+	if (!id || !p)
+		return false;
+	bool final = strcmp(proto_type(msg), "stream") != 0;
+	if (!final) {
+		const char *ev = proto_str(msg, "event");
+		if (ev && strcmp(ev, "started") == 0)
+			p->job_id = (long long)proto_int(msg, "job_id", 0);
+		if (p->cli && (p->flags & PEERS_STREAMS)) {
+			json_t *copy = json_copy((json_t *)msg);
+			json_object_set_new(copy, "id", json_integer(p->orig_id));
+			conn_send_new(p->cli, copy);
+		}
+		return true;
+	}
+	pending_unlink(a, p);
+	if (p->on_answer) {
+		p->on_answer(a, p->cli, p->orig_id, (json_t *)msg);
+	} else if (p->cli) {
+		json_t *copy = json_copy((json_t *)msg);
+		json_object_set_new(copy, "id", json_integer(p->orig_id));
+		conn_send_new(p->cli, copy);
+	}
+	pending_free(p);
+	return true;
+}
+
+void peers_head_up(struct agent *a)
+{
+	for (struct pending *p = a->pending; p; p = p->next)
+		if (p->frame) {
+			conn_send_new(a->head, p->frame);
+			p->frame = NULL;
+		}
+}
+
+void peers_head_lost(struct agent *a)
+{
+	for (struct pending *p = a->pending, *next; p; p = next) {
+		next = p->next;
+		if (p->frame)
+			continue; /* queued: waits for the next session */
+		char why[512];
+		const char *err = a->head_error[0] ? a->head_error : "closed";
+		if (p->job_id)
+			snprintf(why, sizeof why,
+				 "lost the connection to the head at %s (%s); job %lld keeps running: "
+				 "follow it with 'sparkctl job logs -f %lld'",
+				 a->id.head_addr, err, p->job_id, p->job_id);
+		else
+			snprintf(why, sizeof why, "lost the connection to the head at %s (%s); try again",
+				 a->id.head_addr, err);
+		pending_unlink(a, p);
+		fail(a, p, "head_unreachable", why);
+		pending_free(p);
+	}
+}
+
+void peers_cli_gone(struct agent *a, conn *cli)
+{
+	for (struct pending *p = a->pending, *next; p; p = next) {
+		next = p->next;
+		if (p->cli != cli)
+			continue;
+		p->cli = NULL;
+		if (!(p->flags & PEERS_STREAMS))
+			continue; /* its answer is dropped when it comes */
+		if (!p->frame && a->head && a->head_up) {
+			json_t *m = proto_msg("stream_cancel", 0);
+			json_object_set_new(m, "relay_id", json_integer(p->id));
+			conn_send_new(a->head, m);
+		}
+		pending_unlink(a, p);
+		pending_free(p);
+	}
+}
+
+void peers_stop(struct agent *a, const char *why)
+{
+	if (a->queue_on)
+		uv_timer_stop(&a->queue_timer); /* closed by main's final walk */
+	while (a->pending) {
+		struct pending *p = a->pending;
+		a->pending = p->next;
+		fail(a, p, "shutdown", why);
+		pending_free(p);
+	}
+}
