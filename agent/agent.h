@@ -165,6 +165,8 @@ void agent_close_listener(struct agent *a);
 const char *role_name(enum agent_role r);
 
 /* head.c */
+/* The live, authenticated session of a node (NULL: not connected). */
+struct session *head_session(struct agent *a, const char *node_id);
 int head_start(struct agent *a, char *err, size_t errlen);   /* after identity load */
 void head_stop(struct agent *a);
 void head_on_accept(struct agent *a, uv_stream_t *server);

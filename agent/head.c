@@ -38,7 +38,7 @@ static int64_t session_seen(const struct session *s)
 	return util_now() - (int64_t)((util_now_ms() - s->last_ms) / 1000);
 }
 
-static struct session *find_session(struct agent *a, const char *node_id)
+struct session *head_session(struct agent *a, const char *node_id)
 {
 	for (struct session *s = a->sessions; s; s = s->next)
 		if (s->authed && !s->closing && strcmp(s->node_id, node_id) == 0)
@@ -88,7 +88,7 @@ static json_t *node_json(struct agent *a, const db_node *n, const char *origin)
 {
 	int64_t now = util_now();
 	/* A connected node's last_seen is its session's (HEAD_SEEN_FLUSH_S). */
-	struct session *s = find_session(a, n->id);
+	struct session *s = head_session(a, n->id);
 	int64_t seen = s && session_seen(s) > n->last_seen ? session_seen(s) : n->last_seen;
 	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:b, s:b}",
 			      "id", n->id, "name", n->name, "state", display_state(n), "role",
@@ -174,7 +174,7 @@ static void r_node_show(struct agent *a, conn *c, const json_t *req, const char 
 	json_t *o = node_json(a, &n, origin);
 	json_object_set_new(o, "cert_serial", json_string(n.cert_serial));
 	json_object_set_new(o, "connected", json_boolean(strcmp(n.id, a->id.node_id) == 0 ||
-							 find_session(a, n.id) != NULL));
+							 head_session(a, n.id) != NULL));
 	db_event *ev = NULL;
 	size_t nev = 0;
 	json_t *events = json_array();
@@ -206,7 +206,7 @@ static void r_node_drain(struct agent *a, conn *c, const json_t *req, bool drain
 
 static void revoke_session(struct agent *a, const char *node_id)
 {
-	struct session *s = find_session(a, node_id);
+	struct session *s = head_session(a, node_id);
 	if (s) {
 		conn_send_new(s->c, proto_error(0, "revoked",
 						"this node was removed from the cluster and its certificate revoked"));
@@ -457,7 +457,7 @@ static void on_live_timer(uv_timer_t *t)
 	for (size_t i = 0; i < n; i++) {
 		if (strcmp(nodes[i].id, a->id.node_id) == 0 || strcmp(nodes[i].state, "joining") == 0)
 			continue;
-		struct session *s = find_session(a, nodes[i].id);
+		struct session *s = head_session(a, nodes[i].id);
 		uint64_t quiet_ms = s ? now_ms - s->last_ms
 				      : (uint64_t)(now > nodes[i].last_seen ? now - nodes[i].last_seen : 0) * 1000;
 		const char *want = quiet_ms >= AGENT_DOWN_MS         ? "down"

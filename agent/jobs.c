@@ -58,21 +58,13 @@ void jobs_mail(struct agent *a, bool to_head, json_t *msg)
 		uv_timer_start(&J->mail_timer, on_mail, 0, 0);
 }
 
-struct session *jobs_session(struct agent *a, const char *node_id)
-{
-	for (struct session *s = a->sessions; s; s = s->next)
-		if (s->authed && strcmp(s->node_id, node_id) == 0)
-			return s;
-	return NULL;
-}
-
 int jobs_send_node(struct agent *a, const char *node_id, json_t *msg)
 {
 	if (strcmp(node_id, a->id.node_id) == 0) {
 		jobs_mail(a, false, msg);
 		return 0;
 	}
-	struct session *s = jobs_session(a, node_id);
+	struct session *s = head_session(a, node_id);
 	if (!s) {
 		json_decref(msg);
 		return -ENOTCONN;
@@ -202,7 +194,7 @@ void jobs_session_closed(struct agent *a, struct session *s)
 	if (!a->jobs)
 		return;
 	jh_conn_gone(a, s->c);
-	if (s->authed && !jobs_session(a, s->node_id))
+	if (s->authed && !head_session(a, s->node_id))
 		jh_node_session_gone(a, s->node_id);
 }
 

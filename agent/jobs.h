@@ -95,7 +95,6 @@ void jobs_mail(struct agent *a, bool to_head, json_t *msg); /* steals msg */
 /* Send to a member node (the head's own node through the mailbox). steals msg.
  * -ENOTCONN when that node has no session. */
 int jobs_send_node(struct agent *a, const char *node_id, json_t *msg);
-struct session *jobs_session(struct agent *a, const char *node_id);
 /* Bytes of a log as JSON-safe text: NUL and invalid UTF-8 become '?'. A UTF-8
  * sequence cut at the end is left out (*used tells how many bytes were taken)
  * unless final. */

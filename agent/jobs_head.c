@@ -247,7 +247,7 @@ static bool rank_final(const struct hrank *r)
 
 static bool node_live(struct agent *a, const char *node_id)
 {
-	return strcmp(node_id, a->id.node_id) == 0 || jobs_session(a, node_id) != NULL;
+	return strcmp(node_id, a->id.node_id) == 0 || head_session(a, node_id) != NULL;
 }
 
 static json_t *job_json(const db_job *j)
