@@ -1372,7 +1372,7 @@ static void r_job_run(struct agent *a, conn *dest, json_int_t id, const json_t *
 			continue;
 		}
 		json_t *m = proto_msg("job_start", 0);
-		json_object_set(m, "job", spec);
+		json_object_set_new(m, "job", jobnet_node_spec(plan, i, spec)); /* per-node view */
 		json_object_set_new(m, "node_rank", json_integer((json_int_t)i));
 		json_object_set_new(m, "socket_addr", json_string(plan->socket_addr[i]));
 		json_object_set_new(m, "ranks", ranks);

@@ -468,7 +468,8 @@ static int classify(struct vrun *r, char *err, size_t errlen)
 		snprintf(err, errlen, "cannot build the cable map from the nodes' reports");
 		return rc;
 	}
-	struct topo_classify_opts co = {.expect = r->expect[0] ? r->expect : NULL};
+	struct topo_classify_opts co = {.expect = r->expect[0] ? r->expect : NULL,
+					.mtu = r->h->t->dopts.cluster_mtu};
 	rc = topo_classify(map, &co, &verdict, err, errlen);
 	json_decref(map);
 	if (rc < 0)

@@ -17,6 +17,7 @@
 struct ctwin {
 	const char *netdev;
 	int carrier; /* 1, 0, -1 unknown */
+	int admin;   /* admin state: 1 up, 0 down, -1 unknown */
 	long mtu;    /* from the map, 0 unknown */
 	long reported_mtu; /* what its frames said, 0 unknown */
 	int port;    /* global port index */
@@ -53,7 +54,9 @@ struct ctx {
 	json_t *cables, *advice;
 	const char *cls;
 	bool any_to_any;
-	char sb[24][160]; /* rotating message fragments */
+	bool mesh; /* every pair of nodes has its own direct cable (a 3-node ring) */
+	long cluster_mtu; /* the MTU mismatches are judged against (0: none) */
+	char sb[32][1024]; /* rotating message fragments (names are at most 63 chars) */
 	int si;
 };
 
@@ -62,7 +65,7 @@ struct ctx {
 static const char *S(struct ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static const char *S(struct ctx *c, const char *fmt, ...)
 {
-	char *b = c->sb[c->si++ % 24];
+	char *b = c->sb[c->si++ % 32];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(b, sizeof c->sb[0], fmt, ap);
@@ -99,7 +102,7 @@ static void finding(struct ctx *c, const char *code, const char *sev, json_t *en
 static void finding(struct ctx *c, const char *code, const char *sev, json_t *ends, const char *fix,
 		    const char *fmt, ...)
 {
-	char msg[768];
+	char msg[2048];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
@@ -268,6 +271,8 @@ static int parse(struct ctx *c, json_t *map, char *err, size_t errlen)
 				t->netdev = nd ? nd : "?";
 				json_t *car = json_object_get(tj, "carrier");
 				t->carrier = json_is_boolean(car) ? json_is_true(car) : -1;
+				json_t *adm = json_object_get(tj, "admin_up");
+				t->admin = json_is_boolean(adm) ? json_is_true(adm) : -1;
 				t->mtu = jint(json_object_get(tj, "mtu"));
 				t->port = g;
 				t->idx = (int)ti;
@@ -493,6 +498,54 @@ static void self_cables(struct ctx *c)
 	}
 }
 
+/* The fix for a silent twin whose link is down: name the end whose netdev
+ * is administratively down (both when both are), else the end without
+ * carrier when only one reports none, else say that it cannot tell. NULL
+ * when the link is up on both ends (not a link problem). tb may be -1. */
+static const char *down_fix(struct ctx *c, int ta, int tb, const char **why)
+{
+	bool da = c->t[ta].admin == 0, db = tb >= 0 && c->t[tb].admin == 0;
+	bool ca = c->t[ta].carrier == 0, cb = tb >= 0 && c->t[tb].carrier == 0;
+	const char *na = c->t[ta].netdev, *nb = tb >= 0 ? c->t[tb].netdev : "";
+	const char *ma = NN(c, c->p[c->t[ta].port].node);
+	const char *mb = tb >= 0 ? NN(c, c->p[c->t[tb].port].node) : "";
+	*why = "";
+	if (da && db) {
+		*why = S(c, " (%s is down on %s and %s on %s)", na, ma, nb, mb);
+		return S(c, "bring %s up on %s and %s up on %s (`ip link set NAME up`; netplan must "
+			    "list them)", na, ma, nb, mb);
+	}
+	if (da || db) {
+		int t = da ? ta : tb;
+		const char *n = NN(c, c->p[c->t[t].port].node);
+		*why = S(c, " (%s is administratively down on %s)", c->t[t].netdev, n);
+		return S(c, "bring %s up on %s (`ip link set %s up`; netplan must list it)",
+			 c->t[t].netdev, n, c->t[t].netdev);
+	}
+	if (!ca && !cb)
+		return NULL;
+	bool known = c->t[ta].admin == 1 && (tb < 0 || c->t[tb].admin == 1);
+	if (ca != cb && !known) {
+		int t = ca ? ta : tb;
+		const char *n = NN(c, c->p[c->t[t].port].node);
+		*why = S(c, " (no link on %s %s)", n, c->t[t].netdev);
+		return S(c, "bring %s up on %s (`ip link set %s up`; netplan must list it)",
+			 c->t[t].netdev, n, c->t[t].netdev);
+	}
+	if (known) {
+		*why = " (no link although both ends are up)";
+		return S(c, "both ends are up but have no link: check the cable and transceivers of "
+			    "%s port %s (the other twin of a port shares the cable, so also check the "
+			    "NIC's firmware and `ethtool %s`)", ma, PN(c, c->t[ta].port), na);
+	}
+	*why = " (link down on both ends)";
+	if (tb < 0)
+		return S(c, "run `ip link show %s` on %s and bring it up if it lacks the UP flag", na, ma);
+	return S(c, "sparkctl cannot tell which end is down: run `ip link show %s` on %s and `ip link "
+		    "show %s` on %s, and `ip link set NAME up` on the one without the UP flag (netplan "
+		    "must list it)", na, ma, nb, mb);
+}
+
 /* Twins and MTU of one direct cable, a = p, b = q. Returns the cable object. */
 static json_t *direct_cable(struct ctx *c, int p, int q)
 {
@@ -516,12 +569,21 @@ static json_t *direct_cable(struct ctx *c, int p, int q)
 			long ma = twin_mtu(c, ta), mb = twin_mtu(c, tb);
 			if (ma > 0 && mb > 0 && ma != mb) {
 				mtu_ok = false;
-				int lo = ma < mb ? ta : tb;
-				long hi = ma < mb ? mb : ma;
+				/* Put the odd end back to the cluster's MTU (fabric.mtu, else
+				 * the one most twins use); neither end has it: both move. */
+				long want = c->cluster_mtu > 0 ? c->cluster_mtu : ma > mb ? ma : mb;
+				const char *fix;
+				if (ma != want && mb != want)
+					fix = S(c, "set the MTU of %s and %s to %ld (netplan `mtu: %ld`), the "
+						   "cluster's MTU%s",
+						TL(c, ta), TL(c, tb), want, want, c->o->mtu > 0 ? " (fabric.mtu)" : "");
+				else
+					fix = S(c, "set the MTU of %s to %ld (netplan `mtu: %ld`) like its "
+						   "other end: the cluster's MTU%s",
+						TL(c, ma != want ? ta : tb), want, want,
+						c->o->mtu > 0 ? " (fabric.mtu)" : "");
 				finding(c, "mtu_mismatch", "fail",
-					json_pack("[o, o]", end_twin(c, ta), end_twin(c, tb)),
-					S(c, "set the MTU of %s to %ld (netplan `mtu: %ld`), the same on both ends",
-					  TL(c, lo), hi, hi),
+					json_pack("[o, o]", end_twin(c, ta), end_twin(c, tb)), fix,
 					"MTU differs across cable %s: %s has %ld, %s has %ld", cab, TL(c, ta),
 					ma, TL(c, tb), mb);
 			}
@@ -563,16 +625,14 @@ static json_t *direct_cable(struct ctx *c, int p, int q)
 				NN(c, c->p[c->t[have].port].node), c->t[have].netdev);
 			continue;
 		}
-		int down = c->t[ta].carrier == 0 ? ta : c->t[tb].carrier == 0 ? tb : -1;
-		const char *fix = down >= 0
-				      ? S(c, "bring %s up on %s (`ip link set %s up`; netplan must list it)",
-					  c->t[down].netdev, NN(c, c->p[c->t[down].port].node),
-					  c->t[down].netdev)
-				      : S(c, "check that sparkd on both nodes lists %s and %s in fabric.ports",
-					  c->t[ta].netdev, c->t[tb].netdev);
+		const char *why = "";
+		const char *fix = down_fix(c, ta, tb, &why);
+		if (!fix)
+			fix = S(c, "check that sparkd on both nodes lists %s and %s in fabric.ports",
+				c->t[ta].netdev, c->t[tb].netdev);
 		finding(c, "twin_silent", "warn", json_pack("[o, o]", end_twin(c, ta), end_twin(c, tb)),
 			fix, "twin %d of cable %s (%s, %s) carries no discovery frames%s: half bandwidth",
-			i, cab, TL(c, ta), TL(c, tb), down >= 0 ? " (link down)" : "");
+			i, cab, TL(c, ta), TL(c, tb), why);
 	}
 	return cable;
 }
@@ -874,6 +934,11 @@ static void do_ring(struct ctx *c, struct dcable *dc, int ndc, json_t *v)
 			nchain++;
 	}
 	if (nw == 1 && w[0].cycle) {
+		/* Three nodes in one cycle: every pair has its own cable. */
+		if (w[0].k == 3) {
+			c->mesh = true;
+			c->any_to_any = true;
+		}
 		json_t *ro = json_array();
 		for (int i = 0; i < w[0].k; i++)
 			json_array_append_new(ro, json_string(NN(c, w[0].node[i])));
@@ -1073,15 +1138,15 @@ static void do_switch(struct ctx *c, struct dcable *dc, int ndc, json_t *v)
 				int t = c->p[p].tw[i];
 				if (json_is_true(json_object_get(json_array_get(twins, (size_t)i), "ok")))
 					continue;
+				const char *why = "";
+				const char *fix = down_fix(c, t, -1, &why);
 				finding(c, "twin_silent", "warn", json_pack("[o]", end_twin(c, t)),
-					c->t[t].carrier == 0
-					    ? S(c, "bring %s up on %s (`ip link set %s up`; netplan must list "
-						   "it)", c->t[t].netdev, NN(c, n), c->t[t].netdev)
+					fix ? fix
 					    : S(c, "check that sparkd on %s lists %s in fabric.ports", NN(c, n),
 						c->t[t].netdev),
 					"twin %d of %s (%s) exchanges no frames on the switch%s while its "
 					"twin does: half bandwidth",
-					i, PL(c, p), c->t[t].netdev, c->t[t].carrier == 0 ? " (link down)" : "");
+					i, PL(c, p), c->t[t].netdev, why);
 			}
 			json_array_append_new(
 			    c->cables, json_pack("{s:s, s:o, s:{s:s}, s:b, s:i, s:b, s:o}", "kind", "switch",
@@ -1102,6 +1167,8 @@ static void do_switch(struct ctx *c, struct dcable *dc, int ndc, json_t *v)
 			bestc = cnt;
 		}
 	}
+	if (c->o->mtu > 0)
+		best = c->o->mtu; /* the cluster's fabric.mtu */
 	if (nd > 0 && best > 0) {
 		size_t ci;
 		json_t *cab;
@@ -1177,6 +1244,81 @@ static void do_switch(struct ctx *c, struct dcable *dc, int ndc, json_t *v)
 	c->any_to_any = all_main && nd == 1;
 }
 
+/* ---------- the cluster's MTU ---------- */
+
+/* fabric.mtu when configured, else the MTU most twins have (the larger on a tie). */
+static long cluster_mtu(struct ctx *c)
+{
+	if (c->o->mtu > 0)
+		return c->o->mtu;
+	long best = 0;
+	int bestc = 0;
+	for (int i = 0; i < c->nt; i++) {
+		long m = twin_mtu(c, i);
+		if (m <= 0)
+			continue;
+		int cnt = 0;
+		for (int j = 0; j < c->nt; j++)
+			cnt += twin_mtu(c, j) == m;
+		if (cnt > bestc || (cnt == bestc && m > best)) {
+			best = m;
+			bestc = cnt;
+		}
+	}
+	return best;
+}
+
+/* Direct cables whose two ends agree with each other but not with the
+ * cluster's MTU: each cable works, the cluster runs at mixed MTUs (a job
+ * across them is held to the smallest, and fabric.mtu says otherwise). */
+static void mixed_mtu(struct ctx *c)
+{
+	if (c->cluster_mtu <= 0)
+		return;
+	char cabs[640] = "", fix[640] = "";
+	json_t *ends = json_array();
+	int n = 0;
+	long other = 0;
+	size_t i, k;
+	json_t *cab, *tw;
+	json_array_foreach(c->cables, i, cab) {
+		if (strcmp(json_string_value(json_object_get(cab, "kind")), "direct") != 0 ||
+		    json_is_false(json_object_get(cab, "mtu_ok")))
+			continue;
+		long m = 0;
+		json_array_foreach(json_object_get(cab, "twins"), k, tw) {
+			long x = jint(json_object_get(json_object_get(tw, "a"), "mtu"));
+			if (x > 0 && x != c->cluster_mtu)
+				m = x;
+		}
+		if (m == 0)
+			continue;
+		json_t *a = json_object_get(cab, "a"), *b = json_object_get(cab, "b");
+		const char *an = json_string_value(json_object_get(a, "node"));
+		const char *ap = json_string_value(json_object_get(a, "port"));
+		const char *bn = json_string_value(json_object_get(b, "node"));
+		const char *bp = json_string_value(json_object_get(b, "port"));
+		append(cabs, sizeof cabs, "%s%s port %s <-> %s port %s (%ld)", n ? ", " : "", an, ap, bn,
+		       bp, m);
+		append(fix, sizeof fix, "%s%s port %s and %s port %s", n ? ", " : "", an, ap, bn, bp);
+		json_array_append_new(ends, json_deep_copy(a));
+		json_array_append_new(ends, json_deep_copy(b));
+		other = m;
+		n++;
+	}
+	if (n == 0) {
+		json_decref(ends);
+		return;
+	}
+	finding(c, "mtu_mixed", "warn", ends,
+		S(c, "set the MTU of both twins of %s to %ld (netplan `mtu: %ld`), the cluster's MTU%s; "
+		     "or, to run at %ld, set fabric.mtu and every cable to it",
+		  fix, c->cluster_mtu, c->cluster_mtu, c->o->mtu > 0 ? " (fabric.mtu)" : "", other),
+		"the cluster's cables run at different MTUs: %s, the others at %ld%s; a job across "
+		"them is held to the smallest",
+		cabs, c->cluster_mtu, c->o->mtu > 0 ? " (fabric.mtu)" : "");
+}
+
 /* ---------- verdict ---------- */
 
 static void give_advice(struct ctx *c)
@@ -1187,6 +1329,12 @@ static void give_advice(struct ctx *c)
 		       "one cable");
 		advice(c, "use_both_twins",
 		       "list both twins of the port (NCCL_IB_HCA) for about 190 Gb/s instead of 95");
+	} else if (strcmp(c->cls, "ring") == 0 && c->mesh) {
+		advice(c, "ring3_full_mesh",
+		       "a 3-node ring is a full mesh: every pair of nodes has its own cable, so ring, "
+		       "tree and one-shot all-reduce all run over direct cables (any-to-any)");
+		advice(c, "use_both_twins",
+		       "list both twins of each port (NCCL_IB_HCA) or bandwidth halves");
 	} else if (strcmp(c->cls, "ring") == 0) {
 		advice(c, "ring_neighbours_only",
 		       "ring all-reduce needs only neighbours (NCCL_ALGO=Ring): tree and one-shot "
@@ -1248,6 +1396,7 @@ int topo_classify(json_t *map, const struct topo_classify_opts *o, json_t **verd
 	resolve_heard(c);
 	components(c);
 	node_drops(c);
+	c->cluster_mtu = cluster_mtu(c);
 	struct dcable dc[NPORT];
 	int ndc = direct_cables(c, dc);
 	int nsw = 0;
@@ -1272,11 +1421,15 @@ int topo_classify(json_t *map, const struct topo_classify_opts *o, json_t **verd
 			do_pair(c, dc, ndc, v);
 		else if (ndc > 0)
 			do_ring(c, dc, ndc, v);
+		mixed_mtu(c);
 	}
 	if (c->nn > 8)
 		finding(c, "too_many_nodes", "warn", NULL, "keep 8 nodes or fewer per cluster",
 			"%d nodes: sparkctl validates 2 to 8", c->nn);
-	if (c->o->expect && strcmp(c->o->expect, c->cls) != 0) {
+	/* A pair is a ring of 2 (docs/jobs.md): --expect ring accepts it. */
+	bool ring_of_2 = c->o->expect && strcmp(c->o->expect, "ring") == 0 &&
+			 strcmp(c->cls, "pair") == 0;
+	if (c->o->expect && strcmp(c->o->expect, c->cls) != 0 && !ring_of_2) {
 		finding(c, "expect_mismatch", "fail", NULL,
 			S(c, "recable as a %s (docs/topology.md), or run with --expect %s", c->o->expect,
 			  strcmp(c->cls, "unknown") ? c->cls : c->o->expect),
@@ -1294,6 +1447,9 @@ int topo_classify(json_t *map, const struct topo_classify_opts *o, json_t **verd
 	json_object_set_new(v, "result", json_string(result));
 	json_object_set_new(v, "nodes", json_integer(c->nn));
 	json_object_set_new(v, "any_to_any", json_boolean(c->any_to_any));
+	json_object_set_new(v, "mesh", json_boolean(c->mesh));
+	if (c->cluster_mtu > 0)
+		json_object_set_new(v, "cluster_mtu", json_integer(c->cluster_mtu));
 	json_object_set_new(v, "cables", c->cables);
 	json_object_set_new(v, "findings", findings);
 	json_object_set_new(v, "advice", c->advice);
@@ -1319,7 +1475,8 @@ static json_t *find_iface(json_t *snap, const char *netdev)
 	return NULL;
 }
 
-static json_t *map_twin(const char *netdev, json_t *carrier, json_t *mtu, json_t *iface)
+static json_t *map_twin(const char *netdev, json_t *carrier, json_t *admin, json_t *mtu,
+		       json_t *iface)
 {
 	json_t *heard = json_array();
 	size_t i;
@@ -1336,8 +1493,9 @@ static json_t *map_twin(const char *netdev, json_t *carrier, json_t *mtu, json_t
 	}
 	if (!json_is_integer(mtu) && iface)
 		mtu = json_object_get(iface, "mtu");
-	json_t *t = json_pack("{s:s, s:O, s:O, s:o}", "netdev", netdev,
-			      "carrier", json_is_boolean(carrier) ? carrier : json_null(), "mtu",
+	json_t *t = json_pack("{s:s, s:O, s:O, s:O, s:o}", "netdev", netdev,
+			      "carrier", json_is_boolean(carrier) ? carrier : json_null(), "admin_up",
+			      json_is_boolean(admin) ? admin : json_null(), "mtu",
 			      json_is_integer(mtu) ? mtu : json_null(), "heard", heard);
 	if (iface) {
 		json_t *d = json_object_get(iface, "dropped");
@@ -1395,6 +1553,7 @@ int topo_cablemap_build(json_t *nodes, json_t **map)
 					continue;
 				json_array_append_new(json_object_get(mp, "twins"),
 						      map_twin(nd, json_object_get(t, "carrier"),
+							       json_object_get(t, "admin_up"),
 							       json_object_get(t, "mtu"), find_iface(snap, nd)));
 			}
 		}
@@ -1411,7 +1570,7 @@ int topo_cablemap_build(json_t *nodes, json_t **map)
 				listed |= strcmp(json_string_value(json_object_get(mt, "netdev")), nd) == 0;
 			if (!listed)
 				json_array_append_new(json_object_get(map_port(ports, pn), "twins"),
-						      map_twin(nd, NULL, NULL, t));
+						      map_twin(nd, NULL, NULL, NULL, t));
 		}
 		json_array_append_new(out, json_pack("{s:s, s:s, s:o}", "id", id, "name", name ? name : id,
 						     "ports", ports));
