@@ -107,8 +107,19 @@ struct vrun {
 	bool finished;
 };
 
+#define GONE_MAX 16
+#define GONE_KEEP_S 120 /* a node that left is "known" this long */
+
 struct thead {
 	struct topo_agent *t;
+	/* nodes that left or were removed lately (from cluster.db's events) */
+	int64_t ev_seen;
+	struct {
+		char name[64];
+		int64_t ts;
+		bool removed;
+	} gone[GONE_MAX];
+	int ngone;
 	json_int_t next_id;
 	struct vreq *reqs;
 	struct vrun *runs;
@@ -451,6 +462,52 @@ static void recompute_result(json_t *verdict)
 			    json_string(worst == 2 ? "fail" : worst == 1 ? "warn" : "pass"));
 }
 
+/* The map's "former": nodes that left or were removed in the last
+ * GONE_KEEP_S seconds and are not members again, read from the events that
+ * `leave` and `node rm` record (new events only, each time). */
+static json_t *former_nodes(struct vrun *r)
+{
+	struct thead *h = r->h;
+	struct agent *a = h->t->a;
+	db_event *ev = NULL;
+	size_t nev = 0;
+	while (a->db && db_event_list(a->db, h->ev_seen, 1000, &ev, &nev) == 0 && nev > 0) {
+		for (size_t i = 0; i < nev; i++) {
+			h->ev_seen = ev[i].id;
+			bool left = strcmp(ev[i].kind, "node_left") == 0;
+			if (!left && strcmp(ev[i].kind, "node_removed") != 0)
+				continue;
+			if (h->ngone == GONE_MAX) { /* full: drop the oldest */
+				memmove(&h->gone[0], &h->gone[1], (GONE_MAX - 1) * sizeof h->gone[0]);
+				h->ngone--;
+			}
+			int k = h->ngone++;
+			util_strlcpy(h->gone[k].name, ev[i].detail, sizeof h->gone[k].name);
+			h->gone[k].ts = ev[i].ts;
+			h->gone[k].removed = !left;
+		}
+		free(ev);
+		ev = NULL;
+		if (nev < 1000)
+			break;
+	}
+	free(ev);
+	json_t *out = json_array();
+	int64_t now = util_now();
+	for (int k = 0; k < h->ngone; k++) {
+		if (now - h->gone[k].ts > GONE_KEEP_S)
+			continue;
+		bool member = false;
+		for (size_t i = 0; i < r->n; i++)
+			member |= strcmp(r->nodes[i].name, h->gone[k].name) == 0;
+		if (!member)
+			json_array_append_new(out, json_pack("{s:s, s:s, s:I}", "name", h->gone[k].name,
+							     "how", h->gone[k].removed ? "removed" : "left",
+							     "ago_s", (json_int_t)(now - h->gone[k].ts)));
+	}
+	return out;
+}
+
 static int classify(struct vrun *r, char *err, size_t errlen)
 {
 	json_t *nodes = json_array();
@@ -468,6 +525,7 @@ static int classify(struct vrun *r, char *err, size_t errlen)
 		snprintf(err, errlen, "cannot build the cable map from the nodes' reports");
 		return rc;
 	}
+	json_object_set_new(map, "former", former_nodes(r));
 	struct topo_classify_opts co = {.expect = r->expect[0] ? r->expect : NULL,
 					.mtu = r->h->t->dopts.cluster_mtu};
 	rc = topo_classify(map, &co, &verdict, err, errlen);

@@ -43,6 +43,7 @@ struct cnode {
 
 struct ctx {
 	const struct topo_classify_opts *o;
+	json_t *map;
 	int nn, np, nt;
 	struct cnode n[MAXN];
 	struct cport p[NPORT];
@@ -302,6 +303,20 @@ static int parse(struct ctx *c, json_t *map, char *err, size_t errlen)
 	return 0;
 }
 
+/* A node that left the cluster lately (the map's "former"), by id or name. */
+static json_t *former(struct ctx *c, const char *id, const char *name)
+{
+	size_t i;
+	json_t *f;
+	json_array_foreach(json_object_get(c->map, "former"), i, f) {
+		const char *fid = json_string_value(json_object_get(f, "id"));
+		const char *fn = json_string_value(json_object_get(f, "name"));
+		if ((fid && id && strcmp(fid, id) == 0) || (fn && name && strcmp(fn, name) == 0))
+			return f;
+	}
+	return NULL;
+}
+
 /* Resolve every "heard" entry to a twin; unknown senders become findings. */
 static void resolve_heard(struct ctx *c)
 {
@@ -325,6 +340,19 @@ static void resolve_heard(struct ctx *c)
 					continue;
 				unknown[nunknown++] = id;
 				const char *nm = json_string_value(json_object_get(h, "node_name"));
+				json_t *gone = former(c, id, nm);
+				if (gone) {
+					const char *how = json_string_value(json_object_get(gone, "how"));
+					bool rm = how && strcmp(how, "removed") == 0;
+					finding(c, "node_left", "info", json_pack("[o]", end_twin(c, a)),
+						"nothing to do: its frames stop within seconds; unplug its cable if "
+						"it should not be cabled there, or join it again (sparkctl join)",
+						"%s still hears %s on port %s, which %s the cluster %llds ago",
+						TL(c, a), nm ? nm : id, pn,
+						rm ? "was removed from (sparkctl node rm)" : "left (sparkctl leave)",
+						(long long)jint(json_object_get(gone, "ago_s")));
+					continue;
+				}
 				finding(c, "unknown_neighbour", "warn", json_pack("[o]", end_twin(c, a)),
 					"join that node to this cluster (sparkctl join) or unplug it",
 					"%s hears node %s%s%s%s on port %s, which is not a member of this "
@@ -421,6 +449,23 @@ static void node_drops(struct ctx *c)
 				"cabled there holds another cluster secret",
 				TL(c, t), bad, who ? " from " : "", who ? who : "", mac ? " (" : "",
 				mac ? mac : "", mac ? ")" : "");
+		}
+		json_t *fg = json_object_get(c->t[t].j, "foreign");
+		if (json_is_object(fg)) {
+			const char *mac = json_string_value(json_object_get(fg, "mac"));
+			const char *tool = json_string_value(json_object_get(fg, "tool"));
+			bool nv = tool && strcmp(tool, "nvidia_topo_discover") == 0;
+			finding(c, "foreign_discovery", "info", json_pack("[o]", end_twin(c, t)),
+				nv ? "NVIDIA's script rewrites netplan on the machine it runs on: there, "
+				     "check /etc/netplan/ (40-cx7.yaml) and remove what it configured for "
+				     "these netdevs, or sparkctl's plan and its plan fight"
+				   : "find the tool on the machine with that MAC; if it configures the "
+				     "fabric, keep it from fighting sparkctl's plan",
+				"%s hears %ld discovery frame(s) (EtherType 0x88B5) of another tool%s from "
+				"%s%s",
+				TL(c, t), jint(json_object_get(fg, "frames")),
+				nv ? ", NVIDIA's detection script (TOPO_DISCOVER_2NODE_V2)," : "",
+				mac ? mac : "an unknown MAC", nv ? "" : "; sparkd ignores them");
 		}
 		if (other > 0) {
 			json_t *ids = json_object_get(c->t[t].j, "other_clusters");
@@ -822,6 +867,32 @@ static void append(char *buf, size_t len, const char *fmt, ...)
 	va_end(ap);
 }
 
+/* A chain end's free port with link (a twin with carrier) on which no
+ * member is heard: something is cabled there that is not in the cluster. */
+static bool unjoined_end(struct ctx *c, int p)
+{
+	if (port_linked(c, p))
+		return false;
+	bool car = false;
+	for (int i = 0; i < c->p[p].ntw; i++)
+		car |= c->t[c->p[p].tw[i]].carrier == 1;
+	return car;
+}
+
+/* A source MAC that port p saw in frames it could not use, if any. */
+static const char *heard_mac(struct ctx *c, int p)
+{
+	for (int i = 0; i < c->p[p].ntw; i++) {
+		json_t *tj = c->t[c->p[p].tw[i]].j;
+		const char *m = json_string_value(json_object_get(json_object_get(tj, "bad_hmac_from"), "mac"));
+		if (!m)
+			m = json_string_value(json_object_get(json_object_get(tj, "foreign"), "mac"));
+		if (m)
+			return m;
+	}
+	return NULL;
+}
+
 /* Same-port cables: one finding per run of "backward" nodes. */
 static void same_port_findings(struct ctx *c, const struct walk *w)
 {
@@ -965,6 +1036,7 @@ static void do_ring(struct ctx *c, struct dcable *dc, int ndc, json_t *v)
 		}
 	}
 	json_object_set_new(v, "proposed_ring_order", proposed);
+	int explained = 0;
 	for (int i = 0; i < nw; i++) {
 		int from = w[i].node[w[i].k - 1];
 		int to = w[(i + 1) % nw].node[0];
@@ -974,7 +1046,42 @@ static void do_ring(struct ctx *c, struct dcable *dc, int ndc, json_t *v)
 		const char *conn = S(c, "%s port %s to %s port %s", NN(c, from), PN(c, fp), NN(c, to),
 				     PN(c, tp));
 		if (ncyc == 0) {
-			/* Chains only: each join is one missing cable. */
+			/* Chains only: each join is one missing cable, unless the chain's
+			 * ends have link and hear no member: a machine that has not
+			 * joined is cabled there (sparkd not running, or not joined). */
+			bool ua = unjoined_end(c, fp), ub = unjoined_end(c, tp);
+			if (ua || ub) {
+				char who[160] = "";
+				const char *mac = heard_mac(c, ua ? fp : tp);
+				if (!mac && ua && ub)
+					mac = heard_mac(c, tp);
+				if (mac)
+					snprintf(who, sizeof who, " (MAC %s in the frames it sent)", mac);
+				if (ua && ub) {
+					explained++;
+					finding(c, "unjoined_node", "warn",
+						json_pack("[o, o]", end_port(c, fp), end_port(c, tp)),
+						"join that machine: start sparkd there (systemctl start sparkd), "
+						"then `sparkctl join HEAD --token T` with a token from `sparkctl "
+						"token create`; the cabling is right",
+						"%s and %s have link but hear no node of the cluster: a machine "
+						"that has not joined%s is cabled between them, closing the ring %s "
+						"(or a member whose sparkd does not run discovery on that port: "
+						"check its fabric.ports)",
+						PL(c, fp), PL(c, tp), who, groups);
+				} else {
+					int u = ua ? fp : tp, m = ua ? tp : fp;
+					finding(c, "unjoined_node", "fail",
+						json_pack("[o, o]", end_port(c, fp), end_port(c, tp)),
+						S(c, "join the machine on %s (start sparkd there, then `sparkctl join "
+						     "HEAD --token T`) and cable its other port to %s", PL(c, u),
+						  PL(c, m)),
+						"%s has link but hears no node of the cluster: a machine that has "
+						"not joined%s is cabled there; %s has no link",
+						PL(c, u), who, PL(c, m));
+				}
+				continue;
+			}
 			const char *msg = nw == 1 ? S(c, "the ring is a chain %s: the cable closing it is "
 							 "missing", groups)
 						  : S(c, "the nodes form %d chains %s: a cable is missing "
@@ -990,6 +1097,9 @@ static void do_ring(struct ctx *c, struct dcable *dc, int ndc, json_t *v)
 		}
 	}
 	if (ncyc == 0) {
+		/* every gap is a machine waiting to join: nothing to recable */
+		if (explained == nw)
+			json_object_del(v, "proposed_ring_order");
 		json_decref(ends);
 		return;
 	}
@@ -1380,6 +1490,7 @@ int topo_classify(json_t *map, const struct topo_classify_opts *o, json_t **verd
 	if (!c)
 		return -ENOMEM;
 	c->o = o ? o : &defo;
+	c->map = map;
 	int r = parse(c, map, err, errlen);
 	if (r < 0) {
 		free(c);
@@ -1507,6 +1618,9 @@ static json_t *map_twin(const char *netdev, json_t *carrier, json_t *admin, json
 		json_t *bf = json_object_get(iface, "bad_hmac_from");
 		if (json_is_object(bf))
 			json_object_set_new(t, "bad_hmac_from", json_deep_copy(bf));
+		json_t *fg = json_object_get(iface, "foreign");
+		if (json_is_object(fg))
+			json_object_set_new(t, "foreign", json_deep_copy(fg));
 	}
 	return t;
 }

@@ -20,6 +20,12 @@
  *   warn), other_cluster_frames (info), mtu_mixed (warn: cables agree end
  *   to end but not with the cluster's MTU).
  * - A 3-node ring is a full mesh: "mesh" and "any_to_any" are true.
+ * - A chain whose ends have link but hear no member: unjoined_node (a machine
+ *   that has not joined is cabled there), never missing_cable.
+ * - A sender that is not a member but is in the map's "former" (left or
+ *   removed lately): node_left (info), not unknown_neighbour.
+ * - Frames of another discovery tool on a twin ("foreign"): foreign_discovery
+ *   (info), naming NVIDIA's detection script when it is that.
  * - twin_silent names the end whose netdev is administratively down
  *   ("admin_up": false in the map), both when both are, and says when it
  *   cannot tell.
@@ -32,7 +38,8 @@
  *   "admin_up":bool|null,
  *   "mtu":int|null,"heard":[{"node_id","node_name"?,"port","twin","netdev","mtu"}],
  *   "dropped":{"bad_hmac","other_cluster"}?,"other_clusters":[..]?,
- *   "bad_hmac_from":{"node_name","mac"}?}]}]}]}
+ *   "bad_hmac_from":{"node_name","mac"}?, "foreign":{"mac","tool","frames"}?}]}]}],
+ *  "former":[{"id"?,"name","how":"left"|"removed","ago_s"}]?}
  *
  * VERDICT (output):
  * {"class","result","nodes":N,"any_to_any":bool,"mesh":bool,"cluster_mtu"?,

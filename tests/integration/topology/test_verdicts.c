@@ -288,3 +288,91 @@ Test(verdicts, ring_of_two_passes_expect_ring, .timeout = 120)
 	json_decref(v);
 	sh_down(&s);
 }
+
+/* Nodes 1-3 joined, node 4 a bare machine (no sparkd) cabled into the ring:
+ * an unjoined machine on that cable, not a missing cable (item 1). NVIDIA's
+ * detection script then runs on node 4: an info finding with its MAC (item
+ * 12). Node 3 leaves: for the seconds its frames are still remembered it is
+ * a node that left, not an unknown neighbour (item 5). */
+Test(verdicts, unjoined_machine_foreign_tool_node_that_left, .timeout = 240)
+{
+	struct sh_sim s;
+	sh_require_root();
+	const char *sparkd = sh_bin("sparkd");
+	if (!sparkd || !sh_bin("sparkctl"))
+		cr_skip_test("sparkd or sparkctl is not built");
+	struct sim_opts o = {.nodes = 3, .bare = 1, .topo = SIM_RING, .port = -1, .sparkd = sparkd};
+	cr_assert_eq(sh_up(&s, "vbare", &o), 0, "sim up: %s", s.err);
+	json_t *init = sh_ctl_json(&s, 1, "init", "--name", "vbare", NULL);
+	cr_assert(init, "init failed");
+	char token[256], *out = NULL;
+	snprintf(token, sizeof token, "%s", vstr(init, "token"));
+	json_decref(init);
+	for (int k = 2; k <= 3; k++) {
+		cr_assert_eq(sh_ctl(&s, k, &out, "join", "169.254.100.1:7300", "--token", token, NULL), 0,
+			     "join %d: %s", k, out);
+		free(out);
+	}
+	sh_wait_reports(&s, 3, true);
+	char n[5][48];
+	for (int k = 1; k <= 4; k++)
+		snprintf(n[k], sizeof n[k], "%s", sh_ns(&s, k));
+
+	json_t *v = validate_until(&s, 2, "ring", "warn", "unjoined_node", 15000);
+	json_t *f = finding(v, "unjoined_node");
+	cr_assert(f, "no unjoined_node");
+	cr_expect_null(finding(v, "missing_cable"), "asks to recable a correct ring");
+	cr_expect_null(json_object_get(v, "proposed_ring_order"));
+	char want[160];
+	snprintf(want, sizeof want, "%s port 0 and %s port 1 have link", n[3], n[1]);
+	cr_expect(strstr(vstr(f, "message"), want), "%s", vstr(f, "message"));
+	cr_expect(strstr(vstr(f, "fix"), "sparkctl join"), "%s", vstr(f, "fix"));
+	json_decref(v);
+
+	/* NVIDIA's detection frame from node 4's port 1 (cabled to node 3 port 0):
+	 * 6-byte machine id + TOPO_DISCOVER_2NODE_V2, broadcast, 0x88B5 */
+	int fd = sh_raw_open(n[4], "enp1s0f1np1", SH_ETHERTYPE);
+	cr_assert_geq(fd, 0, "raw socket in node 4");
+	char mac[32], *mo = NULL;
+	sh_sh(&s, 4, "cat /sys/class/net/enp1s0f1np1/address", &mo);
+	snprintf(mac, sizeof mac, "%.17s", mo ? mo : "");
+	free(mo);
+	uint8_t frame[28] = {0x02, 0x11, 0x22, 0x33, 0x44, 0x55};
+	memcpy(frame + 6, "TOPO_DISCOVER_2NODE_V2", 22);
+	for (int i = 0; i < 5; i++) {
+		cr_assert_geq(sh_raw_send(fd, frame, sizeof frame), 0);
+		sh_sleep_ms(100);
+	}
+	close(fd);
+	v = validate_until(&s, 1, "ring", "warn", "foreign_discovery", 10000);
+	f = finding(v, "foreign_discovery");
+	cr_assert(f, "no foreign_discovery");
+	cr_expect_str_eq(vstr(f, "severity"), "info");
+	cr_expect(strstr(vstr(f, "message"), "NVIDIA's detection script") && strstr(vstr(f, "message"), mac),
+		  "%s (mac %s)", vstr(f, "message"), mac);
+	cr_expect(strstr(vstr(f, "message"), n[3]), "heard on node 3: %s", vstr(f, "message"));
+	f = finding(v, "unjoined_node");
+	cr_expect(f && strstr(vstr(f, "message"), mac), "the unjoined machine's MAC: %s",
+		  f ? vstr(f, "message") : "(none)");
+	json_decref(v);
+
+	/* node 3 leaves: at once, node 2 still remembers its frames */
+	cr_assert_eq(sh_ctl(&s, 3, &out, "leave", NULL), 0, "leave: %s", out);
+	free(out);
+	sh_ctl(&s, 1, &out, "topo", "validate", "--quick", "-o", "json", NULL);
+	const char *st = out ? strchr(out, '{') : NULL;
+	v = st ? json_loadb(st, strlen(st), JSON_DISABLE_EOF_CHECK, NULL) : NULL;
+	free(out);
+	cr_assert(v, "no verdict after leave");
+	cr_expect_null(finding(v, "unknown_neighbour"), "the node that left is unknown");
+	f = finding(v, "node_left");
+	if (f) {
+		cr_expect(strstr(vstr(f, "message"), n[3]) && strstr(vstr(f, "message"), "left"), "%s",
+			  vstr(f, "message"));
+		cr_expect_str_eq(vstr(f, "severity"), "info");
+	} else {
+		cr_log_info("node 3's frames were forgotten before the validation ran");
+	}
+	json_decref(v);
+	sh_down(&s);
+}

@@ -249,6 +249,8 @@ Test(classify, ring_with_a_cut_cable_is_a_chain)
 	mg_cable(m, 0, 0, 1, 1);
 	mg_cable(m, 2, 0, 3, 1);
 	mg_cable(m, 3, 0, 0, 1); /* spark-2 port 0 <-> spark-3 port 1 cut */
+	mg_unplug(m, 1, 0);
+	mg_unplug(m, 2, 1);
 	json_t *v = classify(m);
 	assert_verdict(v, "ring", "fail");
 	json_t *f = need(v, "missing_cable");
@@ -272,6 +274,10 @@ Test(classify, ring_with_two_gaps_names_each_missing_cable)
 	mg_cable(m, 0, 0, 1, 1);
 	mg_cable(m, 2, 0, 3, 1);
 	mg_cable(m, 3, 0, 4, 1);
+	mg_unplug(m, 1, 0);
+	mg_unplug(m, 2, 1);
+	mg_unplug(m, 4, 0);
+	mg_unplug(m, 0, 1);
 	json_t *v = classify(m);
 	assert_verdict(v, "ring", "fail");
 	cr_assert_eq(count_findings(v, "missing_cable"), 2);
@@ -328,6 +334,8 @@ Test(classify, chain_end_on_the_wrong_port)
 	json_t *m = mg_map(3);
 	mg_cable(m, 0, 0, 1, 1);
 	mg_cable(m, 1, 0, 2, 0);
+	mg_unplug(m, 2, 1);
+	mg_unplug(m, 0, 1);
 	json_t *v = classify(m);
 	assert_verdict(v, "ring", "fail");
 	json_t *f = need(v, "same_port_cable");
@@ -1036,6 +1044,91 @@ Test(classify, triangle_is_a_full_mesh)
 	v = classify(m);
 	cr_assert(json_is_false(json_object_get(v, "mesh")));
 	cr_assert(json_is_false(json_object_get(v, "any_to_any")));
+	json_decref(v);
+	json_decref(m);
+}
+
+/* Nodes 1-3 joined, cabled in a 4-ring with a machine that has not joined
+ * (the map holds only members): the chain's ends have link and hear no
+ * member. Not a missing cable: a machine to join. */
+Test(classify, unjoined_machine_on_a_ring)
+{
+	json_t *m = mg_map(3);
+	mg_cable(m, 0, 0, 1, 1);
+	mg_cable(m, 1, 0, 2, 1);
+	json_t *v = classify_expect(m, "ring");
+	assert_verdict(v, "ring", "warn");
+	cr_assert_null(finding(v, "missing_cable"));
+	json_t *f = need(v, "unjoined_node");
+	assert_contains(vs(f, "message"), "spark-3 port 0 and spark-1 port 1 have link");
+	assert_contains(vs(f, "fix"), "sparkctl join");
+	assert_contains(vs(f, "fix"), "the cabling is right");
+	cr_assert_null(json_object_get(v, "proposed_ring_order"), "no recabling to propose");
+	json_decref(v);
+	/* the frames it sent carried a MAC: the message gives it */
+	mg_set(m, 0, 1, 0, "bad_hmac_from", json_pack("{s:s, s:s}", "node_name", "x", "mac",
+						       "02:00:00:00:00:09"));
+	v = classify(m);
+	assert_contains(vs(need(v, "unjoined_node"), "message"), "MAC 02:00:00:00:00:09");
+	json_decref(v);
+	/* spark-1 port 1 without link: only one end has a machine; the fix says
+	 * to join it and cable its other port to spark-1 port 1 */
+	for (int t = 0; t < 2; t++)
+		mg_set(m, 0, 1, t, "carrier", json_false());
+	v = classify(m);
+	assert_verdict(v, "ring", "fail");
+	f = need(v, "unjoined_node");
+	assert_contains(vs(f, "fix"), "join the machine on spark-3 port 0");
+	assert_contains(vs(f, "fix"), "cable its other port to spark-1 port 1");
+	json_decref(v);
+	/* neither end has link: a missing cable, as before */
+	for (int t = 0; t < 2; t++)
+		mg_set(m, 2, 0, t, "carrier", json_false());
+	v = classify(m);
+	need(v, "missing_cable");
+	cr_assert_null(finding(v, "unjoined_node"));
+	json_decref(v);
+	json_decref(m);
+}
+
+/* A node heard after `sparkctl leave` is known: it left (info), not an
+ * unknown neighbour to join or unplug (warn). */
+Test(classify, node_that_left_is_known)
+{
+	json_t *m = mg_map(3);
+	mg_ring(m, 0, 3);
+	json_t *h = json_object_get(mg_twin(m, 0, 0, 0), "heard");
+	json_array_append_new(h, json_pack("{s:s, s:s, s:s, s:i, s:s}", "node_id", "id-9", "node_name",
+					   "spark-9", "port", "1", "twin", 0, "netdev", "enp1s0f1np1"));
+	json_t *v = classify(m);
+	need(v, "unknown_neighbour");
+	json_decref(v);
+	json_object_set_new(m, "former", json_pack("[{s:s, s:s, s:i}]", "name", "spark-9", "how",
+						   "left", "ago_s", 3));
+	v = classify(m);
+	assert_verdict(v, "ring", "pass");
+	cr_assert_null(finding(v, "unknown_neighbour"));
+	json_t *f = need(v, "node_left");
+	cr_assert_str_eq(vs(f, "severity"), "info");
+	assert_contains(vs(f, "message"), "spark-9 on port 1, which left (sparkctl leave) the cluster 3s ago");
+	json_decref(v);
+	json_decref(m);
+}
+
+/* NVIDIA's detection script on the wire: an info finding with its MAC. */
+Test(classify, foreign_discovery_tool)
+{
+	json_t *m = mg_map(2);
+	mg_cable(m, 0, 0, 1, 0);
+	mg_set(m, 1, 0, 0, "foreign", json_pack("{s:s, s:s, s:i}", "mac", "02:aa:bb:cc:dd:ee",
+						  "tool", "nvidia_topo_discover", "frames", 7));
+	json_t *v = classify(m);
+	assert_verdict(v, "pair", "pass");
+	json_t *f = need(v, "foreign_discovery");
+	cr_assert_str_eq(vs(f, "severity"), "info");
+	assert_contains(vs(f, "message"), "NVIDIA's detection script");
+	assert_contains(vs(f, "message"), "02:aa:bb:cc:dd:ee");
+	assert_contains(vs(f, "fix"), "netplan");
 	json_decref(v);
 	json_decref(m);
 }
