@@ -6,7 +6,8 @@
  * stored discovery and gets a node_unreachable finding). While some node's
  * neighbour discovery has run for less than TOPO_SETTLE_MS, the run waits and
  * gathers once more. Neighbours on a twin without carrier, or not heard for
- * two intervals, are left out (a cable just cut or moved). Then:
+ * two intervals, or sent from a twin that has no carrier in its sender's
+ * report of this run, are left out (a cable just cut or moved). Then:
  *   show       topo_cablemap_build + topo_classify -> the verdict;
  *   addresses  + topo_addrplan_make; every node applies it (or reports what it
  *              would change) with its own netdevs;
@@ -409,8 +410,12 @@ static json_t *twin_of(json_t *disc, const char *netdev)
 }
 
 /* A copy of a neighbour table without what a cut or moved cable left behind:
- * neighbours of a twin without carrier, and those not heard for two intervals. */
-static json_t *fresh_l2(json_t *l2, json_t *disc)
+ * neighbours of a twin without carrier, those not heard for two intervals,
+ * and those whose SENDER's netdev has no carrier in the sender's own report
+ * of this run (a switch cable just moved to the node's other port: the
+ * others still remember the old port for two intervals, and a verdict must
+ * not mix what was heard before the change with the reports after it). */
+static json_t *fresh_l2(struct vrun *r, json_t *l2, json_t *disc)
 {
 	json_t *c = json_deep_copy(l2);
 	json_int_t iv = proto_int(c, "interval_ms", 1000);
@@ -425,9 +430,20 @@ static json_t *fresh_l2(json_t *l2, json_t *disc)
 			continue;
 		}
 		for (size_t k = json_array_size(nb); k-- > 0;) {
-			json_t *ago = json_object_get(json_array_get(nb, k), "heard_ms_ago");
-			if (json_is_number(ago) && json_number_value(ago) > stale)
+			json_t *e = json_array_get(nb, k);
+			json_t *ago = json_object_get(e, "heard_ms_ago");
+			if (json_is_number(ago) && json_number_value(ago) > stale) {
 				json_array_remove(nb, k);
+				continue;
+			}
+			const char *from = jstr(e, "node_id");
+			for (size_t m = 0; from && m < r->n; m++)
+				if (strcmp(r->nodes[m].id, from) == 0 && r->nodes[m].disc &&
+				    json_is_false(json_object_get(twin_of(r->nodes[m].disc, jstr(e, "netdev")),
+								  "carrier"))) {
+					json_array_remove(nb, k);
+					break;
+				}
 		}
 	}
 	return c;
@@ -513,7 +529,7 @@ static int classify(struct vrun *r, char *err, size_t errlen)
 	json_t *nodes = json_array();
 	for (size_t i = 0; i < r->n; i++) {
 		struct vnode *n = &r->nodes[i];
-		json_t *l2 = n->l2 ? fresh_l2(n->l2, n->disc) : json_null();
+		json_t *l2 = n->l2 ? fresh_l2(r, n->l2, n->disc) : json_null();
 		json_array_append_new(nodes, json_pack("{s:s, s:s, s:O, s:o}", "id", n->id, "name",
 						       n->name, "discovery",
 						       n->disc ? n->disc : json_null(), "l2disc", l2));
@@ -1245,6 +1261,26 @@ static void run_addresses(struct vrun *r)
 
 /* ---- after the gather ----------------------------------------------------------------------- */
 
+/* Does some node's table hold a neighbour whose sending twin has no carrier
+ * in its sender's report of this run? */
+static bool mixed_reports(struct vrun *r)
+{
+	for (size_t i = 0; i < r->n; i++) {
+		size_t x, k;
+		json_t *f, *e;
+		json_array_foreach(json_object_get(r->nodes[i].l2, "interfaces"), x, f)
+			json_array_foreach(json_object_get(f, "neighbours"), k, e) {
+				const char *from = jstr(e, "node_id");
+				for (size_t m = 0; from && m < r->n; m++)
+					if (strcmp(r->nodes[m].id, from) == 0 && r->nodes[m].disc &&
+					    json_is_false(json_object_get(
+						twin_of(r->nodes[m].disc, jstr(e, "netdev")), "carrier")))
+						return true;
+			}
+	}
+	return false;
+}
+
 static void gathered(struct vrun *r)
 {
 	/* A neighbour table younger than TOPO_SETTLE_MS may miss neighbours: wait. */
@@ -1256,6 +1292,15 @@ static void gathered(struct vrun *r)
 	}
 	if (r->gathers < 3 && min_up >= 0 && min_up < TOPO_SETTLE_MS) {
 		r->wake_ms = util_now_ms() + (uint64_t)(TOPO_SETTLE_MS - min_up) + 20;
+		tick_on(r->h);
+		return;
+	}
+	/* A carrier changed moments ago: some node still remembers frames from a
+	 * twin that has no carrier now, and the reports that follow the change
+	 * (the new port heard) may not be in yet. Gather again until those
+	 * entries are gone (two intervals), at most TOPO_CHANGE_WAIT_MS. */
+	if (mixed_reports(r) && util_now_ms() - r->t0_ms < TOPO_CHANGE_WAIT_MS) {
+		r->wake_ms = util_now_ms() + 300;
 		tick_on(r->h);
 		return;
 	}

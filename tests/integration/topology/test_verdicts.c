@@ -376,3 +376,42 @@ Test(verdicts, unjoined_machine_foreign_tool_node_that_left, .timeout = 240)
 	json_decref(v);
 	sh_down(&s);
 }
+
+/* A switch cable moved to the node's other port: for the two intervals the
+ * other nodes still remember the old port, no validation may FAIL by mixing
+ * what was heard before the move with the reports after it (item 3). */
+Test(verdicts, switch_cable_moved_to_the_other_port, .timeout = 180)
+{
+	struct sh_sim s;
+	sh_cluster_up(&s, "vmove", 4, SIM_SWITCH, "vmove");
+	sh_wait_reports(&s, 4, true);
+	json_t *v = validate_until(&s, 1, "switch", "pass", NULL, 15000);
+	cr_assert(v && strcmp(vstr(v, "result"), "pass") == 0, "the switch does not pass");
+	json_decref(v);
+	char a[64], b[64];
+	snprintf(a, sizeof a, "%s:1", sh_ns(&s, 2));
+	snprintf(b, sizeof b, "%s:0", sh_ns(&s, 2));
+	cr_assert_eq(fault("swap", a, b), 0);
+	uint64_t t0 = sh_now_us();
+	int runs = 0, bad = 0;
+	char last[64] = "";
+	while (sh_now_us() - t0 < 3500000) {
+		char *out = NULL;
+		sh_ctl(&s, 3, &out, "topo", "validate", "--quick", "--expect", "switch", "-o", "json", NULL);
+		const char *st = out ? strchr(out, '{') : NULL;
+		v = st ? json_loadb(st, strlen(st), JSON_DISABLE_EOF_CHECK, NULL) : NULL;
+		runs++;
+		if (!v || strcmp(vstr(v, "result"), "fail") == 0 || finding(v, "switch_partial") ||
+		    finding(v, "switch_two_ports")) {
+			bad++;
+			cr_log_info("%.1f s after the move: %s", (double)(sh_now_us() - t0) / 1e6,
+				    out ? out : "(none)");
+		}
+		snprintf(last, sizeof last, "%s", v ? vstr(v, "result") : "none");
+		json_decref(v);
+		free(out);
+	}
+	cr_expect_eq(bad, 0, "%d of %d validations in the 3.5 s after the move failed", bad, runs);
+	cr_expect_str_neq(last, "fail");
+	sh_down(&s);
+}
