@@ -1,6 +1,8 @@
 /* plan: the group planner. See plan.h for the rules. */
 #include "plan.h"
 
+#include <jansson.h>
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -295,4 +297,46 @@ int plan_topo_from_run(const char *cls, const char *result, const char *const *r
 	}
 	*topo = PLAN_RING;
 	return 0;
+}
+
+int plan_cabling_failed(const char *result, const char *verdict, long long age_s,
+			const char *const *names, size_t n, char *why, size_t len)
+{
+	if (len)
+		why[0] = '\0';
+	if (!result || strcmp(result, "fail") != 0 || !verdict)
+		return 0;
+	json_t *v = json_loads(verdict, 0, NULL);
+	size_t i, k;
+	json_t *f, *e;
+	json_t *hit = NULL;
+	int count = 0;
+	json_array_foreach(json_object_get(v, "findings"), i, f) {
+		const char *sev = json_string_value(json_object_get(f, "severity"));
+		if (!sev || strcmp(sev, "fail") != 0)
+			continue;
+		bool mine = json_array_size(json_object_get(f, "ends")) == 0;
+		json_array_foreach(json_object_get(f, "ends"), k, e) {
+			const char *node = json_string_value(json_object_get(e, "node"));
+			for (size_t m = 0; node && m < n && !mine; m++)
+				mine = names[m] && strcmp(names[m], node) == 0;
+		}
+		if (mine && count++ == 0)
+			hit = f;
+	}
+	if (!hit) {
+		json_decref(v);
+		return 0;
+	}
+	const char *msg = json_string_value(json_object_get(hit, "message"));
+	const char *fix = json_string_value(json_object_get(hit, "fix"));
+	char more[48] = "";
+	if (count > 1)
+		snprintf(more, sizeof more, " (and %d more failure%s)", count - 1, count > 2 ? "s" : "");
+	int w = snprintf(why, len, "the latest cabling validation, %lld s ago, FAILed: %s%s; fix: %s",
+			 age_s, msg ? msg : "?", more, fix ? fix : "see 'sparkctl topo validate'");
+	if (w >= 0 && (size_t)w >= len && len > 4)
+		memcpy(why + len - 4, "...", 4);
+	json_decref(v);
+	return 1;
 }

@@ -74,4 +74,13 @@ int plan_topo_from_run(const char *cls, const char *result, const char *const *r
 		       size_t n_ring, int run_nodes, const char *const *names, size_t n,
 		       enum plan_topo *topo, size_t *order);
 
+/* Whether the latest stored validation (result, its verdict JSON text, its
+ * age in seconds) failed in a way that concerns a group of these nodes: a
+ * "fail" finding naming one of them among its ends, or naming no node at
+ * all (cluster-wide). 1 with why filled ("the latest cabling validation, 12 s
+ * ago, FAILed: MESSAGE; fix: FIX"), else 0. Parses the verdict (jansson);
+ * why is never cut off mid-word (it ends in "..." if it would overflow). */
+int plan_cabling_failed(const char *result, const char *verdict, long long age_s,
+			const char *const *names, size_t n, char *why, size_t len);
+
 #endif

@@ -165,7 +165,7 @@ const struct cli_cmd cli_commands[] = {
 	 "  --force   cancel the group's running jobs first\n"},
 	{NULL, "run", cmd_run,
 	 "run --group G [--name N] [--launcher native|torchrun|mpi] [--ranks-per-node K]\n"
-	 "         [--env K=V]... [--workdir DIR] [--timeout D] [--detach] -- CMD [ARGS...]",
+	 "         [--env K=V]... [--workdir DIR] [--timeout D] [--detach] [--force] -- CMD [ARGS...]",
 	 "run a job on a group, each rank with the environment of its own node's fabric",
 	 "  --group G            a group ('sparkctl group ls'), or all\n"
 	 "  --name N             the job's name (default: the command's name)\n"
@@ -179,6 +179,8 @@ const struct cli_cmd cli_commands[] = {
 	 "                       else the user's home)\n"
 	 "  --timeout D          cancel the job after D (90s, 30m, 2h)\n"
 	 "  --detach             print the job id and return; the job runs on\n"
+	 "  --force              run even though the latest 'sparkctl topo validate' FAILed for\n"
+	 "                       the group's nodes (refused otherwise)\n"
 	 "In the foreground, output is streamed with a rank prefix and the exit code is the\n"
 	 "failing rank's (128+N for signal N). Ctrl-C cancels the job; closing the terminal\n"
 	 "does not. Ranks run as you (the same user name on every node). Environment: see\n"

@@ -415,3 +415,35 @@ Test(verdicts, switch_cable_moved_to_the_other_port, .timeout = 180)
 	cr_expect_str_neq(last, "fail");
 	sh_down(&s);
 }
+
+/* A same-port ring (fails in NCCL on real hardware): group create warns,
+ * run refuses unless --force, saying why (item 7). */
+Test(verdicts, failed_cabling_warns_and_refuses, .timeout = 180)
+{
+	struct sh_sim s;
+	sh_cluster_up(&s, "vfail", 4, SIM_RING, "vfail");
+	sh_wait_reports(&s, 4, true);
+	char a[64], b[64];
+	snprintf(a, sizeof a, "%s:0", sh_ns(&s, 2));
+	snprintf(b, sizeof b, "%s:1", sh_ns(&s, 2));
+	cr_assert_eq(fault("swap", a, b), 0);
+	json_t *v = validate_until(&s, 1, NULL, "fail", "same_port_cable", 15000);
+	cr_assert(finding(v, "same_port_cable"), "no same_port_cable");
+	json_decref(v);
+	char *out = NULL;
+	int rc = sh_ctl(&s, 1, &out, "group", "create", "g", "--size", "4", NULL);
+	cr_expect_eq(rc, 0, "%s", out);
+	cr_expect(out && strstr(out, "warning: the latest cabling validation") &&
+			  strstr(out, "FAILed") && strstr(out, "swap the cables"),
+		  "%s", out);
+	free(out);
+	rc = sh_ctl(&s, 1, &out, "run", "--group", "g", "--", "true", NULL);
+	cr_expect_eq(rc, 1, "%s", out);
+	cr_expect(out && strstr(out, "FAILed") && strstr(out, "--force") && strstr(out, "swap the cables"),
+		  "%s", out);
+	free(out);
+	rc = sh_ctl(&s, 1, &out, "run", "--group", "g", "--force", "--", "true", NULL);
+	cr_expect_eq(rc, 0, "--force runs it: %s", out);
+	free(out);
+	sh_down(&s);
+}

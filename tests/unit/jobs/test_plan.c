@@ -282,3 +282,33 @@ Test(plan, long_names_are_never_cut_off)
 	cr_expect_lt(l, sizeof r.err - 1, "%s", r.err);
 	cr_expect(strstr(r.err, " more)") != NULL, "%s", r.err);
 }
+
+/* Issue 16: a failed validation that names a group's nodes (or no node) is
+ * what group create warns about and run refuses. */
+Test(plan_run, cabling_failed_names_the_failure)
+{
+	const char *verdict =
+	    "{\"findings\":[{\"code\":\"same_port_cable\",\"severity\":\"fail\","
+	    "\"message\":\"cable s1 port 0 <-> s2 port 0 joins the same port\","
+	    "\"fix\":\"on s2 swap the cables of port 0 and port 1\","
+	    "\"ends\":[{\"node\":\"s1\",\"port\":\"0\"},{\"node\":\"s2\",\"port\":\"0\"}]},"
+	    "{\"code\":\"pair_ports_differ\",\"severity\":\"info\",\"message\":\"m\",\"fix\":\"f\","
+	    "\"ends\":[{\"node\":\"s3\"}]}]}";
+	const char *g12[] = {"s1", "s2"}, *g34[] = {"s3", "s4"};
+	char why[512];
+	cr_expect_eq(plan_cabling_failed("fail", verdict, 12, g12, 2, why, sizeof why), 1);
+	cr_expect(strstr(why, "12 s ago, FAILed: cable s1 port 0 <-> s2 port 0") &&
+		  strstr(why, "fix: on s2 swap the cables"), "%s", why);
+	cr_expect_eq(plan_cabling_failed("fail", verdict, 12, g34, 2, why, sizeof why), 0,
+		     "an info finding about s3 is no failure of s3, s4");
+	cr_expect_eq(plan_cabling_failed("warn", verdict, 12, g12, 2, why, sizeof why), 0);
+	cr_expect_eq(plan_cabling_failed("pass", NULL, 12, g12, 2, why, sizeof why), 0);
+	/* a failure naming no node concerns every group */
+	const char *nonode = "{\"findings\":[{\"code\":\"expect_mismatch\",\"severity\":\"fail\","
+			     "\"message\":\"expected a switch, found a ring\",\"fix\":\"recable\",\"ends\":[]}]}";
+	cr_expect_eq(plan_cabling_failed("fail", nonode, 3, g34, 2, why, sizeof why), 1);
+	/* too small a buffer: ends in "..." */
+	char small[40];
+	cr_expect_eq(plan_cabling_failed("fail", verdict, 12, g12, 2, small, sizeof small), 1);
+	cr_expect_str_eq(small + strlen(small) - 3, "...");
+}
