@@ -115,6 +115,8 @@ struct thead {
 	struct topo_agent *t;
 	/* nodes that left or were removed lately (from cluster.db's events) */
 	int64_t ev_seen;
+	int64_t member_change_ts, cabling_change_ts;
+	char member_change[96], cabling_change[160];
 	struct {
 		char name[64];
 		int64_t ts;
@@ -478,29 +480,38 @@ static void recompute_result(json_t *verdict)
 			    json_string(worst == 2 ? "fail" : worst == 1 ? "warn" : "pass"));
 }
 
-/* The map's "former": nodes that left or were removed in the last
- * GONE_KEEP_S seconds and are not members again, read from the events that
- * `leave` and `node rm` record (new events only, each time). */
-static json_t *former_nodes(struct vrun *r)
+/* Read the events recorded since the last scan (incrementally): nodes that
+ * left or were removed (for the map's "former"), and the newest membership
+ * and cabling changes (for status: a verdict older than them is stale). */
+static void scan_events(struct thead *h, struct agent *a)
 {
-	struct thead *h = r->h;
-	struct agent *a = h->t->a;
 	db_event *ev = NULL;
 	size_t nev = 0;
 	while (a->db && db_event_list(a->db, h->ev_seen, 1000, &ev, &nev) == 0 && nev > 0) {
 		for (size_t i = 0; i < nev; i++) {
 			h->ev_seen = ev[i].id;
-			bool left = strcmp(ev[i].kind, "node_left") == 0;
-			if (!left && strcmp(ev[i].kind, "node_removed") != 0)
+			const char *k = ev[i].kind, *d = ev[i].detail;
+			bool left = strcmp(k, "node_left") == 0, removed = strcmp(k, "node_removed") == 0;
+			if (left || removed || strcmp(k, "joined") == 0) {
+				h->member_change_ts = ev[i].ts;
+				snprintf(h->member_change, sizeof h->member_change, "%s %s", d,
+					 left ? "left" : removed ? "was removed" : "joined");
+			}
+			if (strcmp(k, "fabric") == 0 && (strstr(d, "carrier") || strstr(d, "mtu") ||
+							 strstr(d, "gone") || strstr(d, "appeared"))) {
+				h->cabling_change_ts = ev[i].ts;
+				snprintf(h->cabling_change, sizeof h->cabling_change, "%s", d);
+			}
+			if (!left && !removed)
 				continue;
 			if (h->ngone == GONE_MAX) { /* full: drop the oldest */
 				memmove(&h->gone[0], &h->gone[1], (GONE_MAX - 1) * sizeof h->gone[0]);
 				h->ngone--;
 			}
-			int k = h->ngone++;
-			util_strlcpy(h->gone[k].name, ev[i].detail, sizeof h->gone[k].name);
-			h->gone[k].ts = ev[i].ts;
-			h->gone[k].removed = !left;
+			int g = h->ngone++;
+			util_strlcpy(h->gone[g].name, d, sizeof h->gone[g].name);
+			h->gone[g].ts = ev[i].ts;
+			h->gone[g].removed = removed;
 		}
 		free(ev);
 		ev = NULL;
@@ -508,6 +519,15 @@ static json_t *former_nodes(struct vrun *r)
 			break;
 	}
 	free(ev);
+}
+
+/* The map's "former": nodes that left or were removed in the last
+ * GONE_KEEP_S seconds and are not members again, read from the events that
+ * `leave` and `node rm` record. */
+static json_t *former_nodes(struct vrun *r)
+{
+	struct thead *h = r->h;
+	scan_events(h, h->t->a);
 	json_t *out = json_array();
 	int64_t now = util_now();
 	for (int k = 0; k < h->ngone; k++) {
@@ -1547,6 +1567,25 @@ json_t *topo_head_status(struct agent *a)
 			      run.expect, "finished_at", (json_int_t)run.finished_at, "age_s",
 			      (json_int_t)(age > 0 ? age : 0), "duration_ms",
 			      (json_int_t)run.duration_ms, "summary", summary);
+	/* A verdict that predates the membership or the cabling is no longer the
+	 * cluster's: say so (status prints it), and what changed. */
+	struct thead *h = a->topo ? a->topo->head : NULL;
+	char why[320] = "";
+	size_t now_nodes = 0;
+	db_node *nodes = NULL;
+	if (db_node_list(a->db, &nodes, &now_nodes) == 0 && (int)now_nodes != run.n_nodes)
+		snprintf(why, sizeof why, "the cluster has %zu nodes now, the validation saw %d",
+			 now_nodes, run.n_nodes);
+	free(nodes);
+	if (h) {
+		scan_events(h, a);
+		if (!why[0] && h->member_change_ts > run.started_at && h->member_change[0])
+			snprintf(why, sizeof why, "%s since", h->member_change);
+		else if (!why[0] && h->cabling_change_ts > run.started_at && h->cabling_change[0])
+			snprintf(why, sizeof why, "the cabling changed since (%s)", h->cabling_change);
+	}
+	json_object_set_new(o, "stale", json_boolean(why[0] != 0));
+	json_object_set_new(o, "stale_reason", why[0] ? json_string(why) : json_null());
 	db_topo_run_free(&run);
 	return o;
 }

@@ -583,4 +583,7 @@ void cli_topo_status_line(json_t *topology)
 	util_fmt_age((int64_t)json_integer_value(json_object_get(topology, "age_s")), age, sizeof age);
 	printf("Topology: %s %s ago%s\n", cli_jstr(topology, "summary"), age,
 	       json_is_true(json_object_get(topology, "quick")) ? " (quick)" : "");
+	if (json_is_true(json_object_get(topology, "stale")))
+		printf("          out of date: %s; run 'sparkctl topo validate' again\n",
+		       cli_jstr(topology, "stale_reason"));
 }

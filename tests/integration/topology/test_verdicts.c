@@ -374,6 +374,21 @@ Test(verdicts, unjoined_machine_foreign_tool_node_that_left, .timeout = 240)
 		cr_log_info("node 3's frames were forgotten before the validation ran");
 	}
 	json_decref(v);
+
+	/* node 4 gets its sparkd and joins: status says the verdict predates it (item 11) */
+	cr_assert_eq(fault("start", n[4], NULL), 0);
+	cr_assert_eq(sh_ctl(&s, 4, &out, "join", "169.254.100.1:7300", "--token", token, NULL), 0,
+		     "join 4: %s", out);
+	free(out);
+	json_t *sj = sh_ctl_json(&s, 1, "status", NULL);
+	json_t *topo = json_object_get(sj, "topology");
+	cr_expect(json_is_true(json_object_get(topo, "stale")), "not stale after a join");
+	cr_expect(strstr(vstr(topo, "stale_reason"), "3 nodes now"), "%s", vstr(topo, "stale_reason"));
+	json_decref(sj);
+	sh_ctl(&s, 2, &out, "status", NULL);
+	cr_expect(out && strstr(out, "out of date: the cluster has 3 nodes now, the validation saw 2; "
+				     "run 'sparkctl topo validate' again"), "%s", out);
+	free(out);
 	sh_down(&s);
 }
 
