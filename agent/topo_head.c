@@ -1237,6 +1237,14 @@ static void on_addr(struct vrun *r, struct vreq *q, const json_t *m)
 				      ? json_incref(json_object_get(d, "report"))
 				      : json_null());
 	json_array_set_new(r->reports, (size_t)q->idx, o);
+	/* The node's discovery after applying: stored before --apply answers, so
+	 * a job started right after it is planned with the new addresses. */
+	json_t *disc = d ? json_object_get(d, "discovery") : NULL;
+	if (json_is_object(disc)) {
+		int fr = fabric_store(r->h->t->a, r->nodes[q->idx].id, disc);
+		if (fr < 0)
+			log_warn("fabric_store_failed", "node=%s err=%d", r->nodes[q->idx].name, fr);
+	}
 	if (r->pending == 0)
 		addresses_done(r);
 }
