@@ -873,6 +873,14 @@ static bool unjoined_end(struct ctx *c, int p)
 {
 	if (port_linked(c, p))
 		return false;
+	/* a node that hears nothing at all is node_isolated, not a neighbour of
+	 * a machine to join */
+	int n = c->p[p].node;
+	bool other_linked = false;
+	for (int i = 0; i < c->n[n].np; i++)
+		other_linked |= port_linked(c, c->n[n].port[i]);
+	if (!other_linked)
+		return false;
 	bool car = false;
 	for (int i = 0; i < c->p[p].ntw; i++)
 		car |= c->t[c->p[p].tw[i]].carrier == 1;
@@ -1065,10 +1073,11 @@ static void do_ring(struct ctx *c, struct dcable *dc, int ndc, json_t *v)
 						"then `sparkctl join HEAD --token T` with a token from `sparkctl "
 						"token create`; the cabling is right",
 						"%s and %s have link but hear no node of the cluster: a machine "
-						"that has not joined%s is cabled between them, closing the ring %s "
-						"(or a member whose sparkd does not run discovery on that port: "
-						"check its fabric.ports)",
-						PL(c, fp), PL(c, tp), who, groups);
+						"that has not joined%s is cabled between them, %s %s (or a member "
+						"whose sparkd does not run discovery on that port: check its "
+						"fabric.ports)",
+						PL(c, fp), PL(c, tp), who,
+						nw == 1 ? "closing the ring" : "joining the chains", groups);
 				} else {
 					int u = ua ? fp : tp, m = ua ? tp : fp;
 					finding(c, "unjoined_node", "fail",
