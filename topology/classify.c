@@ -57,7 +57,7 @@ struct ctx {
 	bool any_to_any;
 	bool mesh; /* every pair of nodes has its own direct cable (a 3-node ring) */
 	long cluster_mtu; /* the MTU mismatches are judged against (0: none) */
-	char sb[32][1024]; /* rotating message fragments (names are at most 63 chars) */
+	char sb[32][4096]; /* rotating message fragments: room for every name of MAXN nodes */
 	int si;
 };
 
@@ -103,13 +103,17 @@ static void finding(struct ctx *c, const char *code, const char *sev, json_t *en
 static void finding(struct ctx *c, const char *code, const char *sev, json_t *ends, const char *fix,
 		    const char *fmt, ...)
 {
-	char msg[2048];
+	/* Sized by the text itself: a message is never cut off. */
+	char *msg = NULL;
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
+	int w = vasprintf(&msg, fmt, ap);
 	va_end(ap);
+	if (w < 0)
+		msg = NULL;
 	json_t *f = json_pack("{s:s, s:s, s:s, s:s, s:o}", "code", code, "severity", sev, "message",
-			      msg, "fix", fix, "ends", ends ? ends : json_array());
+			      msg ? msg : code, "fix", fix, "ends", ends ? ends : json_array());
+	free(msg);
 	json_t *dst = strcmp(sev, "fail") == 0 ? c->fail : strcmp(sev, "warn") == 0 ? c->warn : c->info;
 	json_array_append_new(dst, f);
 }
@@ -925,7 +929,7 @@ static void same_port_findings(struct ctx *c, const struct walk *w)
 		}
 		if (rn == k)
 			break; /* cannot happen: the walk's direction has the most forward nodes */
-		char cabs[512] = "", fix[512] = "on ";
+		char cabs[512] = "", fix[2048] = "on ";
 		json_t *ends = json_array();
 		int first = run[0], last = run[rn - 1];
 		int ncab = 0;
@@ -1026,11 +1030,11 @@ static void do_ring(struct ctx *c, struct dcable *dc, int ndc, json_t *v)
 	}
 	/* Plan: open every cycle at its closing cable, chain the pieces in order. */
 	json_t *proposed = json_array();
-	char groups[1024] = "", unplug[512] = "", connect[768] = "";
+	char groups[2048] = "", unplug[2048] = "", connect[3072] = "";
 	json_t *ends = json_array();
 	int nun = 0;
 	for (int i = 0; i < nw; i++) {
-		char names[512];
+		char names[2048];
 		walk_names(c, &w[i], names, sizeof names);
 		append(groups, sizeof groups, "%s(%s)", i ? ", " : "", names);
 		for (int j = 0; j < w[i].k; j++)
@@ -1112,7 +1116,7 @@ static void do_ring(struct ctx *c, struct dcable *dc, int ndc, json_t *v)
 		json_decref(ends);
 		return;
 	}
-	char fix[1400];
+	char fix[6144];
 	snprintf(fix, sizeof fix, "unplug %s; connect %s", unplug, connect);
 	if (nchain == 0)
 		finding(c, "two_rings", "fail", ends, fix,
@@ -1163,7 +1167,7 @@ static void do_switch(struct ctx *c, struct dcable *dc, int ndc, json_t *v)
 	}
 	json_object_set_new(v, "l2_domains", doms);
 	if (nd >= 2) {
-		char groups[1024] = "";
+		char groups[2048] = "";
 		json_t *ends = json_array();
 		for (size_t d = 0; d < json_array_size(doms); d++) {
 			json_t *names = json_object_get(json_array_get(doms, d), "nodes");
@@ -1211,7 +1215,7 @@ static void do_switch(struct ctx *c, struct dcable *dc, int ndc, json_t *v)
 			if (c->p[p].comp != dom[d])
 				continue;
 			int n = c->p[p].node;
-			char missing[512] = "";
+			char missing[2048] = "";
 			int nmiss = 0;
 			json_t *ends = json_array();
 			bool has[MAXN] = {false};
@@ -1341,7 +1345,7 @@ static void do_switch(struct ctx *c, struct dcable *dc, int ndc, json_t *v)
 		}
 	}
 	if (differ) {
-		char who[512] = "";
+		char who[2048] = "";
 		json_t *ends = json_array();
 		for (int n = 0; n < c->nn; n++)
 			for (int i = 0; i < c->n[n].np; i++) {
@@ -1394,7 +1398,7 @@ static void mixed_mtu(struct ctx *c)
 {
 	if (c->cluster_mtu <= 0)
 		return;
-	char cabs[640] = "", fix[640] = "";
+	char cabs[3072] = "", fix[3072] = "";
 	json_t *ends = json_array();
 	int n = 0;
 	long other = 0;

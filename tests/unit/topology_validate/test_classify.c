@@ -1132,3 +1132,30 @@ Test(classify, foreign_discovery_tool)
 	json_decref(v);
 	json_decref(m);
 }
+
+/* Issue 16: no message is cut off, even for 16 nodes with 63-byte names. */
+Test(classify, long_names_are_never_cut_off)
+{
+	json_t *m = mg_map(16);
+	char names[16][64];
+	for (int i = 0; i < 16; i++) {
+		snprintf(names[i], sizeof names[i], "rack-seven-row-b-a-rather-long-spark-node-name-%02d", i);
+		memset(names[i] + strlen(names[i]), 'x', 63 - strlen(names[i]));
+		names[i][63] = '\0';
+		json_object_set_new(json_array_get(json_object_get(m, "nodes"), (size_t)i), "name",
+				    json_string(names[i]));
+	}
+	for (int i = 0; i + 1 < 16; i++)
+		mg_cable(m, i, 0, i + 1, 1);
+	mg_unplug(m, 15, 0);
+	mg_unplug(m, 0, 1);
+	json_t *v = classify(m);
+	json_t *f = need(v, "missing_cable");
+	const char *msg = vs(f, "message");
+	for (int i = 0; i < 16; i++)
+		cr_assert(strstr(msg, names[i]), "%s lacks %s", msg, names[i]);
+	size_t l = strlen(msg);
+	cr_assert(l > 20 && strcmp(msg + l - strlen("is missing"), "is missing") == 0, "cut off: %s", msg);
+	json_decref(v);
+	json_decref(m);
+}
