@@ -1294,10 +1294,15 @@ static void run_addresses(struct vrun *r)
 static bool mixed_reports(struct vrun *r)
 {
 	for (size_t i = 0; i < r->n; i++) {
+		json_int_t iv = proto_int(r->nodes[i].l2, "interval_ms", 1000);
+		double stale = 2.0 * (double)(iv > 0 ? iv : 1000) + TOPO_STALE_EXTRA_MS;
 		size_t x, k;
 		json_t *f, *e;
 		json_array_foreach(json_object_get(r->nodes[i].l2, "interfaces"), x, f)
 			json_array_foreach(json_object_get(f, "neighbours"), k, e) {
+				json_t *ago = json_object_get(e, "heard_ms_ago");
+				if (json_is_number(ago) && json_number_value(ago) > stale)
+					continue; /* left out as stale anyway */
 				const char *from = jstr(e, "node_id");
 				for (size_t m = 0; from && m < r->n; m++)
 					if (strcmp(r->nodes[m].id, from) == 0 && r->nodes[m].disc &&
