@@ -113,11 +113,88 @@ static bool reaches(json_t *d, uint32_t net, uint32_t mask)
 	return false;
 }
 
+/* An address of node d (on a twin with carrier) in a subnet where node from
+ * also has a twin with carrier and an address; its subnet into net. */
+static bool pair_addr(json_t *from, json_t *d, char *addr, size_t al, char *net, size_t nl)
+{
+	size_t i, k, x;
+	json_t *p, *t, *a;
+	FOR_UP_TWINS(d, p, t, i, k)
+		json_array_foreach(json_object_get(t, "ipv4"), x, a) {
+			uint32_t ad, mask;
+			int pl;
+			const char *s = json_string_value(a);
+			if (parse_cidr(s, &ad, &mask, &pl) < 0 || !reaches(from, ad & mask, mask))
+				continue;
+			snprintf(addr, al, "%.*s", (int)(strchr(s, '/') - s), s);
+			jobenv_cidr_network(s, net, nl);
+			return true;
+		}
+	return false;
+}
+
+/* Every node reaches every other on some shared subnet (the cable between
+ * them): fill the per-node views. */
+static bool plan_pairwise(const struct jobnet_member *m, size_t n, struct jobnet_plan *out)
+{
+	if (n < 3 || n > JOBNET_PAIRWISE_MAX)
+		return false;
+	char inc[sizeof out->tcp_include] = "";
+	for (size_t i = 0; i < n; i++)
+		for (size_t j = 0; j < n; j++) {
+			char net[64];
+			if (i == j)
+				continue;
+			if (!pair_addr(m[i].discovery, m[j].discovery, out->peer_addr[i][j],
+				       sizeof out->peer_addr[i][j], net, sizeof net))
+				return false;
+			list_add(inc, sizeof inc, net);
+		}
+	/* a node's own address: the one rank 0 reaches it at (rank 0: node 1's view) */
+	for (size_t i = 0; i < n; i++) {
+		snprintf(out->socket_addr[i], sizeof out->socket_addr[i], "%s",
+			 out->peer_addr[i == 0 ? 1 : 0][i]);
+		snprintf(out->peer_addr[i][i], sizeof out->peer_addr[i][i], "%s", out->socket_addr[i]);
+	}
+	snprintf(out->tcp_include, sizeof out->tcp_include, "%s", inc);
+	out->pairwise = true;
+	return true;
+}
+
+json_t *jobnet_node_spec(const struct jobnet_plan *p, size_t node, json_t *spec)
+{
+	if (!p->pairwise || node >= p->n)
+		return json_incref(spec);
+	json_t *c = json_deep_copy(spec);
+	if (!c)
+		return NULL;
+	int rpn = (int)json_integer_value(json_object_get(spec, "ranks_per_node"));
+	int port = (int)json_integer_value(json_object_get(spec, "master_port"));
+	size_t nn = json_array_size(json_object_get(spec, "nodes"));
+	char *peers = NULL;
+	size_t pl = 0;
+	FILE *f = open_memstream(&peers, &pl);
+	if (!f) {
+		json_decref(c);
+		return NULL;
+	}
+	int k = 0;
+	for (size_t j = 0; j < nn && j < p->n; j++)
+		for (int l = 0; l < (rpn > 0 ? rpn : 1); l++, k++)
+			fprintf(f, "%s%d=%s:%d", k ? "," : "", k, p->peer_addr[node][j], port + 1 + k);
+	fclose(f);
+	json_object_set_new(c, "peers", json_string(peers ? peers : ""));
+	json_object_set_new(c, "master_addr", json_string(p->peer_addr[node][0]));
+	free(peers);
+	return c;
+}
+
 int jobnet_plan(const struct jobnet_member *m, size_t n, struct jobnet_plan *out)
 {
 	memset(out, 0, sizeof *out);
 	if (!m || n == 0 || n > JOBENV_MAX_NODES)
 		return -EINVAL;
+	out->n = n;
 	bool fabric = true;
 	for (size_t i = 0; i < n && fabric; i++) {
 		bool found = false;
@@ -154,6 +231,11 @@ int jobnet_plan(const struct jobnet_member *m, size_t n, struct jobnet_plan *out
 				     : "node %zu of the job has no fabric IPv4 address on a port with carrier",
 				 i);
 		}
+	}
+	if (!fabric && plan_pairwise(m, n, out)) {
+		out->why[0] = '\0';
+		out->fabric = true;
+		return 0;
 	}
 	if (!fabric) {
 		out->tcp_include[0] = '\0';
@@ -236,7 +318,12 @@ json_t *jobenv_build(const struct jobenv_job *j, json_t *disc)
 	seti(env, "SPARK_NODE_RANK", j->node_rank);
 	seti(env, "SPARK_NNODES", j->nnodes);
 	set(env, "SPARK_GROUP", j->group);
-	set(env, "SPARK_TOPOLOGY", j->topology);
+	/* A 3-node ring group is a full mesh (every pair has its cable): the job
+	 * is told "direct", so libsparkcoll's self-test decides one-shot and
+	 * NCCL is not held to ring-only algorithms. */
+	bool mesh = j->topology && strcmp(j->topology, "ring") == 0 && j->nnodes == 3 && j->shape &&
+		    strcmp(j->shape, "ring") == 0;
+	set(env, "SPARK_TOPOLOGY", mesh ? "direct" : j->topology);
 	set(env, "SPARK_GROUP_SHAPE", j->shape);
 	set(env, "SPARK_LAUNCHER", j->launcher);
 	set(env, "SPARK_PEERS", j->peers);
@@ -269,7 +356,7 @@ json_t *jobenv_build(const struct jobenv_job *j, json_t *disc)
 	set(env, "TP_SOCKET_IFNAME", ifn);
 	set(env, "VLLM_HOST_IP", j->socket_addr && *j->socket_addr ? j->socket_addr : NULL);
 	set(env, "NCCL_IB_SUBNET_AWARE_ROUTING", "1");
-	if (j->topology && strcmp(j->topology, "ring") == 0 && j->nnodes >= 3) {
+	if (j->topology && strcmp(j->topology, "ring") == 0 && j->nnodes >= 3 && !mesh) {
 		set(env, "NCCL_ALGO", "Ring");
 		set(env, "NCCL_NET_PLUGIN", "none");
 		set(env, "NCCL_IB_MERGE_NICS", "0");

@@ -11,6 +11,11 @@
  *               twin with carrier in the same subnet (a switch, a pair, a
  *               3-ring with a common subnet...). Sockets (MASTER_ADDR,
  *               SPARK_PEERS, GLOO/TP/NCCL socket interfaces) use those.
+ *               If no subnet spans the job but every node reaches every other
+ *               one on the subnet of the cable between them (a 3-node ring: a
+ *               full mesh), the plan is "pairwise": fabric, and each node's
+ *               view of the others (SPARK_PEERS, MASTER_ADDR) names the address
+ *               that node reaches (jobnet_node_spec).
  *   management  otherwise (no fabric addresses yet, or a ring of 4+ where
  *               non-neighbours share no subnet): sockets use each node's agent
  *               (management) address and the interface carrying it. RDMA
@@ -32,8 +37,14 @@ struct jobnet_member {
 	const char *mgmt_addr; /* host part of its agent address */
 };
 
+#define JOBNET_PAIRWISE_MAX 8 /* a pairwise plan: at most this many nodes */
+
 struct jobnet_plan {
 	bool fabric;                              /* SPARK_NET=fabric */
+	bool pairwise;                            /* fabric, per-node views (peer_addr) */
+	size_t n;
+	/* pairwise: peer_addr[i][j] = the address of node j that node i reaches */
+	char peer_addr[JOBNET_PAIRWISE_MAX][JOBNET_PAIRWISE_MAX][48];
 	char socket_addr[JOBENV_MAX_NODES][64];   /* per node, in rank order */
 	char tcp_include[512];                    /* fabric: union of the subnets (CIDR) */
 	char why[256];                            /* why management, for the job's record */
@@ -41,6 +52,11 @@ struct jobnet_plan {
 
 /* 0, or -EINVAL (n = 0 or too many nodes). */
 int jobnet_plan(const struct jobnet_member *m, size_t n, struct jobnet_plan *out);
+/* The job spec as node `node` must see it: a pairwise plan rewrites
+ * "master_addr" and "peers" (from "nodes", "ranks_per_node", "master_port")
+ * with the addresses that node reaches; otherwise the spec itself. A new
+ * reference either way (NULL on allocation failure). */
+json_t *jobnet_node_spec(const struct jobnet_plan *p, size_t node, json_t *spec);
 /* MASTER_PORT of a job. */
 int jobenv_master_port(long long job_id);
 
@@ -50,7 +66,8 @@ struct jobenv_job {
 	long long job_id;
 	const char *job_name;
 	const char *group;
-	const char *topology;      /* ring | switch | unknown */
+	const char *topology;      /* ring | switch | unknown (a 3-node ring group, a full
+				    * mesh, is given to the job as "direct") */
 	const char *shape;         /* ring | chain | pair | switch | single | scattered | unknown */
 	const char *launcher;      /* native | torchrun | mpi | exec */
 	int world_size;

@@ -382,6 +382,19 @@ static enum plan_topo guess_topology(struct agent *a, const db_node *nodes, size
 
 static const char *topo_word(enum plan_topo t) { return plan_topo_name(t); }
 
+/* The latest stored validation failed for these nodes (issue 16): why. */
+static bool cabling_failed(struct agent *a, const char *const *names, size_t n, char *why,
+			   size_t len)
+{
+	db_topo_run run;
+	if (db_topo_run_latest(a->db, &run) < 0)
+		return false;
+	int r = plan_cabling_failed(run.result, run.verdict, (long long)(util_now() - run.started_at),
+				    names, n, why, len);
+	db_topo_run_free(&run);
+	return r == 1;
+}
+
 /* Members of a group in rank order as node rows; "all" is every node. */
 static int group_nodes(struct agent *a, const char *group, db_node **out, size_t *n,
 		       enum plan_topo *topo, char *shape, size_t shlen, char *err, size_t errlen)
@@ -558,10 +571,11 @@ static void r_group_create(struct agent *a, conn *dest, json_int_t id, const jso
 		reply_error(dest, id, pr.code == -ENOENT ? "not_found" : "bad_request", "%s", pr.err);
 		return;
 	}
-	const char *ids[PLAN_MAX_NODES];
+	const char *ids[PLAN_MAX_NODES], *cnames[PLAN_MAX_NODES];
 	json_t *chosen = json_array();
 	for (i = 0; i < pr.n; i++) {
 		ids[i] = nodes[pr.idx[i]].id;
+		cnames[i] = nodes[pr.idx[i]].name;
 		json_array_append_new(chosen, json_string(nodes[pr.idx[i]].name));
 	}
 	db_group g = {.shared = shared, .created_at = util_now()};
@@ -570,7 +584,8 @@ static void r_group_create(struct agent *a, conn *dest, json_int_t id, const jso
 	snprintf(g.shape, sizeof g.shape, "%s", pr.shape);
 	snprintf(g.note, sizeof g.note, "%s", pr.note);
 	snprintf(g.created_by, sizeof g.created_by, "%s", req_user(req));
-	char cnode[64], cgroup[64];
+	char cnode[64], cgroup[64], why[720];
+	bool cwarn = cabling_failed(a, cnames, pr.n, why, sizeof why);
 	int r = db_group_create(a->db, &g, ids, pr.n, cnode, cgroup);
 	free(nodes);
 	if (r < 0) {
@@ -589,7 +604,9 @@ static void r_group_create(struct agent *a, conn *dest, json_int_t id, const jso
 	log_info("group_created", "group=%s shared=%d shape=%s nodes=%zu by=%s", name, shared, pr.shape,
 		 pr.n, log_q(req_user(req)));
 	json_t *o = json_pack("{s:s, s:b, s:s, s:s, s:s, s:o}", "name", name, "shared", shared,
-			      "topology", g.topology, "shape", g.shape, "note", g.note, "nodes", chosen);
+			      "topology", g.topology, "shape", g.shape, "note", pr.note, "nodes", chosen);
+	if (cwarn)
+		json_object_set_new(o, "warning", json_string(why));
 	reply(dest, id, o);
 }
 
@@ -1245,6 +1262,18 @@ static void r_job_run(struct agent *a, conn *dest, json_int_t id, const json_t *
 			return;
 		}
 	}
+	/* cabling that failed validation (a same-port ring fails in NCCL): refuse */
+	const char *mnames[JOBENV_MAX_NODES];
+	char cwhy[720];
+	for (i = 0; i < n; i++)
+		mnames[i] = nodes[i].name;
+	if (!json_is_true(json_object_get(req, "force")) && cabling_failed(a, mnames, n, cwhy, sizeof cwhy)) {
+		reply_error(dest, id, "cabling_failed",
+			    "group %s: %s; nothing was started: fix the cabling and run 'sparkctl topo "
+			    "validate' again, or run with --force", group, cwhy);
+		free(nodes);
+		return;
+	}
 	/* network plan from the stored reports */
 	struct jobnet_member *mem = calloc(n, sizeof *mem);
 	char (*mgmt)[128] = calloc(n, sizeof *mgmt);
@@ -1372,7 +1401,7 @@ static void r_job_run(struct agent *a, conn *dest, json_int_t id, const json_t *
 			continue;
 		}
 		json_t *m = proto_msg("job_start", 0);
-		json_object_set(m, "job", spec);
+		json_object_set_new(m, "job", jobnet_node_spec(plan, i, spec)); /* per-node view */
 		json_object_set_new(m, "node_rank", json_integer((json_int_t)i));
 		json_object_set_new(m, "socket_addr", json_string(plan->socket_addr[i]));
 		json_object_set_new(m, "ranks", ranks);

@@ -1,6 +1,8 @@
 /* plan: the group planner. See plan.h for the rules. */
 #include "plan.h"
 
+#include <jansson.h>
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -37,17 +39,29 @@ static void cat(char *buf, size_t len, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* "a, b (in group x), c (drained)" for the error lines. */
+/* "a, b (in group x), c (drained)" for the error lines; when the next node
+ * would not fit, "and N more" instead of a cut-off word. */
 static void list_nodes(const struct plan_input *in, bool free_only, char *buf, size_t len)
 {
 	buf[0] = '\0';
 	bool first = true;
+	size_t left = 0;
+	for (size_t i = 0; i < in->n; i++)
+		left += !(free_only && in->nodes[i].busy);
 	for (size_t i = 0; i < in->n; i++) {
 		if (free_only && in->nodes[i].busy)
 			continue;
-		cat(buf, len, "%s%s", first ? "" : ", ", in->nodes[i].name);
+		char item[200];
+		snprintf(item, sizeof item, "%s%s%s%s", first ? "" : ", ", in->nodes[i].name,
+			 in->nodes[i].busy ? " (" : "", in->nodes[i].busy ? in->nodes[i].busy : "");
 		if (in->nodes[i].busy)
-			cat(buf, len, " (%s)", in->nodes[i].busy);
+			snprintf(item + strlen(item), sizeof item - strlen(item), ")");
+		if (strlen(buf) + strlen(item) + 24 >= len) {
+			cat(buf, len, " and %zu more", left);
+			return;
+		}
+		cat(buf, len, "%s", item);
+		left--;
 		first = false;
 	}
 	if (first)
@@ -70,6 +84,11 @@ static void ring_shape(const struct plan_input *in, struct plan_result *r, bool 
 	if (r->n == 1) {
 		snprintf(r->shape, sizeof r->shape, "single");
 		snprintf(r->note, sizeof r->note, "one node: no fabric traffic between ranks");
+	} else if (r->n == in->n && in->n == 3) {
+		snprintf(r->shape, sizeof r->shape, "ring");
+		snprintf(r->note, sizeof r->note,
+			 "the whole 3-node ring, a full mesh: every pair of nodes has its own cable, "
+			 "so ring, tree and one-shot all-reduce all run over direct cables");
 	} else if (r->n == in->n && in->n >= 3) {
 		snprintf(r->shape, sizeof r->shape, "ring");
 		snprintf(r->note, sizeof r->note,
@@ -80,13 +99,12 @@ static void ring_shape(const struct plan_input *in, struct plan_result *r, bool 
 		snprintf(r->note, sizeof r->note,
 			 "2 neighbours on one direct cable: all-reduce is a direct exchange");
 	} else if (contiguous) {
+		/* Names of up to 63 bytes each: the note stays within PLAN_NOTE_MAX. */
 		snprintf(r->shape, sizeof r->shape, "chain");
 		snprintf(r->note, sizeof r->note,
-			 "a chain of %zu of the %zu ring nodes (%s .. %s): %s and %s have no cable "
-			 "between them, so ring all-reduce closes the loop through the other %zu "
-			 "node(s) or over TCP and runs slower than on a closed ring; one-shot "
-			 "all-reduce is impossible without a switch",
-			 r->n, in->n, first, last, last, first, in->n - r->n);
+			 "a chain of %zu of %zu ring nodes: its ends %.63s and %.63s have no cable "
+			 "between them: ring all-reduce is slower, one-shot needs a switch",
+			 r->n, in->n, first, last);
 	} else {
 		snprintf(r->shape, sizeof r->shape, "scattered");
 		snprintf(r->note, sizeof r->note,
@@ -125,7 +143,7 @@ static int plan_ring_size(const struct plan_input *in, struct plan_result *r)
 		}
 	}
 	if (!found) {
-		char freel[256];
+		char freel[640];
 		list_nodes(in, true, freel, sizeof freel);
 		return fail(r, -ENOSPC,
 			    "no %zu neighbouring free nodes on the ring (free: %s); a group must be a "
@@ -188,7 +206,7 @@ int plan_group(const struct plan_input *in, struct plan_result *r)
 			while (k < in->n && strcmp(in->nodes[k].name, in->names[i]) != 0)
 				k++;
 			if (k == in->n) {
-				char all[256];
+				char all[768];
 				list_nodes(in, false, all, sizeof all);
 				return fail(r, -ENOENT, "no node named '%s' in the cluster (nodes: %s)",
 					    in->names[i], all);
@@ -222,7 +240,7 @@ int plan_group(const struct plan_input *in, struct plan_result *r)
 		return fail(r, -EINVAL, "a group needs at least one node");
 	size_t nfree = count_free(in);
 	if (in->size > nfree) {
-		char all[256];
+		char all[768];
 		list_nodes(in, false, all, sizeof all);
 		return fail(r, -ENOSPC, "size %zu is larger than the %zu free node%s (%s)", in->size,
 			    nfree, nfree == 1 ? "" : "s", all);
@@ -279,4 +297,46 @@ int plan_topo_from_run(const char *cls, const char *result, const char *const *r
 	}
 	*topo = PLAN_RING;
 	return 0;
+}
+
+int plan_cabling_failed(const char *result, const char *verdict, long long age_s,
+			const char *const *names, size_t n, char *why, size_t len)
+{
+	if (len)
+		why[0] = '\0';
+	if (!result || strcmp(result, "fail") != 0 || !verdict)
+		return 0;
+	json_t *v = json_loads(verdict, 0, NULL);
+	size_t i, k;
+	json_t *f, *e;
+	json_t *hit = NULL;
+	int count = 0;
+	json_array_foreach(json_object_get(v, "findings"), i, f) {
+		const char *sev = json_string_value(json_object_get(f, "severity"));
+		if (!sev || strcmp(sev, "fail") != 0)
+			continue;
+		bool mine = json_array_size(json_object_get(f, "ends")) == 0;
+		json_array_foreach(json_object_get(f, "ends"), k, e) {
+			const char *node = json_string_value(json_object_get(e, "node"));
+			for (size_t m = 0; node && m < n && !mine; m++)
+				mine = names[m] && strcmp(names[m], node) == 0;
+		}
+		if (mine && count++ == 0)
+			hit = f;
+	}
+	if (!hit) {
+		json_decref(v);
+		return 0;
+	}
+	const char *msg = json_string_value(json_object_get(hit, "message"));
+	const char *fix = json_string_value(json_object_get(hit, "fix"));
+	char more[48] = "";
+	if (count > 1)
+		snprintf(more, sizeof more, " (and %d more failure%s)", count - 1, count > 2 ? "s" : "");
+	int w = snprintf(why, len, "the latest cabling validation, %lld s ago, FAILed: %s%s; fix: %s",
+			 age_s, msg ? msg : "?", more, fix ? fix : "see 'sparkctl topo validate'");
+	if (w >= 0 && (size_t)w >= len && len > 4)
+		memcpy(why + len - 4, "...", 4);
+	json_decref(v);
+	return 1;
 }

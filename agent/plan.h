@@ -15,6 +15,8 @@
  * - --nodes: every name must exist and be free. On a ring the ranks follow ring
  *   order (starting after the gap, so an arc that wraps stays in one piece);
  *   elsewhere the order given.
+ * - A ring of 3 is a full mesh (every pair has its own cable): its groups'
+ *   notes say that one-shot and tree all-reduce work.
  * - shape says what the group is: ring (the whole ring, 3+), pair (2 nodes on
  *   one cable), chain (3+ contiguous nodes of a larger ring), scattered (ring
  *   nodes that are not contiguous), switch, single, unknown. note says, in
@@ -26,6 +28,7 @@
 #include <stddef.h>
 
 #define PLAN_MAX_NODES 64
+#define PLAN_NOTE_MAX 256 /* db_group.note */
 
 enum plan_topo { PLAN_UNKNOWN = 0, PLAN_RING, PLAN_SWITCH };
 
@@ -48,8 +51,11 @@ struct plan_result {
 	size_t idx[PLAN_MAX_NODES];    /* chosen nodes in rank order (indexes into nodes) */
 	size_t n;
 	char shape[16];
-	char note[384];                /* for people; "" when there is nothing to say */
-	char err[384];                 /* one line when code < 0 */
+	/* For people, never cut off: a note is at most PLAN_NOTE_MAX - 1 bytes with
+	 * names of up to 63 bytes (it is stored as the group's note, 256 bytes);
+	 * err's lists of nodes end in "and N more" before they would overflow. */
+	char note[PLAN_NOTE_MAX];      /* "" when there is nothing to say */
+	char err[1024];                /* one line when code < 0 */
 };
 
 const char *plan_topo_name(enum plan_topo t);
@@ -67,5 +73,14 @@ int plan_group(const struct plan_input *in, struct plan_result *out);
 int plan_topo_from_run(const char *cls, const char *result, const char *const *ring_order,
 		       size_t n_ring, int run_nodes, const char *const *names, size_t n,
 		       enum plan_topo *topo, size_t *order);
+
+/* Whether the latest stored validation (result, its verdict JSON text, its
+ * age in seconds) failed in a way that concerns a group of these nodes: a
+ * "fail" finding naming one of them among its ends, or naming no node at
+ * all (cluster-wide). 1 with why filled ("the latest cabling validation, 12 s
+ * ago, FAILed: MESSAGE; fix: FIX"), else 0. Parses the verdict (jansson);
+ * why is never cut off mid-word (it ends in "..." if it would overflow). */
+int plan_cabling_failed(const char *result, const char *verdict, long long age_s,
+			const char *const *names, size_t n, char *why, size_t len);
 
 #endif

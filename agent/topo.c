@@ -548,9 +548,19 @@ static void op_addr_apply(struct topo_agent *t, json_int_t id, const json_t *req
 		log_info("fabric_addresses_applied", "added=%zu removed=%zu",
 			 json_array_size(json_object_get(rep, "added")),
 			 json_array_size(json_object_get(rep, "removed")));
+	/* What changed is in effect now: send the discovery that shows it, so the
+	 * head has it before `--apply` returns (issue 16). */
+	json_t *after = NULL;
+	if (r == 0 && !o.dry_run && json_is_true(json_object_get(rep, "changed"))) {
+		char derr[256] = "";
+		if (topo_discover(&t->dopts, &after, derr, sizeof derr) < 0) {
+			log_warn("discovery_failed", "after=addr_apply err=%s", log_q(derr));
+			after = NULL;
+		}
+	}
 	reply_ok(t, id,
-		 json_pack("{s:i, s:o, s:o}", "rc", r, "error", r < 0 ? json_string(err) : json_null(),
-			   "report", rep ? rep : json_null()));
+		 json_pack("{s:i, s:o, s:o, s:o}", "rc", r, "error", r < 0 ? json_string(err) : json_null(),
+			   "report", rep ? rep : json_null(), "discovery", after ? after : json_null()));
 }
 
 struct node_op {

@@ -38,6 +38,7 @@
 
 #define TOPO_SETTLE_MS 1300      /* neighbour tables are trusted after this much l2disc uptime */
 #define TOPO_STALE_EXTRA_MS 500  /* a neighbour not heard for 2 intervals + this is dropped */
+#define TOPO_CHANGE_WAIT_MS 4000 /* a run waits this long at most for the reports after a carrier change */
 #define TOPO_REQ_TIMEOUT_MS 20000
 #define TOPO_RUN_TIMEOUT_MS 180000
 #define TOPO_BULK_MS 500         /* probes.bulk_ms: per direction, full validation */

@@ -6,7 +6,8 @@
  * stored discovery and gets a node_unreachable finding). While some node's
  * neighbour discovery has run for less than TOPO_SETTLE_MS, the run waits and
  * gathers once more. Neighbours on a twin without carrier, or not heard for
- * two intervals, are left out (a cable just cut or moved). Then:
+ * two intervals, or sent from a twin that has no carrier in its sender's
+ * report of this run, are left out (a cable just cut or moved). Then:
  *   show       topo_cablemap_build + topo_classify -> the verdict;
  *   addresses  + topo_addrplan_make; every node applies it (or reports what it
  *              would change) with its own netdevs;
@@ -107,8 +108,21 @@ struct vrun {
 	bool finished;
 };
 
+#define GONE_MAX 16
+#define GONE_KEEP_S 120 /* a node that left is "known" this long */
+
 struct thead {
 	struct topo_agent *t;
+	/* nodes that left or were removed lately (from cluster.db's events) */
+	int64_t ev_seen;
+	int64_t member_change_ts, cabling_change_ts;
+	char member_change[96], cabling_change[160];
+	struct {
+		char name[64];
+		int64_t ts;
+		bool removed;
+	} gone[GONE_MAX];
+	int ngone;
 	json_int_t next_id;
 	struct vreq *reqs;
 	struct vrun *runs;
@@ -398,8 +412,12 @@ static json_t *twin_of(json_t *disc, const char *netdev)
 }
 
 /* A copy of a neighbour table without what a cut or moved cable left behind:
- * neighbours of a twin without carrier, and those not heard for two intervals. */
-static json_t *fresh_l2(json_t *l2, json_t *disc)
+ * neighbours of a twin without carrier, those not heard for two intervals,
+ * and those whose SENDER's netdev has no carrier in the sender's own report
+ * of this run (a switch cable just moved to the node's other port: the
+ * others still remember the old port for two intervals, and a verdict must
+ * not mix what was heard before the change with the reports after it). */
+static json_t *fresh_l2(struct vrun *r, json_t *l2, json_t *disc)
 {
 	json_t *c = json_deep_copy(l2);
 	json_int_t iv = proto_int(c, "interval_ms", 1000);
@@ -414,9 +432,20 @@ static json_t *fresh_l2(json_t *l2, json_t *disc)
 			continue;
 		}
 		for (size_t k = json_array_size(nb); k-- > 0;) {
-			json_t *ago = json_object_get(json_array_get(nb, k), "heard_ms_ago");
-			if (json_is_number(ago) && json_number_value(ago) > stale)
+			json_t *e = json_array_get(nb, k);
+			json_t *ago = json_object_get(e, "heard_ms_ago");
+			if (json_is_number(ago) && json_number_value(ago) > stale) {
 				json_array_remove(nb, k);
+				continue;
+			}
+			const char *from = jstr(e, "node_id");
+			for (size_t m = 0; from && m < r->n; m++)
+				if (strcmp(r->nodes[m].id, from) == 0 && r->nodes[m].disc &&
+				    json_is_false(json_object_get(twin_of(r->nodes[m].disc, jstr(e, "netdev")),
+								  "carrier"))) {
+					json_array_remove(nb, k);
+					break;
+				}
 		}
 	}
 	return c;
@@ -451,12 +480,76 @@ static void recompute_result(json_t *verdict)
 			    json_string(worst == 2 ? "fail" : worst == 1 ? "warn" : "pass"));
 }
 
+/* Read the events recorded since the last scan (incrementally): nodes that
+ * left or were removed (for the map's "former"), and the newest membership
+ * and cabling changes (for status: a verdict older than them is stale). */
+static void scan_events(struct thead *h, struct agent *a)
+{
+	db_event *ev = NULL;
+	size_t nev = 0;
+	while (a->db && db_event_list(a->db, h->ev_seen, 1000, &ev, &nev) == 0 && nev > 0) {
+		for (size_t i = 0; i < nev; i++) {
+			h->ev_seen = ev[i].id;
+			const char *k = ev[i].kind, *d = ev[i].detail;
+			bool left = strcmp(k, "node_left") == 0, removed = strcmp(k, "node_removed") == 0;
+			if (left || removed || strcmp(k, "joined") == 0) {
+				h->member_change_ts = ev[i].ts;
+				snprintf(h->member_change, sizeof h->member_change, "%s %s", d,
+					 left ? "left" : removed ? "was removed" : "joined");
+			}
+			if (strcmp(k, "fabric") == 0 && (strstr(d, "carrier") || strstr(d, "mtu") ||
+							 strstr(d, "gone") || strstr(d, "appeared"))) {
+				h->cabling_change_ts = ev[i].ts;
+				snprintf(h->cabling_change, sizeof h->cabling_change, "%s", d);
+			}
+			if (!left && !removed)
+				continue;
+			if (h->ngone == GONE_MAX) { /* full: drop the oldest */
+				memmove(&h->gone[0], &h->gone[1], (GONE_MAX - 1) * sizeof h->gone[0]);
+				h->ngone--;
+			}
+			int g = h->ngone++;
+			util_strlcpy(h->gone[g].name, d, sizeof h->gone[g].name);
+			h->gone[g].ts = ev[i].ts;
+			h->gone[g].removed = removed;
+		}
+		free(ev);
+		ev = NULL;
+		if (nev < 1000)
+			break;
+	}
+	free(ev);
+}
+
+/* The map's "former": nodes that left or were removed in the last
+ * GONE_KEEP_S seconds and are not members again, read from the events that
+ * `leave` and `node rm` record. */
+static json_t *former_nodes(struct vrun *r)
+{
+	struct thead *h = r->h;
+	scan_events(h, h->t->a);
+	json_t *out = json_array();
+	int64_t now = util_now();
+	for (int k = 0; k < h->ngone; k++) {
+		if (now - h->gone[k].ts > GONE_KEEP_S)
+			continue;
+		bool member = false;
+		for (size_t i = 0; i < r->n; i++)
+			member |= strcmp(r->nodes[i].name, h->gone[k].name) == 0;
+		if (!member)
+			json_array_append_new(out, json_pack("{s:s, s:s, s:I}", "name", h->gone[k].name,
+							     "how", h->gone[k].removed ? "removed" : "left",
+							     "ago_s", (json_int_t)(now - h->gone[k].ts)));
+	}
+	return out;
+}
+
 static int classify(struct vrun *r, char *err, size_t errlen)
 {
 	json_t *nodes = json_array();
 	for (size_t i = 0; i < r->n; i++) {
 		struct vnode *n = &r->nodes[i];
-		json_t *l2 = n->l2 ? fresh_l2(n->l2, n->disc) : json_null();
+		json_t *l2 = n->l2 ? fresh_l2(r, n->l2, n->disc) : json_null();
 		json_array_append_new(nodes, json_pack("{s:s, s:s, s:O, s:o}", "id", n->id, "name",
 						       n->name, "discovery",
 						       n->disc ? n->disc : json_null(), "l2disc", l2));
@@ -468,7 +561,9 @@ static int classify(struct vrun *r, char *err, size_t errlen)
 		snprintf(err, errlen, "cannot build the cable map from the nodes' reports");
 		return rc;
 	}
-	struct topo_classify_opts co = {.expect = r->expect[0] ? r->expect : NULL};
+	json_object_set_new(map, "former", former_nodes(r));
+	struct topo_classify_opts co = {.expect = r->expect[0] ? r->expect : NULL,
+					.mtu = r->h->t->dopts.cluster_mtu};
 	rc = topo_classify(map, &co, &verdict, err, errlen);
 	json_decref(map);
 	if (rc < 0)
@@ -1142,6 +1237,14 @@ static void on_addr(struct vrun *r, struct vreq *q, const json_t *m)
 				      ? json_incref(json_object_get(d, "report"))
 				      : json_null());
 	json_array_set_new(r->reports, (size_t)q->idx, o);
+	/* The node's discovery after applying: stored before --apply answers, so
+	 * a job started right after it is planned with the new addresses. */
+	json_t *disc = d ? json_object_get(d, "discovery") : NULL;
+	if (json_is_object(disc)) {
+		int fr = fabric_store(r->h->t->a, r->nodes[q->idx].id, disc);
+		if (fr < 0)
+			log_warn("fabric_store_failed", "node=%s err=%d", r->nodes[q->idx].name, fr);
+	}
 	if (r->pending == 0)
 		addresses_done(r);
 }
@@ -1186,6 +1289,31 @@ static void run_addresses(struct vrun *r)
 
 /* ---- after the gather ----------------------------------------------------------------------- */
 
+/* Does some node's table hold a neighbour whose sending twin has no carrier
+ * in its sender's report of this run? */
+static bool mixed_reports(struct vrun *r)
+{
+	for (size_t i = 0; i < r->n; i++) {
+		json_int_t iv = proto_int(r->nodes[i].l2, "interval_ms", 1000);
+		double stale = 2.0 * (double)(iv > 0 ? iv : 1000) + TOPO_STALE_EXTRA_MS;
+		size_t x, k;
+		json_t *f, *e;
+		json_array_foreach(json_object_get(r->nodes[i].l2, "interfaces"), x, f)
+			json_array_foreach(json_object_get(f, "neighbours"), k, e) {
+				json_t *ago = json_object_get(e, "heard_ms_ago");
+				if (json_is_number(ago) && json_number_value(ago) > stale)
+					continue; /* left out as stale anyway */
+				const char *from = jstr(e, "node_id");
+				for (size_t m = 0; from && m < r->n; m++)
+					if (strcmp(r->nodes[m].id, from) == 0 && r->nodes[m].disc &&
+					    json_is_false(json_object_get(
+						twin_of(r->nodes[m].disc, jstr(e, "netdev")), "carrier")))
+						return true;
+			}
+	}
+	return false;
+}
+
 static void gathered(struct vrun *r)
 {
 	/* A neighbour table younger than TOPO_SETTLE_MS may miss neighbours: wait. */
@@ -1197,6 +1325,15 @@ static void gathered(struct vrun *r)
 	}
 	if (r->gathers < 3 && min_up >= 0 && min_up < TOPO_SETTLE_MS) {
 		r->wake_ms = util_now_ms() + (uint64_t)(TOPO_SETTLE_MS - min_up) + 20;
+		tick_on(r->h);
+		return;
+	}
+	/* A carrier changed moments ago: some node still remembers frames from a
+	 * twin that has no carrier now, and the reports that follow the change
+	 * (the new port heard) may not be in yet. Gather again until those
+	 * entries are gone (two intervals), at most TOPO_CHANGE_WAIT_MS. */
+	if (mixed_reports(r) && util_now_ms() - r->t0_ms < TOPO_CHANGE_WAIT_MS) {
+		r->wake_ms = util_now_ms() + 300;
 		tick_on(r->h);
 		return;
 	}
@@ -1443,6 +1580,25 @@ json_t *topo_head_status(struct agent *a)
 			      run.expect, "finished_at", (json_int_t)run.finished_at, "age_s",
 			      (json_int_t)(age > 0 ? age : 0), "duration_ms",
 			      (json_int_t)run.duration_ms, "summary", summary);
+	/* A verdict that predates the membership or the cabling is no longer the
+	 * cluster's: say so (status prints it), and what changed. */
+	struct thead *h = a->topo ? a->topo->head : NULL;
+	char why[320] = "";
+	size_t now_nodes = 0;
+	db_node *nodes = NULL;
+	if (db_node_list(a->db, &nodes, &now_nodes) == 0 && (int)now_nodes != run.n_nodes)
+		snprintf(why, sizeof why, "the cluster has %zu nodes now, the validation saw %d",
+			 now_nodes, run.n_nodes);
+	free(nodes);
+	if (h) {
+		scan_events(h, a);
+		if (!why[0] && h->member_change_ts > run.started_at && h->member_change[0])
+			snprintf(why, sizeof why, "%s since", h->member_change);
+		else if (!why[0] && h->cabling_change_ts > run.started_at && h->cabling_change[0])
+			snprintf(why, sizeof why, "the cabling changed since (%s)", h->cabling_change);
+	}
+	json_object_set_new(o, "stale", json_boolean(why[0] != 0));
+	json_object_set_new(o, "stale_reason", why[0] ? json_string(why) : json_null());
 	db_topo_run_free(&run);
 	return o;
 }

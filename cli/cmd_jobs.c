@@ -373,6 +373,9 @@ int cmd_group_create(struct cli_ctx *ctx, int argc, char **argv)
 		if (*cli_jstr(d, "note") && strcmp(cli_jstr(d, "note"), "-") != 0)
 			printf("Note: %s.\n", cli_jstr(d, "note"));
 	}
+	if (json_is_string(json_object_get(d, "warning")))
+		fprintf(stderr, "sparkctl: warning: %s; jobs on this group are refused until the cabling "
+				"validates (or run with --force)\n", cli_jstr(d, "warning"));
 	json_decref(d);
 	return 0;
 }
@@ -537,11 +540,12 @@ int cmd_run(struct cli_ctx *ctx, int argc, char **argv)
 					   {"workdir", required_argument, NULL, 'w'},
 					   {"timeout", required_argument, NULL, 't'},
 					   {"detach", no_argument, NULL, 'd'},
+					   {"force", no_argument, NULL, 'f'},
 					   OPT_END};
 	const char *group = NULL, *name = NULL, *launcher = "native", *workdir = NULL;
 	long rpn = 1;
 	int64_t timeout = 0;
-	bool detach = false;
+	bool detach = false, force = false;
 	json_t *env = json_array();
 	int ch, rc = 0;
 	optind = 0;
@@ -557,6 +561,7 @@ int cmd_run(struct cli_ctx *ctx, int argc, char **argv)
 		case 'l': launcher = optarg; break;
 		case 'w': workdir = optarg; break;
 		case 'd': detach = true; break;
+		case 'f': force = true; break;
 		case 'k':
 			rpn = strtol(optarg, &end, 10);
 			if (*end || rpn < 1 || rpn > 64) {
@@ -613,6 +618,8 @@ int cmd_run(struct cli_ctx *ctx, int argc, char **argv)
 		json_object_set_new(args, "name", json_string(name));
 	if (workdir)
 		json_object_set_new(args, "workdir", json_string(workdir));
+	if (force)
+		json_object_set_new(args, "force", json_true());
 	cli_add_caller_env(args);
 	if (getenv("LANG"))
 		json_object_set_new(args, "lang", json_string(getenv("LANG")));

@@ -384,7 +384,7 @@ int cmd_sim_fault(struct cli_ctx *ctx, int argc, char **argv)
 			return cli_usage(ctx, "too many arguments");
 	}
 	if (n < 1)
-		return cli_usage(ctx, "which fault? cut, restore, mtu, swap, delay, kill or start");
+		return cli_usage(ctx, "which fault? cut, restore, mtu, swap, delay, kill, start, down or up");
 	char err[512] = "";
 	int r = sim_fault(args[0], n - 1, args + 1, prefix, err, sizeof err);
 	if (r < 0)

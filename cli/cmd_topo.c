@@ -68,7 +68,7 @@ static void print_cables(json_t *v)
 	size_t i, k;
 	json_t *c, *tw;
 	json_array_foreach(cables, i, c) {
-		char a[96], b[96], cab[200], twins[16], nds[200] = "", mtu[48];
+		char a[96], b[96], cab[200], twins[16], nds[200] = "", mtu[192];
 		end_name(json_object_get(c, "a"), a, sizeof a);
 		end_name(json_object_get(c, "b"), b, sizeof b);
 		snprintf(cab, sizeof cab, "%s -- %s", a, b);
@@ -76,22 +76,34 @@ static void print_cables(json_t *v)
 		snprintf(twins, sizeof twins, "%lld/%zu",
 			 (long long)json_integer_value(json_object_get(c, "twins_ok")),
 			 json_array_size(tws));
-		long long ma = -1, mb = -1;
+		/* The MTU column: the value when every twin agrees end to end, else
+		 * each twin whose two ends differ, with its own two values. */
+		long long m0 = -1;
+		char bad[160] = "";
 		json_array_foreach(tws, k, tw) {
 			json_t *ta = json_object_get(tw, "a"), *tb = json_object_get(tw, "b");
 			size_t o = strlen(nds);
 			snprintf(nds + o, sizeof nds - o, "%s%s%s%s%s", k ? ", " : "", cli_jstr(ta, "netdev"),
 				 json_is_object(tb) ? "=" : "", json_is_object(tb) ? cli_jstr(tb, "netdev") : "",
 				 json_is_true(json_object_get(tw, "ok")) ? "" : " (silent)");
-			if (json_is_integer(json_object_get(ta, "mtu")))
-				ma = (long long)json_integer_value(json_object_get(ta, "mtu"));
-			if (json_is_integer(json_object_get(tb, "mtu")))
-				mb = (long long)json_integer_value(json_object_get(tb, "mtu"));
+			long long ma = json_is_integer(json_object_get(ta, "mtu"))
+					   ? (long long)json_integer_value(json_object_get(ta, "mtu"))
+					   : -1;
+			long long mb = json_is_integer(json_object_get(tb, "mtu"))
+					   ? (long long)json_integer_value(json_object_get(tb, "mtu"))
+					   : -1;
+			if (m0 < 0 && ma > 0)
+				m0 = ma;
+			if (ma > 0 && mb > 0 && ma != mb) {
+				o = strlen(bad);
+				snprintf(bad + o, sizeof bad - o, "%stwin %zu %lld/%lld", o ? ", " : "", k, ma,
+					 mb);
+			}
 		}
-		if (json_is_false(json_object_get(c, "mtu_ok")))
-			snprintf(mtu, sizeof mtu, "MISMATCH %lld/%lld", ma, mb);
-		else if (ma > 0)
-			snprintf(mtu, sizeof mtu, "%lld", ma);
+		if (bad[0] || json_is_false(json_object_get(c, "mtu_ok")))
+			snprintf(mtu, sizeof mtu, "MISMATCH %s", bad[0] ? bad : "(see findings)");
+		else if (m0 > 0)
+			snprintf(mtu, sizeof mtu, "%lld", m0);
 		else
 			snprintf(mtu, sizeof mtu, "-");
 		const char *row[] = {cab, cli_jstr(c, "kind"), twins, mtu, nds};
@@ -571,4 +583,7 @@ void cli_topo_status_line(json_t *topology)
 	util_fmt_age((int64_t)json_integer_value(json_object_get(topology, "age_s")), age, sizeof age);
 	printf("Topology: %s %s ago%s\n", cli_jstr(topology, "summary"), age,
 	       json_is_true(json_object_get(topology, "quick")) ? " (quick)" : "");
+	if (json_is_true(json_object_get(topology, "stale")))
+		printf("          out of date: %s; run 'sparkctl topo validate' again\n",
+		       cli_jstr(topology, "stale_reason"));
 }

@@ -109,13 +109,16 @@ const struct cli_cmd cli_commands[] = {
 	 "CMD runs in the node's network namespace with its own /sys and SPARKCTL_SOCKET set;\n"
 	 "the exit code is CMD's.\n"},
 	{"sim", "fault", cmd_sim_fault,
-	 "sim fault cut|restore|mtu|swap|delay|kill|start TARGET [VALUE] [--name PREFIX]",
+	 "sim fault cut|restore|mtu|swap|delay|kill|start|down|up TARGET [VALUE] [--name PREFIX]",
 	 "inject a fault into a simulated cluster",
 	 "  cut NODE:PORT | NODE:IFNAME, restore (same)\n"
 	 "  mtu NODE:IFNAME VALUE, swap NODE-A:PORT NODE-B:PORT, delay NODE:IFNAME MS,\n"
-	 "  kill NODE, start NODE (PORT is 0 or 1; e.g. sim fault cut spark-2:0)\n\n"
+	 "  kill NODE, start NODE, down|up NODE:PORT | NODE:IFNAME\n"
+	 "  (PORT is 0 or 1; e.g. sim fault cut spark-2:0)\n\n"
 	 "  cut/restore     take a cable (PORT 0|1, both twins) or one twin (IFNAME) down on both\n"
 	 "                  ends, or put it back\n"
+	 "  down/up         take one end of a cable (or one twin) administratively down, or up:\n"
+	 "                  its peer stays up and loses carrier\n"
 	 "  mtu             set the MTU of one netdev (make a mismatch with its peer)\n"
 	 "  swap            re-cable: the two ports exchange their peers (miscabling)\n"
 	 "  delay           add MS of latency to frames leaving IFNAME (netem); 0 removes it\n"
@@ -165,7 +168,7 @@ const struct cli_cmd cli_commands[] = {
 	 "  --force   cancel the group's running jobs first\n"},
 	{NULL, "run", cmd_run,
 	 "run --group G [--name N] [--launcher native|torchrun|mpi] [--ranks-per-node K]\n"
-	 "         [--env K=V]... [--workdir DIR] [--timeout D] [--detach] -- CMD [ARGS...]",
+	 "         [--env K=V]... [--workdir DIR] [--timeout D] [--detach] [--force] -- CMD [ARGS...]",
 	 "run a job on a group, each rank with the environment of its own node's fabric",
 	 "  --group G            a group ('sparkctl group ls'), or all\n"
 	 "  --name N             the job's name (default: the command's name)\n"
@@ -179,6 +182,8 @@ const struct cli_cmd cli_commands[] = {
 	 "                       else the user's home)\n"
 	 "  --timeout D          cancel the job after D (90s, 30m, 2h)\n"
 	 "  --detach             print the job id and return; the job runs on\n"
+	 "  --force              run even though the latest 'sparkctl topo validate' FAILed for\n"
+	 "                       the group's nodes (refused otherwise)\n"
 	 "In the foreground, output is streamed with a rank prefix and the exit code is the\n"
 	 "failing rank's (128+N for signal N). Ctrl-C cancels the job; closing the terminal\n"
 	 "does not. Ranks run as you (the same user name on every node). Environment: see\n"

@@ -2,10 +2,43 @@
 # The sparkctl demo: build, bring up a simulated 4-node DGX Spark ring (one
 # network namespace per node, netdevs named like a Spark's, veth "cables", a
 # real sparkd in each), form a cluster with a join token, show its status, and
-# tear it all down. Run as root on Debian 12; installs what is missing.
+# tear it all down. Run as root on Debian 12 (directly or with sudo); it
+# installs what each part needs (build packages; python3-torch for the
+# torchrun part, Open MPI for the MPI part), or says which part it skips and why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "$(id -u)" -ne 0 ]; then
+  echo "demo.sh: needs root (network namespaces): run it as root, or with sudo ./scripts/demo.sh" >&2
+  exit 1
+fi
 ./scripts/deps.sh --build
+# need PART PKG...: install the Debian packages a part of the demo needs; 1
+# (after saying why) when they cannot be had, and the part is skipped.
+need() {
+  local part=$1 p missing=(); shift
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ -n "${SPARK_DEMO_NO_INSTALL:-}" ] || ! command -v apt-get >/dev/null; then
+    echo "demo.sh: skipping the $part part: ${missing[*]} not installed (apt-get install ${missing[*]})" >&2
+    return 1
+  fi
+  echo "demo.sh: installing ${missing[*]} for the $part part" >&2
+  if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 2>&1 &&
+     ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }; then
+    echo "demo.sh: skipping the $part part: apt-get could not install ${missing[*]}" >&2
+    return 1
+  fi
+}
+# what the torchrun and Open MPI parts need, before the sim is up
+TORCH=0; MPI=0
+if need torchrun python3-torch; then
+  if [ -x /usr/bin/torchrun ]; then TORCH=1; else echo "demo.sh: skipping the torchrun part: python3-torch has no /usr/bin/torchrun" >&2; fi
+fi
+if need "Open MPI" openmpi-bin libopenmpi-dev; then
+  if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then MPI=1; else echo "demo.sh: skipping the Open MPI part: no mpicc/mpirun on PATH" >&2; fi
+fi
 B=${SPARK_DEMO_BUILD:-build-demo}
 [ -f "$B/build.ninja" ] || meson setup "$B" -Dtests=disabled >/dev/null
 ninja -C "$B" >/dev/null
@@ -49,7 +82,7 @@ on 1 group create train --size 2
 on 1 group create serve --size 2
 on 2 group ls
 JOBDIR=$(mktemp -d /tmp/sparkctl-demo-XXXXXX); chmod 755 "$JOBDIR"
-if [ -x /usr/bin/torchrun ]; then
+if [ $TORCH = 1 ]; then
   cat > "$JOBDIR/allreduce.py" <<'PY'
 import torch, torch.distributed as dist
 dist.init_process_group("gloo")
@@ -60,7 +93,7 @@ PY
   say "sparkctl run --group train --launcher torchrun -- allreduce.py"
   on 3 run --group train --launcher torchrun --env PATH=/usr/sbin:/usr/bin:/sbin:/bin -- "$JOBDIR/allreduce.py"
 fi
-if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
+if [ $MPI = 1 ]; then
   cat > "$JOBDIR/hello.c" <<'C'
 #include <mpi.h>
 #include <stdio.h>

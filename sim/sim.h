@@ -91,6 +91,8 @@ int sim_leave_ns(int saved);
  *   swap NODE-A:PORT NODE-B:PORT           (the two ports exchange peers)
  *   delay NODE:IFNAME MS                   (netem on that end's egress; 0 removes)
  *   kill NODE | start NODE                 (its sparkd)
+ *   down|up NODE:PORT | NODE:IFNAME        (this end only, admin state: the
+ *                                           peer stays up and loses carrier)
  * sim.json is updated to match. */
 int sim_fault(const char *kind, int argc, char *const args[], const char *defprefix, char *err,
 	      size_t errlen);

@@ -75,6 +75,27 @@ static int do_cut(struct fctx *f, int k, const char *thing, bool cut)
 	return l ? set_cut(f, l, cut) : -ENODEV;
 }
 
+/* One end of a cable administratively down (or up again): its peer keeps its
+ * admin state and loses carrier, as when someone runs `ip link set X down`
+ * on one node only. */
+static int do_admin(struct fctx *f, int k, const char *thing, bool up)
+{
+	int port = parse_port(thing);
+	for (int t = 0; t < 2; t++) {
+		if (port < 0 && t > 0)
+			break;
+		struct sim_end *e;
+		if (!find_if(f, k, port >= 0 ? simm_fabric_ifname(port, t) : thing, &e))
+			return -ENODEV;
+		e->up = up;
+		int r = end_apply_up(f, e);
+		if (r < 0)
+			return sim_errf(f->err, f->errlen, r, "cannot set %s:%s %s: %s", e->ns, e->ifname,
+					up ? "up" : "down", strerror(-r));
+	}
+	return 0;
+}
+
 static int parse_int(const char *s, int lo, int hi, int *out)
 {
 	char *end;
@@ -205,14 +226,15 @@ int sim_fault(const char *kind, int argc, char *const args[], const char *defpre
 		const char *name;
 		int nargs;
 	} kinds[] = {{"cut", 1},   {"restore", 1}, {"mtu", 2},  {"swap", 2},
-		     {"delay", 2}, {"kill", 1},    {"start", 1}};
+		     {"delay", 2}, {"kill", 1},    {"start", 1},  {"down", 1},
+		     {"up", 1}};
 	int ki = -1;
 	for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
 		if (kind && strcmp(kind, kinds[i].name) == 0)
 			ki = (int)i;
 	if (ki < 0)
 		return sim_errf(err, errlen, -EINVAL,
-				"unknown fault '%s' (cut, restore, mtu, swap, delay, kill, start)",
+				"unknown fault '%s' (cut, restore, mtu, swap, delay, kill, start, down, up)",
 				kind ? kind : "");
 	if (argc != kinds[ki].nargs)
 		return sim_errf(err, errlen, -EINVAL, "fault %s takes %d argument%s", kind,
@@ -223,7 +245,7 @@ int sim_fault(const char *kind, int argc, char *const args[], const char *defpre
 	char prefix[SIM_PREFIX_MAX + 1], prefix2[SIM_PREFIX_MAX + 1], thing[64] = "",
 										thing2[64] = "";
 	int k, k2 = 0;
-	bool needs_thing = ki <= 4;
+	bool needs_thing = ki <= 4 || ki >= 7;
 	if (sim_parse_target(args[0], defprefix, prefix, sizeof prefix, &k,
 			     needs_thing ? thing : NULL, sizeof thing) < 0 ||
 	    (needs_thing && !thing[0]))
@@ -264,6 +286,8 @@ int sim_fault(const char *kind, int argc, char *const args[], const char *defpre
 	case 4: r = do_delay(&f, k, thing, args[1]); break;
 	case 5: r = sima_stop(f.s, k); break;
 	case 6: r = do_start(&f, k); break;
+	case 7: r = do_admin(&f, k, thing, false); break;
+	case 8: r = do_admin(&f, k, thing, true); break;
 	}
 	/* Record what is now true, also after a partial failure. */
 	int w = simm_save(f.s);

@@ -17,6 +17,7 @@
 struct ctwin {
 	const char *netdev;
 	int carrier; /* 1, 0, -1 unknown */
+	int admin;   /* admin state: 1 up, 0 down, -1 unknown */
 	long mtu;    /* from the map, 0 unknown */
 	long reported_mtu; /* what its frames said, 0 unknown */
 	int port;    /* global port index */
@@ -42,6 +43,7 @@ struct cnode {
 
 struct ctx {
 	const struct topo_classify_opts *o;
+	json_t *map;
 	int nn, np, nt;
 	struct cnode n[MAXN];
 	struct cport p[NPORT];
@@ -53,7 +55,9 @@ struct ctx {
 	json_t *cables, *advice;
 	const char *cls;
 	bool any_to_any;
-	char sb[24][160]; /* rotating message fragments */
+	bool mesh; /* every pair of nodes has its own direct cable (a 3-node ring) */
+	long cluster_mtu; /* the MTU mismatches are judged against (0: none) */
+	char sb[32][4096]; /* rotating message fragments: room for every name of MAXN nodes */
 	int si;
 };
 
@@ -62,7 +66,7 @@ struct ctx {
 static const char *S(struct ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static const char *S(struct ctx *c, const char *fmt, ...)
 {
-	char *b = c->sb[c->si++ % 24];
+	char *b = c->sb[c->si++ % 32];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(b, sizeof c->sb[0], fmt, ap);
@@ -99,13 +103,17 @@ static void finding(struct ctx *c, const char *code, const char *sev, json_t *en
 static void finding(struct ctx *c, const char *code, const char *sev, json_t *ends, const char *fix,
 		    const char *fmt, ...)
 {
-	char msg[768];
+	/* Sized by the text itself: a message is never cut off. */
+	char *msg = NULL;
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
+	int w = vasprintf(&msg, fmt, ap);
 	va_end(ap);
+	if (w < 0)
+		msg = NULL;
 	json_t *f = json_pack("{s:s, s:s, s:s, s:s, s:o}", "code", code, "severity", sev, "message",
-			      msg, "fix", fix, "ends", ends ? ends : json_array());
+			      msg ? msg : code, "fix", fix, "ends", ends ? ends : json_array());
+	free(msg);
 	json_t *dst = strcmp(sev, "fail") == 0 ? c->fail : strcmp(sev, "warn") == 0 ? c->warn : c->info;
 	json_array_append_new(dst, f);
 }
@@ -268,6 +276,8 @@ static int parse(struct ctx *c, json_t *map, char *err, size_t errlen)
 				t->netdev = nd ? nd : "?";
 				json_t *car = json_object_get(tj, "carrier");
 				t->carrier = json_is_boolean(car) ? json_is_true(car) : -1;
+				json_t *adm = json_object_get(tj, "admin_up");
+				t->admin = json_is_boolean(adm) ? json_is_true(adm) : -1;
 				t->mtu = jint(json_object_get(tj, "mtu"));
 				t->port = g;
 				t->idx = (int)ti;
@@ -297,6 +307,20 @@ static int parse(struct ctx *c, json_t *map, char *err, size_t errlen)
 	return 0;
 }
 
+/* A node that left the cluster lately (the map's "former"), by id or name. */
+static json_t *former(struct ctx *c, const char *id, const char *name)
+{
+	size_t i;
+	json_t *f;
+	json_array_foreach(json_object_get(c->map, "former"), i, f) {
+		const char *fid = json_string_value(json_object_get(f, "id"));
+		const char *fn = json_string_value(json_object_get(f, "name"));
+		if ((fid && id && strcmp(fid, id) == 0) || (fn && name && strcmp(fn, name) == 0))
+			return f;
+	}
+	return NULL;
+}
+
 /* Resolve every "heard" entry to a twin; unknown senders become findings. */
 static void resolve_heard(struct ctx *c)
 {
@@ -320,6 +344,19 @@ static void resolve_heard(struct ctx *c)
 					continue;
 				unknown[nunknown++] = id;
 				const char *nm = json_string_value(json_object_get(h, "node_name"));
+				json_t *gone = former(c, id, nm);
+				if (gone) {
+					const char *how = json_string_value(json_object_get(gone, "how"));
+					bool rm = how && strcmp(how, "removed") == 0;
+					finding(c, "node_left", "info", json_pack("[o]", end_twin(c, a)),
+						"nothing to do: its frames stop within seconds; unplug its cable if "
+						"it should not be cabled there, or join it again (sparkctl join)",
+						"%s still hears %s on port %s, which %s the cluster %llds ago",
+						TL(c, a), nm ? nm : id, pn,
+						rm ? "was removed from (sparkctl node rm)" : "left (sparkctl leave)",
+						(long long)jint(json_object_get(gone, "ago_s")));
+					continue;
+				}
 				finding(c, "unknown_neighbour", "warn", json_pack("[o]", end_twin(c, a)),
 					"join that node to this cluster (sparkctl join) or unplug it",
 					"%s hears node %s%s%s%s on port %s, which is not a member of this "
@@ -417,6 +454,23 @@ static void node_drops(struct ctx *c)
 				TL(c, t), bad, who ? " from " : "", who ? who : "", mac ? " (" : "",
 				mac ? mac : "", mac ? ")" : "");
 		}
+		json_t *fg = json_object_get(c->t[t].j, "foreign");
+		if (json_is_object(fg)) {
+			const char *mac = json_string_value(json_object_get(fg, "mac"));
+			const char *tool = json_string_value(json_object_get(fg, "tool"));
+			bool nv = tool && strcmp(tool, "nvidia_topo_discover") == 0;
+			finding(c, "foreign_discovery", "info", json_pack("[o]", end_twin(c, t)),
+				nv ? "NVIDIA's script rewrites netplan on the machine it runs on: there, "
+				     "check /etc/netplan/ (40-cx7.yaml) and remove what it configured for "
+				     "these netdevs, or sparkctl's plan and its plan fight"
+				   : "find the tool on the machine with that MAC; if it configures the "
+				     "fabric, keep it from fighting sparkctl's plan",
+				"%s hears %ld discovery frame(s) (EtherType 0x88B5) of another tool%s from "
+				"%s%s",
+				TL(c, t), jint(json_object_get(fg, "frames")),
+				nv ? ", NVIDIA's detection script (TOPO_DISCOVER_2NODE_V2)," : "",
+				mac ? mac : "an unknown MAC", nv ? "" : "; sparkd ignores them");
+		}
 		if (other > 0) {
 			json_t *ids = json_object_get(c->t[t].j, "other_clusters");
 			const char *first = json_string_value(json_array_get(ids, 0));
@@ -493,6 +547,54 @@ static void self_cables(struct ctx *c)
 	}
 }
 
+/* The fix for a silent twin whose link is down: name the end whose netdev
+ * is administratively down (both when both are), else the end without
+ * carrier when only one reports none, else say that it cannot tell. NULL
+ * when the link is up on both ends (not a link problem). tb may be -1. */
+static const char *down_fix(struct ctx *c, int ta, int tb, const char **why)
+{
+	bool da = c->t[ta].admin == 0, db = tb >= 0 && c->t[tb].admin == 0;
+	bool ca = c->t[ta].carrier == 0, cb = tb >= 0 && c->t[tb].carrier == 0;
+	const char *na = c->t[ta].netdev, *nb = tb >= 0 ? c->t[tb].netdev : "";
+	const char *ma = NN(c, c->p[c->t[ta].port].node);
+	const char *mb = tb >= 0 ? NN(c, c->p[c->t[tb].port].node) : "";
+	*why = "";
+	if (da && db) {
+		*why = S(c, " (%s is down on %s and %s on %s)", na, ma, nb, mb);
+		return S(c, "bring %s up on %s and %s up on %s (`ip link set NAME up`; netplan must "
+			    "list them)", na, ma, nb, mb);
+	}
+	if (da || db) {
+		int t = da ? ta : tb;
+		const char *n = NN(c, c->p[c->t[t].port].node);
+		*why = S(c, " (%s is administratively down on %s)", c->t[t].netdev, n);
+		return S(c, "bring %s up on %s (`ip link set %s up`; netplan must list it)",
+			 c->t[t].netdev, n, c->t[t].netdev);
+	}
+	if (!ca && !cb)
+		return NULL;
+	bool known = c->t[ta].admin == 1 && (tb < 0 || c->t[tb].admin == 1);
+	if (ca != cb && !known) {
+		int t = ca ? ta : tb;
+		const char *n = NN(c, c->p[c->t[t].port].node);
+		*why = S(c, " (no link on %s %s)", n, c->t[t].netdev);
+		return S(c, "bring %s up on %s (`ip link set %s up`; netplan must list it)",
+			 c->t[t].netdev, n, c->t[t].netdev);
+	}
+	if (known) {
+		*why = " (no link although both ends are up)";
+		return S(c, "both ends are up but have no link: check the cable and transceivers of "
+			    "%s port %s (the other twin of a port shares the cable, so also check the "
+			    "NIC's firmware and `ethtool %s`)", ma, PN(c, c->t[ta].port), na);
+	}
+	*why = " (link down on both ends)";
+	if (tb < 0)
+		return S(c, "run `ip link show %s` on %s and bring it up if it lacks the UP flag", na, ma);
+	return S(c, "sparkctl cannot tell which end is down: run `ip link show %s` on %s and `ip link "
+		    "show %s` on %s, and `ip link set NAME up` on the one without the UP flag (netplan "
+		    "must list it)", na, ma, nb, mb);
+}
+
 /* Twins and MTU of one direct cable, a = p, b = q. Returns the cable object. */
 static json_t *direct_cable(struct ctx *c, int p, int q)
 {
@@ -516,12 +618,21 @@ static json_t *direct_cable(struct ctx *c, int p, int q)
 			long ma = twin_mtu(c, ta), mb = twin_mtu(c, tb);
 			if (ma > 0 && mb > 0 && ma != mb) {
 				mtu_ok = false;
-				int lo = ma < mb ? ta : tb;
-				long hi = ma < mb ? mb : ma;
+				/* Put the odd end back to the cluster's MTU (fabric.mtu, else
+				 * the one most twins use); neither end has it: both move. */
+				long want = c->cluster_mtu > 0 ? c->cluster_mtu : ma > mb ? ma : mb;
+				const char *fix;
+				if (ma != want && mb != want)
+					fix = S(c, "set the MTU of %s and %s to %ld (netplan `mtu: %ld`), the "
+						   "cluster's MTU%s",
+						TL(c, ta), TL(c, tb), want, want, c->o->mtu > 0 ? " (fabric.mtu)" : "");
+				else
+					fix = S(c, "set the MTU of %s to %ld (netplan `mtu: %ld`) like its "
+						   "other end: the cluster's MTU%s",
+						TL(c, ma != want ? ta : tb), want, want,
+						c->o->mtu > 0 ? " (fabric.mtu)" : "");
 				finding(c, "mtu_mismatch", "fail",
-					json_pack("[o, o]", end_twin(c, ta), end_twin(c, tb)),
-					S(c, "set the MTU of %s to %ld (netplan `mtu: %ld`), the same on both ends",
-					  TL(c, lo), hi, hi),
+					json_pack("[o, o]", end_twin(c, ta), end_twin(c, tb)), fix,
 					"MTU differs across cable %s: %s has %ld, %s has %ld", cab, TL(c, ta),
 					ma, TL(c, tb), mb);
 			}
@@ -563,16 +674,14 @@ static json_t *direct_cable(struct ctx *c, int p, int q)
 				NN(c, c->p[c->t[have].port].node), c->t[have].netdev);
 			continue;
 		}
-		int down = c->t[ta].carrier == 0 ? ta : c->t[tb].carrier == 0 ? tb : -1;
-		const char *fix = down >= 0
-				      ? S(c, "bring %s up on %s (`ip link set %s up`; netplan must list it)",
-					  c->t[down].netdev, NN(c, c->p[c->t[down].port].node),
-					  c->t[down].netdev)
-				      : S(c, "check that sparkd on both nodes lists %s and %s in fabric.ports",
-					  c->t[ta].netdev, c->t[tb].netdev);
+		const char *why = "";
+		const char *fix = down_fix(c, ta, tb, &why);
+		if (!fix)
+			fix = S(c, "check that sparkd on both nodes lists %s and %s in fabric.ports",
+				c->t[ta].netdev, c->t[tb].netdev);
 		finding(c, "twin_silent", "warn", json_pack("[o, o]", end_twin(c, ta), end_twin(c, tb)),
 			fix, "twin %d of cable %s (%s, %s) carries no discovery frames%s: half bandwidth",
-			i, cab, TL(c, ta), TL(c, tb), down >= 0 ? " (link down)" : "");
+			i, cab, TL(c, ta), TL(c, tb), why);
 	}
 	return cable;
 }
@@ -762,6 +871,40 @@ static void append(char *buf, size_t len, const char *fmt, ...)
 	va_end(ap);
 }
 
+/* A chain end's free port with link (a twin with carrier) on which no
+ * member is heard: something is cabled there that is not in the cluster. */
+static bool unjoined_end(struct ctx *c, int p)
+{
+	if (port_linked(c, p))
+		return false;
+	/* a node that hears nothing at all is node_isolated, not a neighbour of
+	 * a machine to join */
+	int n = c->p[p].node;
+	bool other_linked = false;
+	for (int i = 0; i < c->n[n].np; i++)
+		other_linked |= port_linked(c, c->n[n].port[i]);
+	if (!other_linked)
+		return false;
+	bool car = false;
+	for (int i = 0; i < c->p[p].ntw; i++)
+		car |= c->t[c->p[p].tw[i]].carrier == 1;
+	return car;
+}
+
+/* A source MAC that port p saw in frames it could not use, if any. */
+static const char *heard_mac(struct ctx *c, int p)
+{
+	for (int i = 0; i < c->p[p].ntw; i++) {
+		json_t *tj = c->t[c->p[p].tw[i]].j;
+		const char *m = json_string_value(json_object_get(json_object_get(tj, "bad_hmac_from"), "mac"));
+		if (!m)
+			m = json_string_value(json_object_get(json_object_get(tj, "foreign"), "mac"));
+		if (m)
+			return m;
+	}
+	return NULL;
+}
+
 /* Same-port cables: one finding per run of "backward" nodes. */
 static void same_port_findings(struct ctx *c, const struct walk *w)
 {
@@ -786,7 +929,7 @@ static void same_port_findings(struct ctx *c, const struct walk *w)
 		}
 		if (rn == k)
 			break; /* cannot happen: the walk's direction has the most forward nodes */
-		char cabs[512] = "", fix[512] = "on ";
+		char cabs[512] = "", fix[2048] = "on ";
 		json_t *ends = json_array();
 		int first = run[0], last = run[rn - 1];
 		int ncab = 0;
@@ -874,6 +1017,11 @@ static void do_ring(struct ctx *c, struct dcable *dc, int ndc, json_t *v)
 			nchain++;
 	}
 	if (nw == 1 && w[0].cycle) {
+		/* Three nodes in one cycle: every pair has its own cable. */
+		if (w[0].k == 3) {
+			c->mesh = true;
+			c->any_to_any = true;
+		}
 		json_t *ro = json_array();
 		for (int i = 0; i < w[0].k; i++)
 			json_array_append_new(ro, json_string(NN(c, w[0].node[i])));
@@ -882,11 +1030,11 @@ static void do_ring(struct ctx *c, struct dcable *dc, int ndc, json_t *v)
 	}
 	/* Plan: open every cycle at its closing cable, chain the pieces in order. */
 	json_t *proposed = json_array();
-	char groups[1024] = "", unplug[512] = "", connect[768] = "";
+	char groups[2048] = "", unplug[2048] = "", connect[3072] = "";
 	json_t *ends = json_array();
 	int nun = 0;
 	for (int i = 0; i < nw; i++) {
-		char names[512];
+		char names[2048];
 		walk_names(c, &w[i], names, sizeof names);
 		append(groups, sizeof groups, "%s(%s)", i ? ", " : "", names);
 		for (int j = 0; j < w[i].k; j++)
@@ -900,6 +1048,7 @@ static void do_ring(struct ctx *c, struct dcable *dc, int ndc, json_t *v)
 		}
 	}
 	json_object_set_new(v, "proposed_ring_order", proposed);
+	int explained = 0;
 	for (int i = 0; i < nw; i++) {
 		int from = w[i].node[w[i].k - 1];
 		int to = w[(i + 1) % nw].node[0];
@@ -909,7 +1058,43 @@ static void do_ring(struct ctx *c, struct dcable *dc, int ndc, json_t *v)
 		const char *conn = S(c, "%s port %s to %s port %s", NN(c, from), PN(c, fp), NN(c, to),
 				     PN(c, tp));
 		if (ncyc == 0) {
-			/* Chains only: each join is one missing cable. */
+			/* Chains only: each join is one missing cable, unless the chain's
+			 * ends have link and hear no member: a machine that has not
+			 * joined is cabled there (sparkd not running, or not joined). */
+			bool ua = unjoined_end(c, fp), ub = unjoined_end(c, tp);
+			if (ua || ub) {
+				char who[160] = "";
+				const char *mac = heard_mac(c, ua ? fp : tp);
+				if (!mac && ua && ub)
+					mac = heard_mac(c, tp);
+				if (mac)
+					snprintf(who, sizeof who, " (MAC %s in the frames it sent)", mac);
+				if (ua && ub) {
+					explained++;
+					finding(c, "unjoined_node", "warn",
+						json_pack("[o, o]", end_port(c, fp), end_port(c, tp)),
+						"join that machine: start sparkd there (systemctl start sparkd), "
+						"then `sparkctl join HEAD --token T` with a token from `sparkctl "
+						"token create`; the cabling is right",
+						"%s and %s have link but hear no node of the cluster: a machine "
+						"that has not joined%s is cabled between them, %s %s (or a member "
+						"whose sparkd does not run discovery on that port: check its "
+						"fabric.ports)",
+						PL(c, fp), PL(c, tp), who,
+						nw == 1 ? "closing the ring" : "joining the chains", groups);
+				} else {
+					int u = ua ? fp : tp, m = ua ? tp : fp;
+					finding(c, "unjoined_node", "fail",
+						json_pack("[o, o]", end_port(c, fp), end_port(c, tp)),
+						S(c, "join the machine on %s (start sparkd there, then `sparkctl join "
+						     "HEAD --token T`) and cable its other port to %s", PL(c, u),
+						  PL(c, m)),
+						"%s has link but hears no node of the cluster: a machine that has "
+						"not joined%s is cabled there; %s has no link",
+						PL(c, u), who, PL(c, m));
+				}
+				continue;
+			}
 			const char *msg = nw == 1 ? S(c, "the ring is a chain %s: the cable closing it is "
 							 "missing", groups)
 						  : S(c, "the nodes form %d chains %s: a cable is missing "
@@ -925,10 +1110,13 @@ static void do_ring(struct ctx *c, struct dcable *dc, int ndc, json_t *v)
 		}
 	}
 	if (ncyc == 0) {
+		/* every gap is a machine waiting to join: nothing to recable */
+		if (explained == nw)
+			json_object_del(v, "proposed_ring_order");
 		json_decref(ends);
 		return;
 	}
-	char fix[1400];
+	char fix[6144];
 	snprintf(fix, sizeof fix, "unplug %s; connect %s", unplug, connect);
 	if (nchain == 0)
 		finding(c, "two_rings", "fail", ends, fix,
@@ -979,7 +1167,7 @@ static void do_switch(struct ctx *c, struct dcable *dc, int ndc, json_t *v)
 	}
 	json_object_set_new(v, "l2_domains", doms);
 	if (nd >= 2) {
-		char groups[1024] = "";
+		char groups[2048] = "";
 		json_t *ends = json_array();
 		for (size_t d = 0; d < json_array_size(doms); d++) {
 			json_t *names = json_object_get(json_array_get(doms, d), "nodes");
@@ -1027,7 +1215,7 @@ static void do_switch(struct ctx *c, struct dcable *dc, int ndc, json_t *v)
 			if (c->p[p].comp != dom[d])
 				continue;
 			int n = c->p[p].node;
-			char missing[512] = "";
+			char missing[2048] = "";
 			int nmiss = 0;
 			json_t *ends = json_array();
 			bool has[MAXN] = {false};
@@ -1073,15 +1261,15 @@ static void do_switch(struct ctx *c, struct dcable *dc, int ndc, json_t *v)
 				int t = c->p[p].tw[i];
 				if (json_is_true(json_object_get(json_array_get(twins, (size_t)i), "ok")))
 					continue;
+				const char *why = "";
+				const char *fix = down_fix(c, t, -1, &why);
 				finding(c, "twin_silent", "warn", json_pack("[o]", end_twin(c, t)),
-					c->t[t].carrier == 0
-					    ? S(c, "bring %s up on %s (`ip link set %s up`; netplan must list "
-						   "it)", c->t[t].netdev, NN(c, n), c->t[t].netdev)
+					fix ? fix
 					    : S(c, "check that sparkd on %s lists %s in fabric.ports", NN(c, n),
 						c->t[t].netdev),
 					"twin %d of %s (%s) exchanges no frames on the switch%s while its "
 					"twin does: half bandwidth",
-					i, PL(c, p), c->t[t].netdev, c->t[t].carrier == 0 ? " (link down)" : "");
+					i, PL(c, p), c->t[t].netdev, why);
 			}
 			json_array_append_new(
 			    c->cables, json_pack("{s:s, s:o, s:{s:s}, s:b, s:i, s:b, s:o}", "kind", "switch",
@@ -1102,6 +1290,8 @@ static void do_switch(struct ctx *c, struct dcable *dc, int ndc, json_t *v)
 			bestc = cnt;
 		}
 	}
+	if (c->o->mtu > 0)
+		best = c->o->mtu; /* the cluster's fabric.mtu */
 	if (nd > 0 && best > 0) {
 		size_t ci;
 		json_t *cab;
@@ -1155,7 +1345,7 @@ static void do_switch(struct ctx *c, struct dcable *dc, int ndc, json_t *v)
 		}
 	}
 	if (differ) {
-		char who[512] = "";
+		char who[2048] = "";
 		json_t *ends = json_array();
 		for (int n = 0; n < c->nn; n++)
 			for (int i = 0; i < c->n[n].np; i++) {
@@ -1177,6 +1367,81 @@ static void do_switch(struct ctx *c, struct dcable *dc, int ndc, json_t *v)
 	c->any_to_any = all_main && nd == 1;
 }
 
+/* ---------- the cluster's MTU ---------- */
+
+/* fabric.mtu when configured, else the MTU most twins have (the larger on a tie). */
+static long cluster_mtu(struct ctx *c)
+{
+	if (c->o->mtu > 0)
+		return c->o->mtu;
+	long best = 0;
+	int bestc = 0;
+	for (int i = 0; i < c->nt; i++) {
+		long m = twin_mtu(c, i);
+		if (m <= 0)
+			continue;
+		int cnt = 0;
+		for (int j = 0; j < c->nt; j++)
+			cnt += twin_mtu(c, j) == m;
+		if (cnt > bestc || (cnt == bestc && m > best)) {
+			best = m;
+			bestc = cnt;
+		}
+	}
+	return best;
+}
+
+/* Direct cables whose two ends agree with each other but not with the
+ * cluster's MTU: each cable works, the cluster runs at mixed MTUs (a job
+ * across them is held to the smallest, and fabric.mtu says otherwise). */
+static void mixed_mtu(struct ctx *c)
+{
+	if (c->cluster_mtu <= 0)
+		return;
+	char cabs[3072] = "", fix[3072] = "";
+	json_t *ends = json_array();
+	int n = 0;
+	long other = 0;
+	size_t i, k;
+	json_t *cab, *tw;
+	json_array_foreach(c->cables, i, cab) {
+		if (strcmp(json_string_value(json_object_get(cab, "kind")), "direct") != 0 ||
+		    json_is_false(json_object_get(cab, "mtu_ok")))
+			continue;
+		long m = 0;
+		json_array_foreach(json_object_get(cab, "twins"), k, tw) {
+			long x = jint(json_object_get(json_object_get(tw, "a"), "mtu"));
+			if (x > 0 && x != c->cluster_mtu)
+				m = x;
+		}
+		if (m == 0)
+			continue;
+		json_t *a = json_object_get(cab, "a"), *b = json_object_get(cab, "b");
+		const char *an = json_string_value(json_object_get(a, "node"));
+		const char *ap = json_string_value(json_object_get(a, "port"));
+		const char *bn = json_string_value(json_object_get(b, "node"));
+		const char *bp = json_string_value(json_object_get(b, "port"));
+		append(cabs, sizeof cabs, "%s%s port %s <-> %s port %s (%ld)", n ? ", " : "", an, ap, bn,
+		       bp, m);
+		append(fix, sizeof fix, "%s%s port %s and %s port %s", n ? ", " : "", an, ap, bn, bp);
+		json_array_append_new(ends, json_deep_copy(a));
+		json_array_append_new(ends, json_deep_copy(b));
+		other = m;
+		n++;
+	}
+	if (n == 0) {
+		json_decref(ends);
+		return;
+	}
+	finding(c, "mtu_mixed", "warn", ends,
+		S(c, "set the MTU of both twins of %s to %ld (netplan `mtu: %ld`), the cluster's MTU%s; "
+		     "or, to run at %ld, set fabric.mtu and every cable to it",
+		  fix, c->cluster_mtu, c->cluster_mtu, c->o->mtu > 0 ? " (fabric.mtu)" : "", other),
+		"the cluster's cables run at different MTUs: %s, the others at %ld%s; a job across "
+		"them is held to the smallest",
+		cabs, c->cluster_mtu, c->o->mtu > 0 ? " (fabric.mtu)" : "");
+}
+
 /* ---------- verdict ---------- */
 
 static void give_advice(struct ctx *c)
@@ -1187,6 +1452,12 @@ static void give_advice(struct ctx *c)
 		       "one cable");
 		advice(c, "use_both_twins",
 		       "list both twins of the port (NCCL_IB_HCA) for about 190 Gb/s instead of 95");
+	} else if (strcmp(c->cls, "ring") == 0 && c->mesh) {
+		advice(c, "ring3_full_mesh",
+		       "a 3-node ring is a full mesh: every pair of nodes has its own cable, so ring, "
+		       "tree and one-shot all-reduce all run over direct cables (any-to-any)");
+		advice(c, "use_both_twins",
+		       "list both twins of each port (NCCL_IB_HCA) or bandwidth halves");
 	} else if (strcmp(c->cls, "ring") == 0) {
 		advice(c, "ring_neighbours_only",
 		       "ring all-reduce needs only neighbours (NCCL_ALGO=Ring): tree and one-shot "
@@ -1232,6 +1503,7 @@ int topo_classify(json_t *map, const struct topo_classify_opts *o, json_t **verd
 	if (!c)
 		return -ENOMEM;
 	c->o = o ? o : &defo;
+	c->map = map;
 	int r = parse(c, map, err, errlen);
 	if (r < 0) {
 		free(c);
@@ -1248,6 +1520,7 @@ int topo_classify(json_t *map, const struct topo_classify_opts *o, json_t **verd
 	resolve_heard(c);
 	components(c);
 	node_drops(c);
+	c->cluster_mtu = cluster_mtu(c);
 	struct dcable dc[NPORT];
 	int ndc = direct_cables(c, dc);
 	int nsw = 0;
@@ -1272,11 +1545,15 @@ int topo_classify(json_t *map, const struct topo_classify_opts *o, json_t **verd
 			do_pair(c, dc, ndc, v);
 		else if (ndc > 0)
 			do_ring(c, dc, ndc, v);
+		mixed_mtu(c);
 	}
 	if (c->nn > 8)
 		finding(c, "too_many_nodes", "warn", NULL, "keep 8 nodes or fewer per cluster",
 			"%d nodes: sparkctl validates 2 to 8", c->nn);
-	if (c->o->expect && strcmp(c->o->expect, c->cls) != 0) {
+	/* A pair is a ring of 2 (docs/jobs.md): --expect ring accepts it. */
+	bool ring_of_2 = c->o->expect && strcmp(c->o->expect, "ring") == 0 &&
+			 strcmp(c->cls, "pair") == 0;
+	if (c->o->expect && strcmp(c->o->expect, c->cls) != 0 && !ring_of_2) {
 		finding(c, "expect_mismatch", "fail", NULL,
 			S(c, "recable as a %s (docs/topology.md), or run with --expect %s", c->o->expect,
 			  strcmp(c->cls, "unknown") ? c->cls : c->o->expect),
@@ -1294,6 +1571,9 @@ int topo_classify(json_t *map, const struct topo_classify_opts *o, json_t **verd
 	json_object_set_new(v, "result", json_string(result));
 	json_object_set_new(v, "nodes", json_integer(c->nn));
 	json_object_set_new(v, "any_to_any", json_boolean(c->any_to_any));
+	json_object_set_new(v, "mesh", json_boolean(c->mesh));
+	if (c->cluster_mtu > 0)
+		json_object_set_new(v, "cluster_mtu", json_integer(c->cluster_mtu));
 	json_object_set_new(v, "cables", c->cables);
 	json_object_set_new(v, "findings", findings);
 	json_object_set_new(v, "advice", c->advice);
@@ -1319,7 +1599,8 @@ static json_t *find_iface(json_t *snap, const char *netdev)
 	return NULL;
 }
 
-static json_t *map_twin(const char *netdev, json_t *carrier, json_t *mtu, json_t *iface)
+static json_t *map_twin(const char *netdev, json_t *carrier, json_t *admin, json_t *mtu,
+		       json_t *iface)
 {
 	json_t *heard = json_array();
 	size_t i;
@@ -1336,8 +1617,9 @@ static json_t *map_twin(const char *netdev, json_t *carrier, json_t *mtu, json_t
 	}
 	if (!json_is_integer(mtu) && iface)
 		mtu = json_object_get(iface, "mtu");
-	json_t *t = json_pack("{s:s, s:O, s:O, s:o}", "netdev", netdev,
-			      "carrier", json_is_boolean(carrier) ? carrier : json_null(), "mtu",
+	json_t *t = json_pack("{s:s, s:O, s:O, s:O, s:o}", "netdev", netdev,
+			      "carrier", json_is_boolean(carrier) ? carrier : json_null(), "admin_up",
+			      json_is_boolean(admin) ? admin : json_null(), "mtu",
 			      json_is_integer(mtu) ? mtu : json_null(), "heard", heard);
 	if (iface) {
 		json_t *d = json_object_get(iface, "dropped");
@@ -1349,6 +1631,9 @@ static json_t *map_twin(const char *netdev, json_t *carrier, json_t *mtu, json_t
 		json_t *bf = json_object_get(iface, "bad_hmac_from");
 		if (json_is_object(bf))
 			json_object_set_new(t, "bad_hmac_from", json_deep_copy(bf));
+		json_t *fg = json_object_get(iface, "foreign");
+		if (json_is_object(fg))
+			json_object_set_new(t, "foreign", json_deep_copy(fg));
 	}
 	return t;
 }
@@ -1395,6 +1680,7 @@ int topo_cablemap_build(json_t *nodes, json_t **map)
 					continue;
 				json_array_append_new(json_object_get(mp, "twins"),
 						      map_twin(nd, json_object_get(t, "carrier"),
+							       json_object_get(t, "admin_up"),
 							       json_object_get(t, "mtu"), find_iface(snap, nd)));
 			}
 		}
@@ -1411,7 +1697,7 @@ int topo_cablemap_build(json_t *nodes, json_t **map)
 				listed |= strcmp(json_string_value(json_object_get(mt, "netdev")), nd) == 0;
 			if (!listed)
 				json_array_append_new(json_object_get(map_port(ports, pn), "twins"),
-						      map_twin(nd, NULL, NULL, t));
+						      map_twin(nd, NULL, NULL, NULL, t));
 		}
 		json_array_append_new(out, json_pack("{s:s, s:s, s:o}", "id", id, "name", name ? name : id,
 						     "ports", ports));

@@ -17,19 +17,32 @@
  *   pair_extra_cable, pair_ports_differ (info), l2_split, switch_partial,
  *   mixed_switch_direct, switch_two_ports (info), switch_ports_differ (info),
  *   unknown_neighbour, bad_hmac_frames (info beside a working twin, else
- *   warn), other_cluster_frames (info).
+ *   warn), other_cluster_frames (info), mtu_mixed (warn: cables agree end
+ *   to end but not with the cluster's MTU).
+ * - A 3-node ring is a full mesh: "mesh" and "any_to_any" are true.
+ * - A chain whose ends have link but hear no member: unjoined_node (a machine
+ *   that has not joined is cabled there), never missing_cable.
+ * - A sender that is not a member but is in the map's "former" (left or
+ *   removed lately): node_left (info), not unknown_neighbour.
+ * - Frames of another discovery tool on a twin ("foreign"): foreign_discovery
+ *   (info), naming NVIDIA's detection script when it is that.
+ * - twin_silent names the end whose netdev is administratively down
+ *   ("admin_up": false in the map), both when both are, and says when it
+ *   cannot tell.
  * - Twins: twin i of a cable is "ok" when each end's twin i exchanged frames
  *   with the other end's port (either twin: the hardware may deliver a frame
  *   to both PCIe functions of a port).
  *
  * CABLE MAP (input; extra keys ignored; "heard" entries name the SENDER):
  * {"nodes":[{"id","name","ports":[{"port":"0","twins":[{"netdev","carrier":bool|null,
+ *   "admin_up":bool|null,
  *   "mtu":int|null,"heard":[{"node_id","node_name"?,"port","twin","netdev","mtu"}],
  *   "dropped":{"bad_hmac","other_cluster"}?,"other_clusters":[..]?,
- *   "bad_hmac_from":{"node_name","mac"}?}]}]}]}
+ *   "bad_hmac_from":{"node_name","mac"}?, "foreign":{"mac","tool","frames"}?}]}]}],
+ *  "former":[{"id"?,"name","how":"left"|"removed","ago_s"}]?}
  *
  * VERDICT (output):
- * {"class","result","nodes":N,"any_to_any":bool,
+ * {"class","result","nodes":N,"any_to_any":bool,"mesh":bool,"cluster_mtu"?,
  *  "cables":[{"kind":"direct"|"self"|"switch","a":{"node","port"},
  *             "b":{"node","port"} | {"switch":"l2-1"},"same_port":bool,
  *             "twins_ok":n,"mtu_ok":bool,
@@ -48,7 +61,10 @@
 #define TOPO_CLASSIFY_MAX_NODES 16 /* verdicts are meant for 2..8 */
 
 struct topo_classify_opts {
-	const char *expect; /* NULL, "pair", "ring" or "switch" (--expect) */
+	const char *expect; /* NULL, "pair", "ring" or "switch" (--expect); "ring" accepts a
+			     * pair (a ring of 2) */
+	long mtu;           /* the cluster's MTU (fabric.mtu), 0 unknown: mismatches are
+			     * fixed towards it (else towards the MTU most twins have) */
 };
 
 /* 0 with *verdict set, or -EINVAL (err filled) for a map that is not one:

@@ -450,6 +450,7 @@ static json_t *netdev_json(const struct disc *d, const struct topo_nd *nd, bool 
 	json_object_set_new(o, "mtu", num_or_null(nd->mtu));
 	json_object_set_new(o, "operstate", str_or_null(nd->operstate));
 	json_object_set_new(o, "carrier", nd->carrier >= 0 ? json_boolean(nd->carrier) : json_null());
+	json_object_set_new(o, "admin_up", nd->admin_up >= 0 ? json_boolean(nd->admin_up) : json_null());
 	json_object_set_new(o, "speed_mbps", num_or_null(nd->speed));
 	json_object_set_new(o, "virtual", present && nd->sysfs_ok ? json_boolean(nd->is_virtual)
 								  : json_null());

@@ -61,6 +61,11 @@ struct l2if {
 	bool bad_from_set;
 	char bad_from_name[TOPO_L2_MAX_NAME + 1];
 	uint8_t bad_from_mac[6];
+	/* the last sender of frames that are not ours (another discovery tool) */
+	bool foreign_set;
+	uint8_t foreign_mac[6];
+	const char *foreign_tool; /* static string */
+	uint64_t foreign_frames;
 	struct nbr *nbrs;
 	size_t n_nbrs;
 };
@@ -275,6 +280,16 @@ static void handle_frame(struct l2if *f, const uint8_t *buf, size_t len, uint64_
 		return;
 	case TOPO_L2_ENOTOURS:
 		f->drop.not_ours++;
+		if (len >= 14) {
+			/* NVIDIA's detection script sends 0x88B5 frames too (42 bytes, the
+			 * text TOPO_DISCOVER_2NODE_V2); it rewrites netplan where it runs. */
+			f->foreign_set = true;
+			f->foreign_frames++;
+			memcpy(f->foreign_mac, buf + 6, 6);
+			f->foreign_tool = memmem(buf + 14, len - 14, "TOPO_DISCOVER", 13)
+					      ? "nvidia_topo_discover"
+					      : "unknown";
+		}
 		return;
 	default:
 		f->drop.malformed++;
@@ -603,6 +618,12 @@ json_t *topo_l2disc_snapshot(struct topo_l2disc *d)
 		    "dropped", counters_json(&f->drop), "ignored", "own_twin", (json_int_t)f->own_twin,
 		    "outgoing", (json_int_t)f->outgoing, "otherhost", (json_int_t)f->otherhost,
 		    "other_clusters", other, "bad_hmac_from", bad);
+		if (o && f->foreign_set) {
+			fmt_mac(f->foreign_mac, mac);
+			json_object_set_new(o, "foreign", json_pack("{s:s, s:s, s:I}", "mac", mac, "tool",
+								   f->foreign_tool, "frames",
+								   (json_int_t)f->foreign_frames));
+		}
 		if (o)
 			json_array_append_new(ifs, o);
 		tot.bad_hmac += f->drop.bad_hmac;

@@ -27,7 +27,9 @@
  *                    "frames","lost","heard_ms_ago","self":bool}],
  *     "dropped":{"bad_hmac","other_cluster","malformed","not_ours","table_full"},
  *     "ignored":{"own_twin","outgoing","otherhost"},
- *     "other_clusters":[ids, at most 4], "bad_hmac_from":{"node_name","mac"}|null}],
+ *     "other_clusters":[ids, at most 4], "bad_hmac_from":{"node_name","mac"}|null,
+ *     "foreign"?:{"mac","tool":"nvidia_topo_discover"|"unknown","frames"} (the last
+ *     sender of 0x88B5 frames that are not ours: another discovery tool)}],
  *  "dropped":{same keys, summed over interfaces}}
  */
 #ifndef SPARK_TOPO_L2DISC_H

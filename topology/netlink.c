@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <net/if.h>
 #include <netlink/addr.h>
 #include <netlink/cache.h>
 #include <netlink/netlink.h>
@@ -89,6 +90,7 @@ int topo_nl_netdevs(struct topo_nd **out, size_t *n, char *err, size_t errlen)
 			nd->src_oper = TOPO_SRC_NETLINK;
 		/* IFLA_CARRIER; the kernel reports 0 for an administratively down link. */
 		nd->carrier = rtnl_link_get_carrier(l) ? 1 : 0;
+		nd->admin_up = (rtnl_link_get_flags(l) & IFF_UP) ? 1 : 0;
 		nd->src_carrier = TOPO_SRC_NETLINK;
 		struct nl_addr *mac = rtnl_link_get_addr(l);
 		if (mac && nl_addr_get_len(mac) > 0 && nl_addr_get_len(mac) <= 20) {

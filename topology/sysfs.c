@@ -180,6 +180,7 @@ void topo_nd_init(struct topo_nd *nd)
 	nd->ifindex = nd->mtu = nd->speed = nd->vendor = nd->device = -1;
 	nd->cur_width = nd->max_width = -1;
 	nd->carrier = -1;
+	nd->admin_up = -1;
 	nd->phys_port = -1;
 	nd->ipv4 = json_array();
 	nd->ipv6 = json_array();
@@ -220,9 +221,11 @@ static void netdev_basics(const char *root, struct topo_nd *nd)
 	snprintf(rel, sizeof rel, "sys/class/net/%s/carrier", nd->name);
 	if (read_long(root, 0, 1, &v, rel) == 0) {
 		nd->carrier = (int)v;
+		nd->admin_up = 1; /* carrier reads only while the netdev is up */
 		nd->src_carrier = TOPO_SRC_SYSFS;
 	} else if (strcmp(nd->operstate, "down") == 0) {
 		nd->carrier = 0;
+		nd->admin_up = 0; /* the kernel refuses to read carrier only while down */
 		nd->src_carrier = TOPO_SRC_SYSFS;
 	}
 }

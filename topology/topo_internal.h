@@ -24,6 +24,7 @@ struct topo_nd {
 	long mtu;
 	char operstate[20];
 	int carrier;     /* 1, 0, -1 unknown */
+	int admin_up;    /* IFF_UP: 1, 0, -1 unknown */
 	long speed;      /* Mb/s, -1 unknown */
 	bool is_virtual; /* lives under /sys/devices/virtual */
 	bool has_device; /* has a device link (PCI, virtio, USB...) */

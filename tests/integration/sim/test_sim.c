@@ -256,6 +256,44 @@ Test(sim, sim_fault_cut_restore, .timeout = 60)
 	check_down(&s);
 }
 
+/* down/up: one end only (issue 16). The peer stays admin up and loses its
+ * carrier; sim.json records the end's admin state. */
+Test(sim, sim_fault_down_up_one_end, .timeout = 60)
+{
+	sh_require_root();
+	struct sh_sim s;
+	struct sim_opts o = bare(3, SIM_RING);
+	up_timed(&s, "dnup", &o);
+	char err[512] = "", a[64];
+	snprintf(a, sizeof a, "%s:enp1s0f1np1", sh_ns(&s, 2));
+	char *args[] = {a};
+	cr_assert_eq(sim_fault("down", 1, args, NULL, err, sizeof err), 0, "%s", err);
+	struct sim_link_info li;
+	cr_assert_eq(sim_link_query(sh_ns(&s, 2), "enp1s0f1np1", &li), 0);
+	cr_expect(!li.admin_up && !li.carrier, "node 2's end is admin down");
+	cr_assert_eq(sim_link_query(sh_ns(&s, 1), "enp1s0f0np0", &li), 0);
+	cr_expect(li.admin_up, "the far end stays admin up");
+	cr_expect(!li.carrier, "the far end loses carrier");
+	cr_assert_eq(sim_link_query(sh_ns(&s, 1), "enP2p1s0f0np0", &li), 0);
+	cr_expect(li.carrier, "the other twin keeps its carrier");
+	cr_assert_eq(sim_fault("up", 1, args, NULL, err, sizeof err), 0, "%s", err);
+	cr_assert_eq(sim_link_query(sh_ns(&s, 1), "enp1s0f0np0", &li), 0);
+	cr_expect(li.admin_up && li.carrier);
+	/* a whole port, then restore brings it back too */
+	snprintf(a, sizeof a, "%s:1", sh_ns(&s, 2));
+	cr_assert_eq(sim_fault("down", 1, args, NULL, err, sizeof err), 0, "%s", err);
+	for (int t = 0; t < 2; t++) {
+		cr_assert_eq(sim_link_query(sh_ns(&s, 2), ifn[1][t], &li), 0);
+		cr_expect(!li.admin_up);
+		cr_assert_eq(sim_link_query(sh_ns(&s, 1), ifn[0][t], &li), 0);
+		cr_expect(li.admin_up && !li.carrier);
+	}
+	cr_assert_eq(sim_fault("restore", 1, args, NULL, err, sizeof err), 0, "%s", err);
+	cr_assert_eq(sim_link_query(sh_ns(&s, 2), ifn[1][0], &li), 0);
+	cr_expect(li.admin_up && li.carrier);
+	check_down(&s);
+}
+
 Test(sim, sim_fault_swap, .timeout = 60)
 {
 	sh_require_root();

@@ -228,3 +228,56 @@ Test(jobnet, no_addresses_is_management)
 	cr_expect_eq(jobenv_cidr_network("169.254.100.7/16", net, sizeof net), 0);
 	cr_expect_str_eq(net, "169.254.0.0/16");
 }
+
+/* Issue 16: a 3-node ring (a triangle) has no subnet that spans it, but
+ * every pair has its own cable subnet: the job is on the fabric, and each
+ * node's view names the address that node reaches each peer at. */
+Test(jobnet, triangle_is_fabric_with_per_node_views)
+{
+	/* cable i: node i port 0 (.1) <-> node i+1 port 1 (.2), subnet 169.254.(30+i) */
+	json_t *d[3];
+	char a[3][2][32];
+	for (int i = 0; i < 3; i++) {
+		snprintf(a[i][0], 32, "169.254.%d.1/24", 30 + i);
+		snprintf(a[i][1], 32, "169.254.%d.2/24", 30 + (i + 2) % 3);
+		d[i] = node(a[i][0], NULL, a[i][1], NULL);
+	}
+	struct jobnet_member m[3] = {{d[0], "10.0.0.1"}, {d[1], "10.0.0.2"}, {d[2], "10.0.0.3"}};
+	struct jobnet_plan p;
+	cr_assert_eq(jobnet_plan(m, 3, &p), 0);
+	cr_expect(p.fabric, "%s", p.why);
+	cr_expect(p.pairwise);
+	/* node 0 reaches node 1 on cable 0, node 2 on cable 2 */
+	cr_expect_str_eq(p.peer_addr[0][1], "169.254.30.2");
+	cr_expect_str_eq(p.peer_addr[0][2], "169.254.32.1");
+	cr_expect_str_eq(p.peer_addr[1][0], "169.254.30.1");
+	cr_expect_str_eq(p.peer_addr[2][0], "169.254.32.2");
+	cr_expect_str_eq(p.peer_addr[1][2], "169.254.31.2");
+	cr_expect(strstr(p.tcp_include, "169.254.30.0/24") && strstr(p.tcp_include, "169.254.31.0/24") &&
+		  strstr(p.tcp_include, "169.254.32.0/24"), "%s", p.tcp_include);
+	json_t *spec = json_pack("{s:[{s:s},{s:s},{s:s}], s:i, s:i, s:s, s:s}", "nodes", "name", "a",
+				 "name", "b", "name", "c", "ranks_per_node", 1, "master_port", 29500,
+				 "master_addr", p.socket_addr[0], "peers", "unused");
+	json_t *v2 = jobnet_node_spec(&p, 2, spec);
+	cr_expect_str_eq(json_string_value(json_object_get(v2, "peers")),
+			 "0=169.254.32.2:29501,1=169.254.31.1:29502,2=169.254.32.1:29503");
+	cr_expect_str_eq(json_string_value(json_object_get(v2, "master_addr")), "169.254.32.2");
+	cr_expect_str_eq(json_string_value(json_object_get(spec, "peers")), "unused",
+			 "the shared spec is left alone");
+	json_decref(v2);
+	json_decref(spec);
+	/* the triangle's group is given to the job as "direct": no ring-only NCCL */
+	struct jobenv_job j = base_job();
+	j.nnodes = 3;
+	json_t *env = jobenv_build(&j, NULL);
+	cr_expect_str_eq(env_get(env, "SPARK_TOPOLOGY"), "direct");
+	cr_expect_null(json_object_get(env, "NCCL_ALGO"));
+	json_decref(env);
+	j.nnodes = 4;
+	env = jobenv_build(&j, NULL);
+	cr_expect_str_eq(env_get(env, "SPARK_TOPOLOGY"), "ring");
+	cr_expect_str_eq(env_get(env, "NCCL_ALGO"), "Ring");
+	json_decref(env);
+	for (int i = 0; i < 3; i++)
+		json_decref(d[i]);
+}

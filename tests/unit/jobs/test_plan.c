@@ -48,7 +48,7 @@ Test(plan, ring_size_from_empty_ring_is_an_arc_from_the_start)
 	cr_expect_str_eq(chosen(n, &r), "s1,s2,s3");
 	cr_expect_str_eq(r.shape, "chain");
 	cr_expect(strstr(r.note, "one-shot") != NULL, "the note says what a chain costs: %s", r.note);
-	cr_expect(strstr(r.note, "s3 and s1 have no cable") != NULL, "%s", r.note);
+	cr_expect(strstr(r.note, "its ends s1 and s3 have no cable") != NULL, "%s", r.note);
 }
 
 Test(plan, ring_two_neighbours_are_a_pair)
@@ -232,4 +232,83 @@ Test(plan_run, unusable_runs_fall_back)
 	cr_expect_eq(plan_topo_from_run("switch", "pass", NULL, 0, 3, JOIN4, 4, &t, order), -1,
 		     "a node joined since the run");
 	cr_expect_eq(t, PLAN_UNKNOWN, "nothing set on fallback");
+}
+
+/* Issue 16: a 3-node ring is a full mesh; its whole-ring group says that
+ * one-shot and tree work, and any two of its nodes are a pair. */
+Test(plan, triangle_is_a_full_mesh)
+{
+	struct plan_node n[] = {{"a", NULL}, {"b", NULL}, {"c", NULL}};
+	struct plan_result r = plan(PLAN_RING, n, 3, 3, NULL, 0);
+	cr_assert_eq(r.code, 0, "%s", r.err);
+	cr_expect_str_eq(r.shape, "ring");
+	cr_expect(strstr(r.note, "full mesh") && strstr(r.note, "one-shot all-reduce all run"),
+		  "%s", r.note);
+	cr_expect(strstr(r.note, "needs any-to-any") == NULL, "%s", r.note);
+	const char *ac[] = {"a", "c"};
+	r = plan(PLAN_RING, n, 3, 0, ac, 2);
+	cr_assert_eq(r.code, 0, "%s", r.err);
+	cr_expect_str_eq(r.shape, "pair");
+}
+
+/* Issue 16: no note or error is cut off, even with 63-byte names: the chain
+ * note is whole (and fits the group's stored note), long node lists end in
+ * "and N more" rather than in half a word. */
+Test(plan, long_names_are_never_cut_off)
+{
+	static char names[64][64];
+	struct plan_node n[64];
+	for (int i = 0; i < 64; i++) {
+		snprintf(names[i], sizeof names[i], "%s-%02d",
+			 "a-rather-long-node-name-for-a-spark-in-rack-seven-row-b", i);
+		memset(names[i] + strlen(names[i]), 'x', 63 - strlen(names[i]));
+		names[i][63] = '\0';
+		n[i] = (struct plan_node){names[i], i % 2 ? "in group some-other-group-of-people" : NULL};
+	}
+	for (int i = 0; i < 8; i++)
+		n[i].busy = NULL;
+	struct plan_result r = plan(PLAN_RING, n, 8, 3, NULL, 0);
+	cr_assert_eq(r.code, 0, "%s", r.err);
+	cr_expect_str_eq(r.shape, "chain");
+	size_t l = strlen(r.note);
+	cr_expect_lt(l, (size_t)PLAN_NOTE_MAX - 1, "%zu: %s", l, r.note);
+	cr_expect(l > 20 && strcmp(r.note + l - strlen("one-shot needs a switch"),
+				   "one-shot needs a switch") == 0, "cut off: %s", r.note);
+	cr_expect(strstr(r.note, names[0]) && strstr(r.note, names[2]), "%s", r.note);
+	/* 64 nodes, half busy, asking for more than are free: the list ends whole */
+	r = plan(PLAN_SWITCH, n, 64, 60, NULL, 0);
+	cr_assert_eq(r.code, -ENOSPC);
+	l = strlen(r.err);
+	cr_expect_lt(l, sizeof r.err - 1, "%s", r.err);
+	cr_expect(strstr(r.err, " more)") != NULL, "%s", r.err);
+}
+
+/* Issue 16: a failed validation that names a group's nodes (or no node) is
+ * what group create warns about and run refuses. */
+Test(plan_run, cabling_failed_names_the_failure)
+{
+	const char *verdict =
+	    "{\"findings\":[{\"code\":\"same_port_cable\",\"severity\":\"fail\","
+	    "\"message\":\"cable s1 port 0 <-> s2 port 0 joins the same port\","
+	    "\"fix\":\"on s2 swap the cables of port 0 and port 1\","
+	    "\"ends\":[{\"node\":\"s1\",\"port\":\"0\"},{\"node\":\"s2\",\"port\":\"0\"}]},"
+	    "{\"code\":\"pair_ports_differ\",\"severity\":\"info\",\"message\":\"m\",\"fix\":\"f\","
+	    "\"ends\":[{\"node\":\"s3\"}]}]}";
+	const char *g12[] = {"s1", "s2"}, *g34[] = {"s3", "s4"};
+	char why[512];
+	cr_expect_eq(plan_cabling_failed("fail", verdict, 12, g12, 2, why, sizeof why), 1);
+	cr_expect(strstr(why, "12 s ago, FAILed: cable s1 port 0 <-> s2 port 0") &&
+		  strstr(why, "fix: on s2 swap the cables"), "%s", why);
+	cr_expect_eq(plan_cabling_failed("fail", verdict, 12, g34, 2, why, sizeof why), 0,
+		     "an info finding about s3 is no failure of s3, s4");
+	cr_expect_eq(plan_cabling_failed("warn", verdict, 12, g12, 2, why, sizeof why), 0);
+	cr_expect_eq(plan_cabling_failed("pass", NULL, 12, g12, 2, why, sizeof why), 0);
+	/* a failure naming no node concerns every group */
+	const char *nonode = "{\"findings\":[{\"code\":\"expect_mismatch\",\"severity\":\"fail\","
+			     "\"message\":\"expected a switch, found a ring\",\"fix\":\"recable\",\"ends\":[]}]}";
+	cr_expect_eq(plan_cabling_failed("fail", nonode, 3, g34, 2, why, sizeof why), 1);
+	/* too small a buffer: ends in "..." */
+	char small[40];
+	cr_expect_eq(plan_cabling_failed("fail", verdict, 12, g12, 2, small, sizeof small), 1);
+	cr_expect_str_eq(small + strlen(small) - 3, "...");
 }

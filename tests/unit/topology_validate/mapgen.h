@@ -108,4 +108,11 @@ static __attribute__((unused)) void mg_set(json_t *m, int node, int port, int tw
 	json_object_set_new(mg_twin(m, node, port, twin), key, v);
 }
 
+/* Nothing plugged into (node, port): no carrier on its twins. */
+static __attribute__((unused)) void mg_unplug(json_t *m, int node, int port)
+{
+	for (int t = 0; t < 2; t++)
+		json_object_set_new(mg_twin(m, node, port, t), "carrier", json_false());
+}
+
 #endif

@@ -214,7 +214,9 @@ static void ring_passes(int n)
 	mg_ring(m, 0, n);
 	json_t *v = classify(m);
 	assert_verdict(v, "ring", "pass");
-	cr_assert(json_is_false(json_object_get(v, "any_to_any")));
+	/* a 3-ring is a full mesh: every pair has its own cable */
+	cr_assert_eq(json_is_true(json_object_get(v, "any_to_any")), n == 3);
+	cr_assert_eq(json_is_true(json_object_get(v, "mesh")), n == 3);
 	cr_assert_eq(json_array_size(json_object_get(v, "cables")), (size_t)n);
 	json_t *ro = json_object_get(v, "ring_order");
 	cr_assert_eq(json_array_size(ro), (size_t)n);
@@ -228,8 +230,9 @@ static void ring_passes(int n)
 		cr_assert_str_eq(vs(json_object_get(cab, "b"), "port"), "1");
 		cr_assert_eq(json_integer_value(json_object_get(cab, "twins_ok")), 2);
 	}
-	cr_assert(has_advice(v, "ring_neighbours_only"));
-	cr_assert(has_advice(v, "ring_no_any_to_any"));
+	cr_assert_eq(has_advice(v, "ring_neighbours_only"), n > 3);
+	cr_assert_eq(has_advice(v, "ring_no_any_to_any"), n > 3);
+	cr_assert_eq(has_advice(v, "ring3_full_mesh"), n == 3);
 	cr_assert_eq(has_advice(v, "ring_wants_switch"), n >= 8);
 	json_decref(v);
 	json_decref(m);
@@ -246,6 +249,8 @@ Test(classify, ring_with_a_cut_cable_is_a_chain)
 	mg_cable(m, 0, 0, 1, 1);
 	mg_cable(m, 2, 0, 3, 1);
 	mg_cable(m, 3, 0, 0, 1); /* spark-2 port 0 <-> spark-3 port 1 cut */
+	mg_unplug(m, 1, 0);
+	mg_unplug(m, 2, 1);
 	json_t *v = classify(m);
 	assert_verdict(v, "ring", "fail");
 	json_t *f = need(v, "missing_cable");
@@ -269,6 +274,10 @@ Test(classify, ring_with_two_gaps_names_each_missing_cable)
 	mg_cable(m, 0, 0, 1, 1);
 	mg_cable(m, 2, 0, 3, 1);
 	mg_cable(m, 3, 0, 4, 1);
+	mg_unplug(m, 1, 0);
+	mg_unplug(m, 2, 1);
+	mg_unplug(m, 4, 0);
+	mg_unplug(m, 0, 1);
 	json_t *v = classify(m);
 	assert_verdict(v, "ring", "fail");
 	cr_assert_eq(count_findings(v, "missing_cable"), 2);
@@ -325,6 +334,8 @@ Test(classify, chain_end_on_the_wrong_port)
 	json_t *m = mg_map(3);
 	mg_cable(m, 0, 0, 1, 1);
 	mg_cable(m, 1, 0, 2, 0);
+	mg_unplug(m, 2, 1);
+	mg_unplug(m, 0, 1);
 	json_t *v = classify(m);
 	assert_verdict(v, "ring", "fail");
 	json_t *f = need(v, "same_port_cable");
@@ -890,6 +901,261 @@ Test(classify, node_with_another_secret)
 	assert_contains(vs(iso, "fix"), "re-join spark-3");
 	cr_assert_str_eq(vs(need(v, "bad_hmac_frames"), "severity"), "warn");
 	cr_assert_eq(count_findings(v, "bad_hmac_frames"), 4);
+	json_decref(v);
+	json_decref(m);
+}
+
+/* ---------------- issue 16 ---------------- */
+
+static json_t *classify_opts(json_t *m, const struct topo_classify_opts *o)
+{
+	json_t *v = NULL;
+	char err[256];
+	cr_assert_eq(topo_classify(m, o, &v, err, sizeof err), 0, "classify failed: %s", err);
+	return v;
+}
+
+/* Two nodes cabled with both ports (a ring of 2): --expect ring accepts it. */
+Test(classify, ring_of_two_is_a_ring)
+{
+	json_t *m = mg_map(2);
+	mg_cable(m, 0, 0, 1, 1);
+	mg_cable(m, 1, 0, 0, 1);
+	json_t *v = classify_expect(m, "ring");
+	assert_verdict(v, "pair", "pass");
+	cr_assert_null(finding(v, "expect_mismatch"));
+	json_decref(v);
+	v = classify_expect(m, "switch");
+	assert_verdict(v, "pair", "fail");
+	need(v, "expect_mismatch");
+	json_decref(v);
+	json_decref(m);
+}
+
+/* One twin admin-down on spark-3 only (end b of the spark-2 -> spark-3
+ * cable): both ends lose carrier; the fix names spark-3's netdev, not
+ * spark-2's, which is up. */
+Test(classify, twin_silent_names_the_end_that_is_down)
+{
+	json_t *m = mg_map(4);
+	mg_ring(m, 0, 4);
+	mg_unhear(m, 1, 0, 0, 2);
+	mg_unhear(m, 2, 1, 0, 1);
+	mg_set(m, 1, 0, 0, "carrier", json_false());
+	mg_set(m, 1, 0, 0, "admin_up", json_true());
+	mg_set(m, 2, 1, 0, "carrier", json_false());
+	mg_set(m, 2, 1, 0, "admin_up", json_false());
+	json_t *v = classify(m);
+	assert_verdict(v, "ring", "warn");
+	json_t *f = need(v, "twin_silent");
+	cr_assert_str_eq(vs(f, "fix"),
+			 "bring enp1s0f1np1 up on spark-3 (`ip link set enp1s0f1np1 up`; netplan must list it)");
+	assert_contains(vs(f, "message"), "enp1s0f1np1 is administratively down on spark-3");
+	json_decref(v);
+	/* both ends down: both named */
+	mg_set(m, 1, 0, 0, "admin_up", json_false());
+	v = classify(m);
+	f = need(v, "twin_silent");
+	assert_contains(vs(f, "fix"), "bring enp1s0f0np0 up on spark-2 and enp1s0f1np1 up on spark-3");
+	json_decref(v);
+	/* admin state unknown on both, no carrier on both: it says it cannot tell */
+	mg_set(m, 1, 0, 0, "admin_up", json_null());
+	mg_set(m, 2, 1, 0, "admin_up", json_null());
+	v = classify(m);
+	f = need(v, "twin_silent");
+	assert_contains(vs(f, "fix"), "cannot tell which end is down");
+	assert_contains(vs(f, "fix"), "`ip link show enp1s0f0np0` on spark-2");
+	assert_contains(vs(f, "fix"), "`ip link show enp1s0f1np1` on spark-3");
+	json_decref(v);
+	json_decref(m);
+}
+
+/* A cluster at MTU 1500 (fabric.mtu) where one end went to 9000: the fix
+ * puts the 9000 end back to 1500; once a whole cable is at 9000 the ends
+ * agree, and the cluster's mixed MTU is reported (warn). */
+static json_t *ring4_mtu(int a_mtu, int b_mtu)
+{
+	json_t *m = mg_map(4);
+	for (int n = 0; n < 4; n++)
+		for (int p = 0; p < 2; p++)
+			for (int t = 0; t < 2; t++)
+				mg_set(m, n, p, t, "mtu", json_integer(1500));
+	/* cable spark-3 port 0 <-> spark-4 port 1 */
+	for (int t = 0; t < 2; t++) {
+		mg_set(m, 2, 0, t, "mtu", json_integer(a_mtu));
+		mg_set(m, 3, 1, t, "mtu", json_integer(b_mtu));
+	}
+	mg_ring(m, 0, 4);
+	return m;
+}
+
+Test(classify, mtu_fix_follows_the_cluster_mtu)
+{
+	json_t *m = ring4_mtu(1500, 9000);
+	struct topo_classify_opts o = {.mtu = 1500};
+	json_t *v = classify_opts(m, &o);
+	assert_verdict(v, "ring", "fail");
+	json_t *f = need(v, "mtu_mismatch");
+	assert_contains(vs(f, "fix"), "set the MTU of spark-4 enp1s0f1np1 to 1500");
+	cr_assert_eq(json_integer_value(json_object_get(v, "cluster_mtu")), 1500);
+	json_decref(v);
+	/* without fabric.mtu: the MTU most twins have (1500), not the larger */
+	v = classify(m);
+	assert_contains(vs(need(v, "mtu_mismatch"), "fix"), "set the MTU of spark-4 enp1s0f1np1 to 1500");
+	json_decref(v);
+	json_decref(m);
+	/* both ends at 9000: the cable agrees, the cluster does not */
+	m = ring4_mtu(9000, 9000);
+	v = classify_opts(m, &o);
+	assert_verdict(v, "ring", "warn");
+	cr_assert_null(finding(v, "mtu_mismatch"));
+	f = need(v, "mtu_mixed");
+	assert_contains(vs(f, "message"), "spark-3 port 0 <-> spark-4 port 1 (9000)");
+	assert_contains(vs(f, "message"), "the others at 1500 (fabric.mtu)");
+	assert_contains(vs(f, "fix"), "to 1500");
+	json_decref(v);
+	/* fabric.mtu 9000 while only that cable has it: the other three are named */
+	o.mtu = 9000;
+	v = classify_opts(m, &o);
+	f = need(v, "mtu_mixed");
+	assert_contains(vs(f, "message"), "spark-1 port 0 <-> spark-2 port 1 (1500)");
+	cr_assert_eq(json_array_size(json_object_get(f, "ends")), 6);
+	json_decref(v);
+	json_decref(m);
+}
+
+/* A triangle: one-shot works, tree works; the verdict and advice say so. */
+Test(classify, triangle_is_a_full_mesh)
+{
+	json_t *m = mg_map(3);
+	mg_ring(m, 0, 3);
+	json_t *v = classify_expect(m, "ring");
+	assert_verdict(v, "ring", "pass");
+	cr_assert(json_is_true(json_object_get(v, "any_to_any")));
+	cr_assert(json_is_true(json_object_get(v, "mesh")));
+	cr_assert(has_advice(v, "ring3_full_mesh"));
+	cr_assert_not(has_advice(v, "ring_no_any_to_any"));
+	json_decref(v);
+	/* a 3-node chain is not */
+	mg_unhear(m, 2, 0, 0, 0);
+	mg_unhear(m, 2, 0, 1, 0);
+	mg_unhear(m, 0, 1, 0, 2);
+	mg_unhear(m, 0, 1, 1, 2);
+	v = classify(m);
+	cr_assert(json_is_false(json_object_get(v, "mesh")));
+	cr_assert(json_is_false(json_object_get(v, "any_to_any")));
+	json_decref(v);
+	json_decref(m);
+}
+
+/* Nodes 1-3 joined, cabled in a 4-ring with a machine that has not joined
+ * (the map holds only members): the chain's ends have link and hear no
+ * member. Not a missing cable: a machine to join. */
+Test(classify, unjoined_machine_on_a_ring)
+{
+	json_t *m = mg_map(3);
+	mg_cable(m, 0, 0, 1, 1);
+	mg_cable(m, 1, 0, 2, 1);
+	json_t *v = classify_expect(m, "ring");
+	assert_verdict(v, "ring", "warn");
+	cr_assert_null(finding(v, "missing_cable"));
+	json_t *f = need(v, "unjoined_node");
+	assert_contains(vs(f, "message"), "spark-3 port 0 and spark-1 port 1 have link");
+	assert_contains(vs(f, "fix"), "sparkctl join");
+	assert_contains(vs(f, "fix"), "the cabling is right");
+	cr_assert_null(json_object_get(v, "proposed_ring_order"), "no recabling to propose");
+	json_decref(v);
+	/* the frames it sent carried a MAC: the message gives it */
+	mg_set(m, 0, 1, 0, "bad_hmac_from", json_pack("{s:s, s:s}", "node_name", "x", "mac",
+						       "02:00:00:00:00:09"));
+	v = classify(m);
+	assert_contains(vs(need(v, "unjoined_node"), "message"), "MAC 02:00:00:00:00:09");
+	json_decref(v);
+	/* spark-1 port 1 without link: only one end has a machine; the fix says
+	 * to join it and cable its other port to spark-1 port 1 */
+	for (int t = 0; t < 2; t++)
+		mg_set(m, 0, 1, t, "carrier", json_false());
+	v = classify(m);
+	assert_verdict(v, "ring", "fail");
+	f = need(v, "unjoined_node");
+	assert_contains(vs(f, "fix"), "join the machine on spark-3 port 0");
+	assert_contains(vs(f, "fix"), "cable its other port to spark-1 port 1");
+	json_decref(v);
+	/* neither end has link: a missing cable, as before */
+	for (int t = 0; t < 2; t++)
+		mg_set(m, 2, 0, t, "carrier", json_false());
+	v = classify(m);
+	need(v, "missing_cable");
+	cr_assert_null(finding(v, "unjoined_node"));
+	json_decref(v);
+	json_decref(m);
+}
+
+/* A node heard after `sparkctl leave` is known: it left (info), not an
+ * unknown neighbour to join or unplug (warn). */
+Test(classify, node_that_left_is_known)
+{
+	json_t *m = mg_map(3);
+	mg_ring(m, 0, 3);
+	json_t *h = json_object_get(mg_twin(m, 0, 0, 0), "heard");
+	json_array_append_new(h, json_pack("{s:s, s:s, s:s, s:i, s:s}", "node_id", "id-9", "node_name",
+					   "spark-9", "port", "1", "twin", 0, "netdev", "enp1s0f1np1"));
+	json_t *v = classify(m);
+	need(v, "unknown_neighbour");
+	json_decref(v);
+	json_object_set_new(m, "former", json_pack("[{s:s, s:s, s:i}]", "name", "spark-9", "how",
+						   "left", "ago_s", 3));
+	v = classify(m);
+	assert_verdict(v, "ring", "pass");
+	cr_assert_null(finding(v, "unknown_neighbour"));
+	json_t *f = need(v, "node_left");
+	cr_assert_str_eq(vs(f, "severity"), "info");
+	assert_contains(vs(f, "message"), "spark-9 on port 1, which left (sparkctl leave) the cluster 3s ago");
+	json_decref(v);
+	json_decref(m);
+}
+
+/* NVIDIA's detection script on the wire: an info finding with its MAC. */
+Test(classify, foreign_discovery_tool)
+{
+	json_t *m = mg_map(2);
+	mg_cable(m, 0, 0, 1, 0);
+	mg_set(m, 1, 0, 0, "foreign", json_pack("{s:s, s:s, s:i}", "mac", "02:aa:bb:cc:dd:ee",
+						  "tool", "nvidia_topo_discover", "frames", 7));
+	json_t *v = classify(m);
+	assert_verdict(v, "pair", "pass");
+	json_t *f = need(v, "foreign_discovery");
+	cr_assert_str_eq(vs(f, "severity"), "info");
+	assert_contains(vs(f, "message"), "NVIDIA's detection script");
+	assert_contains(vs(f, "message"), "02:aa:bb:cc:dd:ee");
+	assert_contains(vs(f, "fix"), "netplan");
+	json_decref(v);
+	json_decref(m);
+}
+
+/* Issue 16: no message is cut off, even for 16 nodes with 63-byte names. */
+Test(classify, long_names_are_never_cut_off)
+{
+	json_t *m = mg_map(16);
+	char names[16][64];
+	for (int i = 0; i < 16; i++) {
+		snprintf(names[i], sizeof names[i], "rack-seven-row-b-a-rather-long-spark-node-name-%02d", i);
+		memset(names[i] + strlen(names[i]), 'x', 63 - strlen(names[i]));
+		names[i][63] = '\0';
+		json_object_set_new(json_array_get(json_object_get(m, "nodes"), (size_t)i), "name",
+				    json_string(names[i]));
+	}
+	for (int i = 0; i + 1 < 16; i++)
+		mg_cable(m, i, 0, i + 1, 1);
+	mg_unplug(m, 15, 0);
+	mg_unplug(m, 0, 1);
+	json_t *v = classify(m);
+	json_t *f = need(v, "missing_cable");
+	const char *msg = vs(f, "message");
+	for (int i = 0; i < 16; i++)
+		cr_assert(strstr(msg, names[i]), "%s lacks %s", msg, names[i]);
+	size_t l = strlen(msg);
+	cr_assert(l > 20 && strcmp(msg + l - strlen("is missing"), "is missing") == 0, "cut off: %s", msg);
 	json_decref(v);
 	json_decref(m);
 }
