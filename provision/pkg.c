@@ -10,6 +10,7 @@
 #include "util.h"
 
 #include <dirent.h>
+#include <stdbool.h>
 #include <errno.h>
 #include <ftw.h>
 #include <stdio.h>
@@ -70,6 +71,33 @@ static int run_argv(char *const argv[], char *out, size_t len)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+int prov_deb_fields(const char *text, char *pkg, size_t plen, char *ver, size_t vlen, char *arch,
+		    size_t alen)
+{
+	static const char *const keys[3] = {"Package: ", "Version: ", "Architecture: "};
+	char *out[3] = {pkg, ver, arch};
+	size_t cap[3] = {plen, vlen, alen};
+	bool seen[3] = {false, false, false};
+	for (int i = 0; i < 3; i++)
+		if (cap[i])
+			out[i][0] = 0;
+	for (const char *l = text; *l;) {
+		const char *nl = strchr(l, '\n');
+		size_t n = nl ? (size_t)(nl - l) : strlen(l);
+		for (int i = 0; i < 3; i++) {
+			size_t kl = strlen(keys[i]);
+			if (n < kl || strncmp(l, keys[i], kl) != 0 || !cap[i])
+				continue;
+			size_t vl = n - kl < cap[i] - 1 ? n - kl : cap[i] - 1;
+			memcpy(out[i], l + kl, vl);
+			out[i][vl] = 0;
+			seen[i] = vl > 0;
+		}
+		l += n + (nl ? 1 : 0);
+	}
+	return seen[0] && seen[1] && seen[2] ? 0 : -EINVAL;
+}
+
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
 	(void)sb;
@@ -91,16 +119,10 @@ static int load_one(struct prov_pkg *k, const char *dir, const char *name, char 
 				  : "not a Debian package (dpkg-deb -f failed)");
 		return -EINVAL;
 	}
-	char pkg[64] = "", arch[32] = "";
-	for (char *save = NULL, *l = strtok_r(fields, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
-		if (!strncmp(l, "Package: ", 9))
-			util_strlcpy(pkg, l + 9, sizeof pkg);
-		else if (!strncmp(l, "Version: ", 9))
-			util_strlcpy(k->version, l + 9, sizeof k->version);
-		else if (!strncmp(l, "Architecture: ", 14))
-			util_strlcpy(arch, l + 14, sizeof arch);
-	}
-	if (strcmp(pkg, "sparkctl") != 0 || strcmp(arch, k->arch) != 0) {
+	char pkg[64], arch[32];
+	if (prov_deb_fields(fields, pkg, sizeof pkg, k->version, sizeof k->version, arch,
+			    sizeof arch) < 0 ||
+	    strcmp(pkg, "sparkctl") != 0 || strcmp(arch, k->arch) != 0) {
 		snprintf(err, errlen, "%s says Package '%s', Architecture '%s'; expected sparkctl, %s",
 			 k->file, pkg, arch, k->arch);
 		return -EINVAL;

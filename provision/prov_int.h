@@ -120,6 +120,11 @@ void prov_progress_add(struct prov_host *h, uint64_t bytes);
 /* pkg.c */
 /* "arm64" for aarch64, "amd64" for x86_64, NULL otherwise. */
 const char *prov_deb_arch(const char *machine);
+/* The Package, Version and Architecture fields of `dpkg-deb -f DEB Package Version
+ * Architecture` output (one "Key: value" per line, values truncated to their buffers).
+ * 0 when all three are there and non-empty, else -EINVAL. */
+int prov_deb_fields(const char *text, char *pkg, size_t plen, char *ver, size_t vlen, char *arch,
+		    size_t alen);
 /* Read DIR's sparkctl_*_{amd64,arm64}.deb into pkgs. Returns how many (>= 1) or a negative
  * code with err filled (none, two for one architecture, a wrong control field). */
 int prov_pkgs_load(const char *dir, struct prov_pkg pkgs[PROV_NARCH], char *err, size_t errlen);

@@ -16,6 +16,7 @@
 # all-reduce) compared token for token with NATIVE_BUILD's (default build-test).
 # One line per check, "ARM64 PASS|FAIL name detail", then "N passed, N failed"; exit 0 only
 # if some check ran and none failed. A set-up failure is a failed check, never a pass.
+# Test timeouts are tripled: code under qemu-user runs several times slower.
 # qemu-user runs on this machine's memory ordering: see docs/hacking.md for what was
 # reviewed for aarch64's weaker model instead.
 set -uo pipefail
@@ -99,7 +100,7 @@ done
 # ---- unit and runtime suites under qemu-user ------------------------------------------------
 t=$(date +%s)
 say "meson test (units and runtime) under qemu-aarch64"
-meson test -C "$BUILD" --no-rebuild --num-processes 1 --print-errorlogs \
+meson test -C "$BUILD" --no-rebuild --num-processes 1 --print-errorlogs --timeout-multiplier 3 \
 	--no-suite integration --no-suite valgrind >"$BUILD.test.log" 2>&1
 TL=$BUILD/meson-logs/testlog.json
 if [ ! -s "$TL" ]; then
