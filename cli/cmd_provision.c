@@ -9,6 +9,7 @@
 #include "spark_config.h"
 #include "util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -227,9 +228,11 @@ static json_t *results_json(const struct prov_opts *o, const struct prov_result 
 				      "steps", steps);
 		json_array_append_new(hosts, h);
 	}
-	return json_pack("{s:b, s:s, s:s, s:s, s:o, s:i, s:i}", "dry_run", o->dry_run, "cluster",
-			 o->head.cluster_name, "head_address", o->head.address, "prefix",
-			 o->prefix, "hosts", hosts, "host_count", (int)n, "failed", failed);
+	return json_pack("{s:b, s:s, s:s, s:s, s:o, s:o, s:i, s:i}", "dry_run", o->dry_run,
+			 "cluster", o->head.cluster_name, "head_address", o->head.address, "prefix",
+			 o->prefix, "package_dir",
+			 o->package_dir ? json_string(o->package_dir) : json_null(), "hosts", hosts,
+			 "host_count", (int)n, "failed", failed);
 }
 
 /* ---- local binaries ------------------------------------------------------------- */
@@ -269,6 +272,22 @@ static int find_binaries(char *sparkd, char *sparkctl, size_t len)
 	return is_exe(sparkd) ? 0 : -ENOENT;
 }
 
+/* Where provision puts packages on a node, so a node provisioned from packages can
+ * provision others; the default --package when it holds a sparkctl package. */
+#define DEFAULT_PACKAGE_DIR "/var/cache/sparkctl/packages"
+
+static bool has_package(const char *dir)
+{
+	DIR *d = opendir(dir);
+	bool found = false;
+	struct dirent *e;
+	while (d && !found && (e = readdir(d)))
+		found = !strncmp(e->d_name, "sparkctl_", 9) && strstr(e->d_name, ".deb");
+	if (d)
+		closedir(d);
+	return found;
+}
+
 static bool valid_prefix(const char *p)
 {
 	if (p[0] != '/' || strstr(p, "/../") || strstr(p, "/./") || strlen(p) > 200)
@@ -283,7 +302,7 @@ static bool valid_prefix(const char *p)
 
 int cmd_provision(struct cli_ctx *ctx, int argc, char **argv)
 {
-	enum { O_USER = 1, O_PORT, O_ID, O_ACCEPT, O_KH, O_DRY, O_PREFIX, O_PAR, O_HEAD };
+	enum { O_USER = 1, O_PORT, O_ID, O_ACCEPT, O_KH, O_DRY, O_PREFIX, O_PAR, O_HEAD, O_PKG };
 	static const struct option lo[] = {
 		{"user", required_argument, NULL, O_USER},
 		{"port", required_argument, NULL, O_PORT},
@@ -294,6 +313,7 @@ int cmd_provision(struct cli_ctx *ctx, int argc, char **argv)
 		{"prefix", required_argument, NULL, O_PREFIX},
 		{"parallel", required_argument, NULL, O_PAR},
 		{"head", required_argument, NULL, O_HEAD},
+		{"package", required_argument, NULL, O_PKG},
 		{NULL, 0, NULL, 0},
 	};
 	struct prov_opts o = {.prefix = "/", .parallel = 4};
@@ -348,6 +368,9 @@ int cmd_provision(struct cli_ctx *ctx, int argc, char **argv)
 		case O_HEAD:
 			head_override = optarg;
 			break;
+		case O_PKG:
+			o.package_dir = optarg;
+			break;
 		default:
 			return cli_usage(ctx, "unknown or incomplete option '%s'", argv[optind - 1]);
 		}
@@ -364,6 +387,15 @@ int cmd_provision(struct cli_ctx *ctx, int argc, char **argv)
 		int hp;
 		if (util_split_hostport(head_override, SPARK_DEFAULT_PORT, hh, sizeof hh, &hp) < 0)
 			return cli_usage(ctx, "--head: '%s' is not ADDR:PORT", head_override);
+	}
+
+	if (o.package_dir) {
+		DIR *d = opendir(o.package_dir);
+		if (!d)
+			return cli_usage(ctx, "--package: cannot read the directory '%s'", o.package_dir);
+		closedir(d);
+	} else if (has_package(DEFAULT_PACKAGE_DIR)) {
+		o.package_dir = DEFAULT_PACKAGE_DIR;
 	}
 
 	char sparkd[PATH_MAX], sparkctl[PATH_MAX];

@@ -133,7 +133,8 @@ const struct cli_cmd cli_commands[] = {
 	 "Exit 0 even when there are findings; 1 when discovery cannot run.\n"},
 	{NULL, "provision", cmd_provision,
 	 "provision HOST... [--user U] [--port P] [--identity FILE] [--accept-new-host-key]\n"
-	 "         [--known-hosts FILE] [--dry-run] [--prefix DIR] [--parallel N] [--head ADDR:PORT]",
+	 "         [--known-hosts FILE] [--dry-run] [--prefix DIR] [--parallel N] [--head ADDR:PORT]\n"
+	 "         [--package DIR]",
 	 "install, configure and join new nodes over SSH (run on the head)",
 	 "  HOST                   [USER@]ADDR[:PORT] of a machine with SSH (several: in parallel)\n"
 	 "  --user U               login user (default: yours); root or passwordless sudo is needed\n"
@@ -147,6 +148,9 @@ const struct cli_cmd cli_commands[] = {
 	 "  --prefix DIR           install under DIR instead of / and start sparkd without systemd\n"
 	 "  --parallel N           hosts at a time (default 4)\n"
 	 "  --head ADDR:PORT       address the new nodes use to reach this head (default: its own)\n"
+	 "  --package DIR          sparkctl_VERSION_{amd64,arm64}.deb: each node gets the package of\n"
+	 "                         its architecture (default: /var/cache/sparkctl/packages if it\n"
+	 "                         has one); else this machine's binaries, same architecture only\n"
 	 "Steps: check, upload, install, netplan, start, token, join; each says changed, unchanged\n"
 	 "or skipped, so a second run changes nothing. A failed host gets this run's steps undone.\n"
 	 "Exit 1 if any host failed. See docs/provision.md.\n"},

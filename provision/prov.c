@@ -242,6 +242,8 @@ struct shared {
 	struct prov_result *res;
 	void *bin_sparkd, *bin_sparkctl;
 	size_t len_sparkd, len_sparkctl;
+	struct prov_pkg pkgs[PROV_NARCH]; /* --package */
+	bool have_pkgs;
 	char load_err[512];
 	char user[64];              /* default login user */
 	char kh_file[PROV_PATH];
@@ -304,6 +306,7 @@ static void run_host(struct shared *sh, size_t i)
 	h->bin_sparkctl = sh->bin_sparkctl;
 	h->len_sparkd = sh->len_sparkd;
 	h->len_sparkctl = sh->len_sparkctl;
+	h->pkgs = sh->have_pkgs ? sh->pkgs : NULL;
 	bool applied[PROV_NSTEPS] = {false};
 	int failed_at = -1;
 	char detail[256];
@@ -445,6 +448,9 @@ int prov_run(const struct prov_opts *o, const char *const hosts[], size_t n,
 			sizeof sh.load_err) == 0)
 		load_binary(o->sparkctl_path, "sparkctl", &sh.bin_sparkctl, &sh.len_sparkctl,
 			    sh.load_err, sizeof sh.load_err);
+	if (!sh.load_err[0] && o->package_dir)
+		sh.have_pkgs = prov_pkgs_load(o->package_dir, sh.pkgs, sh.load_err,
+					      sizeof sh.load_err) > 0;
 	size_t nt = o->parallel > 0 ? (size_t)o->parallel : 1;
 	if (nt > n)
 		nt = n;
@@ -460,6 +466,8 @@ int prov_run(const struct prov_opts *o, const char *const hosts[], size_t n,
 	free(th);
 	free(sh.bin_sparkd);
 	free(sh.bin_sparkctl);
+	if (sh.have_pkgs)
+		prov_pkgs_free(sh.pkgs);
 	pthread_mutex_destroy(&sh.mu);
 	int failed = 0;
 	for (size_t i = 0; i < n; i++)

@@ -110,6 +110,10 @@ struct prov_opts {
 	int connect_timeout_s;     /* 0: 10 */
 	const char *sparkd_path;   /* local binaries to upload */
 	const char *sparkctl_path;
+	/* A directory of sparkctl_VERSION_ARCH.deb (amd64, arm64): a target gets the package
+	 * of its own architecture (dpkg -i; under a prefix its files only); without one for
+	 * its architecture, the local binaries when the architectures match, else it fails. */
+	const char *package_dir;
 	struct prov_head head;
 
 	/* Mint a single-use token for host: 0, or <0 with err filled. */

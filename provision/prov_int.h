@@ -31,6 +31,17 @@ struct prov_file {
 	bool needed; /* check: differs on the target */
 };
 
+/* One sparkctl package of --package DIR (pkg.c), for one Debian architecture. */
+#define PROV_NARCH 2 /* amd64, arm64 */
+struct prov_pkg {
+	char arch[16];      /* Debian architecture: amd64, arm64 */
+	char name[256];     /* file name in DIR; "" when DIR has none for arch */
+	char file[PROV_PATH];
+	char version[64];
+	void *deb, *sparkd, *sparkctl; /* the .deb, and the two programs taken out of it */
+	size_t deb_len, len_sparkd, len_sparkctl;
+};
+
 struct prov_host {
 	const struct prov_opts *o;
 	int index;
@@ -58,7 +69,11 @@ struct prov_host {
 	char p_netplan[PROV_PATH], p_state[PROV_PATH], p_sock[PROV_PATH], p_run[PROV_PATH];
 	char p_pid[PROV_PATH], p_log[PROV_PATH], stage_dir[PROV_PATH];
 
-	/* local content */
+	/* local content: this machine's binaries, or a package's (pkg != NULL) */
+	const struct prov_pkg *pkgs; /* PROV_NARCH slots when --package was given, else NULL */
+	const struct prov_pkg *pkg;  /* the one chosen for this target by the check step */
+	char p_deb[PROV_PATH];       /* PREFIX/var/cache/sparkctl/packages/NAME.deb */
+	bool deb_installed;          /* dpkg -i ran in this run (prefix /) */
 	void *bin_sparkd, *bin_sparkctl;
 	size_t len_sparkd, len_sparkctl;
 	char *conf_text, *unit_text, *netplan_text;
@@ -101,6 +116,19 @@ const char *pssh_quote(const char *s, char *buf, size_t len);
 int prov_render(struct prov_host *h, char *err, size_t errlen);
 /* bytes more of progress_total were sent (emits PROV_EV_PROGRESS). */
 void prov_progress_add(struct prov_host *h, uint64_t bytes);
+
+/* pkg.c */
+/* "arm64" for aarch64, "amd64" for x86_64, NULL otherwise. */
+const char *prov_deb_arch(const char *machine);
+/* The Package, Version and Architecture fields of `dpkg-deb -f DEB Package Version
+ * Architecture` output (one "Key: value" per line, values truncated to their buffers).
+ * 0 when all three are there and non-empty, else -EINVAL. */
+int prov_deb_fields(const char *text, char *pkg, size_t plen, char *ver, size_t vlen, char *arch,
+		    size_t alen);
+/* Read DIR's sparkctl_*_{amd64,arm64}.deb into pkgs. Returns how many (>= 1) or a negative
+ * code with err filled (none, two for one architecture, a wrong control field). */
+int prov_pkgs_load(const char *dir, struct prov_pkg pkgs[PROV_NARCH], char *err, size_t errlen);
+void prov_pkgs_free(struct prov_pkg pkgs[PROV_NARCH]);
 
 /* steps.c */
 struct prov_step {

@@ -477,13 +477,39 @@ static int check_check(struct prov_host *h, char *detail, size_t dlen)
 			 f->arch);
 		return -ENOTSUP;
 	}
+	/* The package of the target's architecture, else this machine's binaries when
+	 * they are built for it. */
 	struct utsname u;
-	if (uname(&u) == 0 && strcmp(u.machine, f->arch) != 0) {
-		snprintf(detail, dlen,
-			 "%s is %s but the sparkd/sparkctl here are built for %s; run provision from "
-			 "a %s machine (or set SPARKD and SPARKCTL to %s builds)",
-			 h->addr, f->arch, u.machine, f->arch, f->arch);
+	const char *darch = prov_deb_arch(f->arch);
+	char pkgnote[300] = "";
+	h->pkg = NULL;
+	for (int a = 0; h->pkgs && darch && a < PROV_NARCH; a++)
+		if (!strcmp(h->pkgs[a].arch, darch) && h->pkgs[a].deb)
+			h->pkg = &h->pkgs[a];
+	if (h->pkg) {
+		h->bin_sparkd = h->pkg->sparkd;
+		h->len_sparkd = h->pkg->len_sparkd;
+		h->bin_sparkctl = h->pkg->sparkctl;
+		h->len_sparkctl = h->pkg->len_sparkctl;
+		snprintf(pkgnote, sizeof pkgnote, "; package %s (%s %s)", h->pkg->name,
+			 h->pkg->version, h->pkg->arch);
+	} else if (uname(&u) == 0 && strcmp(u.machine, f->arch) != 0) {
+		if (h->pkgs)
+			snprintf(detail, dlen,
+				 "%s is %s: --package %s has no sparkctl_VERSION_%s.deb, and the "
+				 "sparkd/sparkctl here are built for %s; add the %s package there "
+				 "(docs/provision.md)",
+				 h->addr, f->arch, h->o->package_dir, darch, u.machine, darch);
+		else
+			snprintf(detail, dlen,
+				 "%s is %s but the sparkd/sparkctl here are built for %s; give the %s "
+				 "package with --package DIR, or run provision from a %s machine",
+				 h->addr, f->arch, u.machine, darch, f->arch);
 		return -ENOTSUP;
+	} else if (h->pkgs) {
+		snprintf(pkgnote, sizeof pkgnote,
+			 "; no %s package in %s: this machine's binaries (same architecture)", darch,
+			 h->o->package_dir);
 	}
 	if (missing[0]) {
 		snprintf(detail, dlen, "%s lacks %s (coreutils/util-linux); install them first",
@@ -512,47 +538,107 @@ static int check_check(struct prov_host *h, char *detail, size_t dlen)
 		snprintf(cx, sizeof cx, "ConnectX-7 (%d PCI functions)", f->cx7_functions);
 	else
 		snprintf(cx, sizeof cx, "no ConnectX-7");
-	snprintf(detail, dlen, "%s %s %s, %s, %s, node %s%s%s", f->os, f->arch, f->kernel, cx,
+	if (h->pkg) {
+		char rel[PROV_PATH];
+		snprintf(rel, sizeof rel, "%s/var/cache/sparkctl/packages/%s",
+			 prefixed ? h->o->prefix : "", h->pkg->name);
+		util_strlcpy(h->p_deb, rel, sizeof h->p_deb);
+	}
+	snprintf(detail, dlen, "%s %s %s, %s, %s, node %s%s%s%s", f->os, f->arch, f->kernel, cx,
 		 uid0 ? "root" : f->sudo ? "sudo" : "no root (prefix install)", h->res->node,
-		 strstr(h->key_note, "new host key") ? "; " : "",
+		 pkgnote, strstr(h->key_note, "new host key") ? "; " : "",
 		 strstr(h->key_note, "new host key") ? h->key_note : "");
 	return PROV_DONE;
 }
 
 /* ---- 2. upload binaries ------------------------------------------------------------ */
 
-static void upload_files(struct prov_host *h, struct prov_file fs[2])
+/* sparkd, sparkctl and, with a package, the .deb they were taken from. */
+static int upload_files(struct prov_host *h, struct prov_file fs[3])
 {
 	file_set(&fs[0], h->p_sparkd, h->bin_sparkd, h->len_sparkd, 0755);
 	file_set(&fs[1], h->p_sparkctl, h->bin_sparkctl, h->len_sparkctl, 0755);
+	if (!h->pkg)
+		return 2;
+	file_set(&fs[2], h->p_deb, h->pkg->deb, h->pkg->deb_len, 0644);
+	return 3;
 }
 
 static int upload_check(struct prov_host *h, char *detail, size_t dlen)
 {
-	struct prov_file fs[2];
-	upload_files(h, fs);
-	int r = files_step_check(h, PROV_STEP_UPLOAD, fs, 2, "upload", detail, dlen);
+	struct prov_file fs[3];
+	int n = upload_files(h, fs);
+	int r = files_step_check(h, PROV_STEP_UPLOAD, fs, n, "upload", detail, dlen);
 	if (r == PROV_DONE)
-		snprintf(detail, dlen, "sparkd, sparkctl up to date (sha256 %.12s..., %.12s...)",
-			 fs[0].sha, fs[1].sha);
+		snprintf(detail, dlen, "sparkd, sparkctl%s up to date (sha256 %.12s..., %.12s...)",
+			 h->pkg ? " and their package" : "", fs[0].sha, fs[1].sha);
+	return r;
+}
+
+/* The package on the target: its Architecture field must be the target's own dpkg
+ * architecture; under / it is installed with dpkg -i (the unit enabled, not started: the
+ * start step does that); under a prefix its two programs are already in place. */
+static int upload_install_deb(struct prov_host *h, char *detail, size_t dlen)
+{
+	char script[2048], qd[PROV_PATH * 2];
+	q(h->p_deb, qd, sizeof qd);
+	bool root = strcmp(h->o->prefix, "/") == 0;
+	snprintf(script, sizeof script,
+		 "if command -v dpkg >/dev/null 2>&1; then a=$(dpkg-deb -f %s Architecture) || "
+		 "exit 3; t=$(dpkg --print-architecture); if [ \"$a\" != \"$t\" ]; then echo "
+		 "\"the package is for $a but this machine's dpkg architecture is $t\" >&2; exit 4; fi; "
+		 "elif [ %d = 1 ]; then echo 'no dpkg on the target: it is not Debian or Ubuntu' >&2; "
+		 "exit 5; fi\n"
+		 "if [ %d = 1 ]; then %sdpkg -i %s >/dev/null || exit 6; fi\n",
+		 qd, root, root, h->priv, qd);
+	char *e = NULL;
+	int r = rrun(h, script, NULL, NULL, &e, 300000, detail, dlen);
+	if (r > 0) {
+		char l[200];
+		first_line(e, l, sizeof l);
+		snprintf(detail, dlen, "%s %s: %s", r == 6 ? "dpkg -i" : "checking", h->pkg->name,
+			 l[0] ? l : "failed");
+		r = -EIO;
+	}
+	free(e);
+	if (r == 0 && root)
+		h->deb_installed = true;
 	return r;
 }
 
 static int upload_apply(struct prov_host *h, char *detail, size_t dlen)
 {
-	struct prov_file fs[2];
-	upload_files(h, fs);
+	struct prov_file fs[3];
+	int n = upload_files(h, fs);
 	char list[200];
-	int r = files_step_apply(h, PROV_STEP_UPLOAD, fs, 2, list, sizeof list, detail, dlen);
+	int r = files_step_apply(h, PROV_STEP_UPLOAD, fs, n, list, sizeof list, detail, dlen);
 	if (r < 0)
 		return r;
-	snprintf(detail, dlen, "%s, SHA-256 verified", list);
+	if (h->pkg && (r = upload_install_deb(h, detail, dlen)) < 0)
+		return r;
+	if (!h->pkg)
+		snprintf(detail, dlen, "%s, SHA-256 verified", list);
+	else if (h->deb_installed)
+		snprintf(detail, dlen, "%s %s installed with dpkg -i; %s, SHA-256 verified",
+			 h->pkg->name, h->pkg->arch, list);
+	else
+		snprintf(detail, dlen, "%s (%s, checked by dpkg-deb) under the prefix; %s, SHA-256 "
+				       "verified",
+			 h->pkg->name, h->pkg->arch, list);
 	return 0;
 }
 
 static int upload_undo(struct prov_host *h, char *detail, size_t dlen)
 {
-	return files_undo(h, PROV_STEP_UPLOAD, detail, dlen);
+	int r = files_undo(h, PROV_STEP_UPLOAD, detail, dlen);
+	if (h->deb_installed) {
+		/* the files are back; dpkg still lists the package this run installed */
+		size_t l = strlen(detail);
+		snprintf(detail + l, dlen - l, "; dpkg keeps %s registered (dpkg -r sparkctl "
+					       "removes it)",
+			 h->pkg->name);
+	}
+	return r;
 }
 
 /* ---- 3. unit and config ------------------------------------------------------------- */

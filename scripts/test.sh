@@ -6,6 +6,12 @@
 # Env: SPARK_TEST_QUICK=1 skips the sanitizer build and fuzzing (for development);
 #      SPARK_TEST_RDMA=0 skips the Soft-RoCE VM (tests/rdma/run.sh, about 1 min once
 #      its downloads are cached; on by default, CI runs it).
+#      SPARK_TEST_ARM64=0 skips the aarch64 cross build and its unit and runtime suites
+#      under qemu-user (tests/arm64/run.sh, about 2 min; arm64 .debs cached in
+#      /var/cache/sparkctl-arm64);
+#      SPARK_TEST_DEB=0 skips the Debian packages: amd64 and arm64 builds, lintian, arm64
+#      contents, install/upgrade/purge in a debootstrap chroot (tests/deb/run.sh, about
+#      2 min; the chroot tarball cached in /var/cache/sparkctl-deb).
 #      FUZZ_SECONDS (default 15) per fuzz target.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -78,6 +84,36 @@ if [ "${SPARK_TEST_RDMA:-1}" = 1 ]; then
   else
     extra_fail=$((extra_fail + 1))
   fi
+fi
+
+# A helper script's "N passed, N failed" (last such line of LOG) into the extra counts;
+# no such line (it crashed or never ran) is one failure.
+add_summary() { # LOG
+  local summary f
+  if summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$1" | tail -1) && [ -n "$summary" ]; then
+    extra_pass=$((extra_pass + ${summary%% passed*}))
+    f=${summary#*, }; extra_fail=$((extra_fail + ${f%% failed*}))
+  else
+    extra_fail=$((extra_fail + 1))
+  fi
+}
+
+# aarch64 (a Spark's CPU): cross build, units and runtime under qemu-user, same tokens.
+if [ "${SPARK_TEST_ARM64:-1}" = 1 ]; then
+  echo "== arm64: cross build + qemu-user (tests/arm64/run.sh)" >&2
+  tests/arm64/run.sh -B build-arm64 -N build-test >arm64.log 2>&1
+  grep -E '^ARM64 |passed, ' arm64.log
+  grep -q '^ARM64 FAIL' arm64.log && tail -40 arm64.log | grep -v '^ARM64 ' >&2
+  add_summary arm64.log
+fi
+
+# Debian packages: build (amd64, arm64), lintian, contents, chroot install/upgrade/purge.
+if [ "${SPARK_TEST_DEB:-1}" = 1 ]; then
+  echo "== deb: packages (tests/deb/run.sh)" >&2
+  tests/deb/run.sh >deb.log 2>&1
+  grep -E '^DEB |passed, ' deb.log
+  grep -q '^DEB FAIL' deb.log && tail -40 deb.log | grep -v '^DEB ' >&2
+  add_summary deb.log
 fi
 
 [ ${#logs[@]} -gt 0 ] || { echo "0 passed, 1 failed"; exit 1; }

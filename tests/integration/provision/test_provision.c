@@ -802,3 +802,106 @@ Test(prov, prov_reprovision_in_validated_topology_gets_netplan)
 	cr_expect(step_line(r.out, "netplan", "unchanged"), "%s", r.out);
 	rfree(&r);
 }
+
+/* ---- --package DIR: the package of the target's architecture -------------------------- */
+
+/* A sparkctl package in DIR named NAME whose control says ARCH, holding this build's
+ * sparkd and sparkctl with MARK appended (an ELF runs with trailing bytes), so the files
+ * on the target show which package they came from. */
+static void make_deb(const char *dir, const char *name, const char *arch, const char *mark)
+{
+	struct res r = sh("set -e; t=%s/debtree-%s; rm -rf $t; mkdir -p $t/DEBIAN $t/usr/sbin "
+			  "$t/usr/bin %s\n"
+			  "cp %s $t/usr/sbin/sparkd; cp %s $t/usr/bin/sparkctl\n"
+			  "printf '%s' >> $t/usr/sbin/sparkd; printf '%s' >> $t/usr/bin/sparkctl\n"
+			  "printf 'Package: sparkctl\\nVersion: 0.1.0~test\\nArchitecture: %s\\n"
+			  "Maintainer: test <test@example.org>\\nDescription: test package\\n' > "
+			  "$t/DEBIAN/control\n"
+			  "dpkg-deb -b --root-owner-group $t %s/%s >/dev/null; rm -rf $t",
+			  E.root, arch, dir, bin("sparkd"), bin("sparkctl"), mark, mark, arch, dir, name);
+	cr_assert_eq(r.rc, 0, "dpkg-deb -b: %s", r.err);
+	rfree(&r);
+}
+
+static bool file_has(const char *path, const char *s)
+{
+	struct res r = sh("grep -qaF '%s' %s", s, path);
+	bool ok = r.rc == 0;
+	rfree(&r);
+	return ok;
+}
+
+Test(prov, prov_package_of_the_target_arch)
+{
+	if (access("/usr/bin/dpkg-deb", X_OK) != 0)
+		cr_skip_test("no dpkg-deb");
+	char dir[400], opt[500], p[700];
+	snprintf(dir, sizeof dir, "%s/pkgs", E.root);
+	make_deb(dir, "sparkctl_0.1.0~test_amd64.deb", "amd64", "pkg-amd64-marker");
+	make_deb(dir, "sparkctl_0.1.0~test_arm64.deb", "arm64", "pkg-arm64-marker");
+	snprintf(opt, sizeof opt, "--accept-new-host-key --package %s", dir);
+	struct res r = provision(opt);
+	cr_assert_eq(r.rc, 0, "provision --package failed:\n%s\n%s", r.out, r.err);
+	cr_expect(strstr(r.out, "package sparkctl_0.1.0~test_amd64.deb (0.1.0~test amd64)"), "%s",
+		  r.out);
+	cr_expect(strstr(r.out, "sparkctl_0.1.0~test_amd64.deb (amd64, checked by dpkg-deb)"), "%s",
+		  r.out);
+	rfree(&r);
+	cr_assert(wait_node(E.target, "ready", 15000), "node not ready on the head");
+	/* the amd64 package's programs run there, never the arm64 one's */
+	snprintf(p, sizeof p, "%s/usr/sbin/sparkd", E.prefix);
+	cr_expect(file_has(p, "pkg-amd64-marker"), "sparkd is not the amd64 package's");
+	cr_expect(!file_has(p, "pkg-arm64-marker"), "sparkd came from the arm64 package");
+	snprintf(p, sizeof p, "%s/usr/bin/sparkctl", E.prefix);
+	cr_expect(file_has(p, "pkg-amd64-marker"), "sparkctl is not the amd64 package's");
+	r = sh("cmp %s/var/cache/sparkctl/packages/sparkctl_0.1.0~test_amd64.deb "
+	       "%s/sparkctl_0.1.0~test_amd64.deb && ! ls %s/var/cache/sparkctl/packages | grep arm64",
+	       E.prefix, dir, E.prefix);
+	cr_expect_eq(r.rc, 0, "the target does not hold exactly the amd64 package: %s %s", r.out,
+		     r.err);
+	rfree(&r);
+	/* a second run changes nothing */
+	r = provision(opt + strlen("--accept-new-host-key "));
+	cr_expect_eq(r.rc, 0, "%s", r.err);
+	cr_expect(step_line(r.out, "upload", "unchanged"), "%s", r.out);
+	cr_expect(step_line(r.out, "start", "unchanged"), "%s", r.out);
+	rfree(&r);
+}
+
+Test(prov, prov_package_other_arch_only_falls_back_to_same_arch_binaries)
+{
+	if (access("/usr/bin/dpkg-deb", X_OK) != 0)
+		cr_skip_test("no dpkg-deb");
+	char dir[400], opt[500], p[700];
+	snprintf(dir, sizeof dir, "%s/pkgs", E.root);
+	make_deb(dir, "sparkctl_0.1.0~test_arm64.deb", "arm64", "pkg-arm64-marker");
+	snprintf(opt, sizeof opt, "--accept-new-host-key --package %s", dir);
+	struct res r = provision(opt);
+	cr_assert_eq(r.rc, 0, "provision failed:\n%s\n%s", r.out, r.err);
+	cr_expect(strstr(r.out, "no amd64 package in"), "%s", r.out);
+	rfree(&r);
+	snprintf(p, sizeof p, "%s/usr/sbin/sparkd", E.prefix);
+	r = sh("cmp %s %s", p, bin("sparkd"));
+	cr_expect_eq(r.rc, 0, "the target's sparkd is not this machine's: %s", r.out);
+	rfree(&r);
+}
+
+Test(prov, prov_package_architecture_field_decides)
+{
+	if (access("/usr/bin/dpkg-deb", X_OK) != 0)
+		cr_skip_test("no dpkg-deb");
+	char dir[400], opt[500];
+	snprintf(dir, sizeof dir, "%s/pkgs", E.root);
+	/* named for amd64, built for arm64 */
+	make_deb(dir, "sparkctl_0.1.0~test_amd64.deb", "arm64", "pkg-arm64-marker");
+	snprintf(opt, sizeof opt, "--accept-new-host-key --package %s", dir);
+	struct res r = provision(opt);
+	cr_expect_eq(r.rc, 1, "a mislabelled package was accepted:\n%s", r.out);
+	cr_expect(strstr(r.out, "Architecture 'arm64'; expected sparkctl, amd64") ||
+			  strstr(r.err, "Architecture 'arm64'; expected sparkctl, amd64"),
+		  "%s\n%s", r.out, r.err);
+	rfree(&r);
+	char p[700];
+	snprintf(p, sizeof p, "%s/usr/sbin/sparkd", E.prefix);
+	cr_expect_neq(access(p, F_OK), 0, "files were installed from a refused package");
+}
