@@ -155,7 +155,7 @@ static void tick_on(struct thead *h)
 static void answer(struct vrun *r, json_t *data)
 {
 	if (r->cli)
-		conn_send_new(r->cli, proto_result(r->cli_id, data));
+		control_send_result(r->cli, r->cli_id, data);
 	else
 		json_decref(data);
 	r->cli = NULL;
@@ -212,21 +212,13 @@ static void run_free(struct vrun *r)
 
 /* ---- requests to nodes --------------------------------------------------------------- */
 
-static struct session *session_of(struct agent *a, const char *node_id)
-{
-	for (struct session *s = a->sessions; s; s = s->next)
-		if (s->authed && strcmp(s->node_id, node_id) == 0)
-			return s;
-	return NULL;
-}
-
 /* Send op (msg, stolen) to node ni of the run. 0, or -ENOTCONN (msg freed). */
 static int send_req(struct vrun *r, size_t ni, json_t *msg, vreq_cb cb, int idx, unsigned timeout_ms)
 {
 	struct thead *h = r->h;
 	struct agent *a = h->t->a;
 	struct vnode *n = &r->nodes[ni];
-	struct session *s = n->self ? NULL : session_of(a, n->id);
+	struct session *s = n->self ? NULL : head_session(a, n->id);
 	if (!n->self && !s) {
 		json_decref(msg);
 		return -ENOTCONN;
@@ -1008,7 +1000,14 @@ static void relay_endpoint(struct thead *h, const char *node_id, const json_t *m
 			struct vprobe *p = &r->probes[i];
 			if (strcmp(p->pid, pid) != 0 || p->done)
 				continue;
-			int to = strcmp(r->nodes[p->a].id, node_id) == 0 ? p->b : p->a;
+			/* only an end of that probe may send its endpoint */
+			bool from_a = strcmp(r->nodes[p->a].id, node_id) == 0;
+			if (!from_a && strcmp(r->nodes[p->b].id, node_id) != 0) {
+				log_warn("frame_not_owner", "type=topo_rdma_ep probe=%s from=%s", pid,
+					 node_id);
+				return;
+			}
+			int to = from_a ? p->b : p->a;
 			json_t *m = op_msg("rdma_peer");
 			json_object_set_new(m, "probe", json_string(pid));
 			json_object_set(m, "endpoint", json_object_get(msg, "endpoint"));
