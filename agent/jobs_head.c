@@ -1961,7 +1961,7 @@ static void on_head_tick(uv_timer_t *tm)
 	for (struct hjob *j = J->hjobs, *next; j; j = next) {
 		next = j->next;
 		long long id = j->row.id;
-		for (int k = 0; k < j->nranks && find_job(J, id); k++) {
+		for (int k = 0; find_job(J, id) && k < j->nranks; k++) { /* j is freed once it ends */
 			struct hrank *r = &j->ranks[k];
 			if (rank_final(r))
 				continue;
