@@ -86,6 +86,9 @@ seeds = {
     "logs_and_stream_cancel": hello + req("job_req", "job_run", "alice", run_fg)
     + req("job_req", "job_logs", "alice", job_key + ABSENT + TRUE) + fr("stream_cancel", SEEN) + hb,
     "leave": hello + hb + fr("leave", [0]),
+    # --timeout of 2^63-1 s: start + timeout must not overflow
+    "job_run_huge_timeout": hello + req("job_req", "job_run", "alice",
+                                        [0, 0, 1, 0, 0] + lit(1) + [7, 1] + TRUE + [0, 0]),
     # a job whose node leaves: the head's tick loses the rank and ends the job
     "job_then_leave": hello + req("job_req", "job_run", "alice", run_bg) + fr("leave", [0]),
     "odd_frames": hello + fr("crl", text("-----BEGIN X509 CRL-----"))
