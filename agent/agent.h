@@ -183,6 +183,11 @@ const char *head_store_error(int r);          /* a db_ error for people */
 /* Mint a token; on success fills the printable token string. */
 int head_token_create(struct agent *a, int64_t ttl, int64_t uses, const char *descr,
 		      char *token_out, size_t len, char *id_out);
+/* Tests only (tests/fuzz/fuzz_session.c): accept the connection pending on a
+ * plain listener as the authenticated session of node node_id, as if it had
+ * presented that node's valid certificate. 0, -ENOENT (no such node, or not
+ * the head), -ENOMEM or -EIO. */
+int head_adopt_session(struct agent *a, uv_stream_t *server, const char *node_id);
 
 /* worker.c */
 int worker_start(struct agent *a);                /* connect to the head (identity known) */

@@ -1214,3 +1214,26 @@ void head_handle_init(struct agent *a, conn *c, const json_t *req)
 				head.address, "token", tok, "token_id", tid, "join_command", cmd,
 				"token_expires_at", (json_int_t)(ttl > 0 ? util_now() + ttl : 0)));
 }
+
+/* For tests (tests/fuzz/fuzz_session.c): see agent.h. */
+int head_adopt_session(struct agent *a, uv_stream_t *server, const char *node_id)
+{
+	db_node n;
+	if (a->id.role != ROLE_HEAD || !a->db || db_node_get(a->db, node_id, &n) < 0)
+		return -ENOENT;
+	struct session *s = calloc(1, sizeof *s);
+	if (!s)
+		return -ENOMEM;
+	s->a = a;
+	s->accepted_ms = s->last_ms = util_now_ms();
+	util_strlcpy(s->node_id, n.id, sizeof s->node_id);
+	s->authed = true;
+	s->c = conn_accept(server, NULL, &session_cbs, s);
+	if (!s->c) {
+		free(s);
+		return -EIO;
+	}
+	s->next = a->sessions;
+	a->sessions = s;
+	return 0;
+}

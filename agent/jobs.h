@@ -34,6 +34,7 @@
 #define JOBS_START_TIMEOUT_MS 30000 /* a rank still pending after this is lost */
 #define JOBS_MAX_RANKS_PER_NODE 64
 #define JOBS_MAX_SPEC_BYTES (128 * 1024) /* argv + env of a job or exec */
+#define JOBS_MAX_TIMEOUT_S (10 * 366 * 86400) /* --timeout: no overflow of start + timeout */
 #define JOBS_KEEP_DAYS 7           /* finished job dirs on nodes */
 
 struct mail;

@@ -805,7 +805,8 @@ static struct hjob *hjob_add(struct agent *a, const db_job *row, const db_job_ra
 			uv_timer_init(a->loop, j->timer);
 			j->timer->data = j;
 			int64_t from = row->started_at ? row->started_at : row->created_at;
-			int64_t left = from + row->timeout_s - util_now();
+			int64_t t = row->timeout_s < JOBS_MAX_TIMEOUT_S ? row->timeout_s : JOBS_MAX_TIMEOUT_S;
+			int64_t left = from + t - util_now();
 			uv_timer_start(j->timer, on_job_timeout, (uint64_t)(left > 0 ? left : 0) * 1000, 0);
 		}
 	}
@@ -1193,8 +1194,9 @@ static void r_job_run(struct agent *a, conn *dest, json_int_t id, const json_t *
 	}
 	if (spec_too_large(dest, id, argv, env))
 		return;
-	if (timeout < 0) {
-		reply_error(dest, id, "bad_request", "--timeout must not be negative");
+	if (timeout < 0 || timeout > JOBS_MAX_TIMEOUT_S) {
+		reply_error(dest, id, "bad_request", "--timeout must be 0 to %d s (10 years)",
+			    JOBS_MAX_TIMEOUT_S);
 		return;
 	}
 	json_array_foreach(env, i, v) {
@@ -1961,7 +1963,7 @@ static void on_head_tick(uv_timer_t *tm)
 	for (struct hjob *j = J->hjobs, *next; j; j = next) {
 		next = j->next;
 		long long id = j->row.id;
-		for (int k = 0; k < j->nranks && find_job(J, id); k++) {
+		for (int k = 0; find_job(J, id) && k < j->nranks; k++) { /* j is freed once it ends */
 			struct hrank *r = &j->ranks[k];
 			if (rank_final(r))
 				continue;
