@@ -1670,9 +1670,23 @@ void jh_request(struct agent *a, conn *dest, json_int_t id, const json_t *req)
 		{"job_show", r_job_show},         {"job_logs", r_job_logs},
 		{"job_cancel", r_job_cancel},     {"exec", r_exec},
 	};
+	/* Who asks is the caller the asking node's control socket saw (the rights
+	 * check above read it too): its uid and user name are the job's owner,
+	 * whatever other "uid"/"user" the request carries. */
+	json_t *caller = json_object_get(req, "caller");
+	if (!json_is_integer(json_object_get(caller, "uid")) || !proto_str(caller, "user")) {
+		reply_error(dest, id, "forbidden",
+			    "the request names no caller with a user name; jobs run as a named user "
+			    "(the same name on every node)");
+		return;
+	}
 	for (size_t i = 0; i < ARRAY_SIZE(requests); i++)
 		if (strcmp(requests[i].type, t) == 0) {
-			requests[i].fn(a, dest, id, req);
+			json_t *r = json_deep_copy(req);
+			json_object_set(r, "uid", json_object_get(caller, "uid"));
+			json_object_set(r, "user", json_object_get(caller, "user"));
+			requests[i].fn(a, dest, id, r);
+			json_decref(r);
 			return;
 		}
 	reply_error(dest, id, "unknown_type", "the head does not serve \"%s\"", t);
