@@ -445,6 +445,34 @@ int db_changes(db *d) { return sqlite3_changes(d->h); }
 
 int64_t db_last_rowid(db *d) { return sqlite3_last_insert_rowid(d->h); }
 
+int db_rows(db *d, sqlite3_stmt *s, size_t elem, int (*row)(sqlite3_stmt *s, void *elem),
+	    void **out, size_t *n, const char *op)
+{
+	*out = NULL;
+	*n = 0;
+	char *arr = NULL;
+	size_t cnt = 0, cap = 0;
+	int e = 0, rc;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if ((e = db_grow((void **)&arr, &cap, cnt, elem)) < 0)
+			break;
+		memset(arr + cnt * elem, 0, elem);
+		if ((e = row(s, arr + cnt * elem)) < 0)
+			break;
+		cnt++;
+	}
+	if (e == 0 && rc != SQLITE_DONE)
+		e = db_fail(d, rc, op);
+	db_done(s);
+	if (e < 0) {
+		free(arr);
+		return e;
+	}
+	*out = arr;
+	*n = cnt;
+	return 0;
+}
+
 int db_grow(void **arr, size_t *cap, size_t n, size_t elem)
 {
 	if (n < *cap)

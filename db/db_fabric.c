@@ -125,46 +125,35 @@ void db_fabric_free(db_fabric *f)
 static const char SQL_FPORT_LIST[] =
 	"SELECT " FPORT_COLS " FROM fabric_ports WHERE node_id = ?1 ORDER BY seq ASC";
 
+static int fabric_ports_row(sqlite3_stmt *s, void *elem)
+{
+	db_fabric_port *p = elem;
+	COL_F(s, 0, p->port);
+	p->twin = sqlite3_column_int(s, 1);
+	COL_F(s, 2, p->netdev);
+	p->present = sqlite3_column_int(s, 3) != 0;
+	p->carrier = (int)db_col_opt_int(s, 4);
+	COL_F(s, 5, p->operstate);
+	p->speed_mbps = db_col_opt_int(s, 6);
+	p->mtu = db_col_opt_int(s, 7);
+	COL_F(s, 8, p->rdma_device);
+	COL_F(s, 9, p->rdma_state);
+	p->gid_index = (int)db_col_opt_int(s, 10);
+	return 0;
+}
+
 int db_fabric_ports(db *d, const char *node_id, db_fabric_port **out, size_t *n)
 {
 	if (!d || !node_id || !out || !n)
 		return -EINVAL;
 	*out = NULL;
 	*n = 0;
-	int e = 0, rc;
+	int e = 0;
 	sqlite3_stmt *s = db_stmt(d, SQL_FPORT_LIST, &e);
 	if (!s)
 		return e;
 	db_bind_str(s, 1, node_id);
-	db_fabric_port *arr = NULL;
-	size_t cnt = 0, cap = 0;
-	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-		if ((e = db_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0)
-			break;
-		db_fabric_port *p = &arr[cnt++];
-		memset(p, 0, sizeof *p);
-		COL_F(s, 0, p->port);
-		p->twin = sqlite3_column_int(s, 1);
-		COL_F(s, 2, p->netdev);
-		p->present = sqlite3_column_int(s, 3) != 0;
-		p->carrier = (int)db_col_opt_int(s, 4);
-		COL_F(s, 5, p->operstate);
-		p->speed_mbps = db_col_opt_int(s, 6);
-		p->mtu = db_col_opt_int(s, 7);
-		COL_F(s, 8, p->rdma_device);
-		COL_F(s, 9, p->rdma_state);
-		p->gid_index = (int)db_col_opt_int(s, 10);
-	}
-	if (e == 0 && rc != SQLITE_DONE)
-		e = db_fail(d, rc, "fabric_ports");
-	db_done(s);
-	if (e < 0) {
-		free(arr);
-		return e;
-	}
-	*out = arr;
-	*n = cnt;
-	return 0;
+	return db_rows(d, s, sizeof **out, fabric_ports_row, (void **)out, n, "fabric_ports");
 }
 
 /* Rows, and physical ports with at least one twin's carrier up. */

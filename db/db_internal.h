@@ -50,6 +50,12 @@ int64_t db_last_rowid(db *d);
 
 /* Growable array for *_list results: room for element n. 0 or -ENOMEM. */
 int db_grow(void **arr, size_t *cap, size_t n, size_t elem);
+/* Every row of a bound statement from db_stmt into a new array of elem-size
+ * entries, each zeroed and filled by row (0, or -ENOMEM), then db_done. On
+ * success *out (caller frees; NULL for none) and *n; on failure nothing is
+ * kept. op names the query in the log. */
+int db_rows(db *d, sqlite3_stmt *s, size_t elem, int (*row)(sqlite3_stmt *s, void *elem),
+	    void **out, size_t *n, const char *op);
 
 bool db_is_empty(const char *s);
 
@@ -73,5 +79,6 @@ char *db_col_dup(sqlite3_stmt *s, int i); /* malloc'd copy, NULL on ENOMEM */
  * "draining" for a drained ready node, "joining" for a worker that never
  * connected. */
 void db_node_row(sqlite3_stmt *s, db_node *n);
+int db_node_row_v(sqlite3_stmt *s, void *n); /* the same, as a db_rows row function */
 
 #endif

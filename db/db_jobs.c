@@ -37,6 +37,12 @@ static void group_row(sqlite3_stmt *s, db_group *g)
 	g->n_members = sqlite3_column_int(s, 7);
 }
 
+static int group_row_v(sqlite3_stmt *s, void *p)
+{
+	group_row(s, p);
+	return 0;
+}
+
 static const char SQL_GROUP_GET[] =
 	"SELECT " GROUP_COLS " FROM groups g WHERE g.name = ?1";
 /* Another group holding the node that a new group (shared = ?2) may not share it with. */
@@ -142,32 +148,25 @@ int db_group_list(db *d, db_group **out, size_t *n)
 		return -EINVAL;
 	*out = NULL;
 	*n = 0;
-	int e = 0, rc;
+	int e = 0;
 	sqlite3_stmt *s = db_stmt(d, SQL_GROUP_LIST, &e);
 	if (!s)
 		return e;
-	db_group *arr = NULL;
-	size_t cnt = 0, cap = 0;
-	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-		if ((e = db_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0)
-			break;
-		group_row(s, &arr[cnt++]);
-	}
-	if (e == 0 && rc != SQLITE_DONE)
-		e = db_fail(d, rc, "group_list");
-	db_done(s);
-	if (e < 0) {
-		free(arr);
-		return e;
-	}
-	*out = arr;
-	*n = cnt;
-	return 0;
+	return db_rows(d, s, sizeof **out, group_row_v, (void **)out, n, "group_list");
 }
 
 static const char SQL_GROUP_MEMBERS[] =
 	"SELECT m.node_id, n.name, m.seq FROM group_members m JOIN nodes n ON n.id = m.node_id "
 	"WHERE m.group_name = ?1 ORDER BY m.seq";
+
+static int group_members_row(sqlite3_stmt *s, void *p)
+{
+	db_group_member *m = p;
+	COL_F(s, 0, m->node_id);
+	COL_F(s, 1, m->node_name);
+	m->seq = sqlite3_column_int(s, 2);
+	return 0;
+}
 
 int db_group_members(db *d, const char *name, db_group_member **out, size_t *n)
 {
@@ -175,32 +174,12 @@ int db_group_members(db *d, const char *name, db_group_member **out, size_t *n)
 		return -EINVAL;
 	*out = NULL;
 	*n = 0;
-	int e = 0, rc;
+	int e = 0;
 	sqlite3_stmt *s = db_stmt(d, SQL_GROUP_MEMBERS, &e);
 	if (!s)
 		return e;
 	db_bind_str(s, 1, name);
-	db_group_member *arr = NULL;
-	size_t cnt = 0, cap = 0;
-	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-		if ((e = db_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0)
-			break;
-		db_group_member *m = &arr[cnt++];
-		memset(m, 0, sizeof *m);
-		COL_F(s, 0, m->node_id);
-		COL_F(s, 1, m->node_name);
-		m->seq = sqlite3_column_int(s, 2);
-	}
-	if (e == 0 && rc != SQLITE_DONE)
-		e = db_fail(d, rc, "group_members");
-	db_done(s);
-	if (e < 0) {
-		free(arr);
-		return e;
-	}
-	*out = arr;
-	*n = cnt;
-	return 0;
+	return db_rows(d, s, sizeof **out, group_members_row, (void **)out, n, "group_members");
 }
 
 static const char SQL_GROUP_DELETE[] =
@@ -222,37 +201,26 @@ static const char SQL_MEMBERSHIPS[] =
 	"SELECT m.group_name, m.node_id, g.shared FROM group_members m "
 	"JOIN groups g ON g.name = m.group_name ORDER BY m.group_name, m.seq";
 
+static int memberships_row(sqlite3_stmt *s, void *p)
+{
+	db_membership *m = p;
+	COL_F(s, 0, m->group_name);
+	COL_F(s, 1, m->node_id);
+	m->shared = sqlite3_column_int(s, 2) != 0;
+	return 0;
+}
+
 int db_group_memberships(db *d, db_membership **out, size_t *n)
 {
 	if (!d || !out || !n)
 		return -EINVAL;
 	*out = NULL;
 	*n = 0;
-	int e = 0, rc;
+	int e = 0;
 	sqlite3_stmt *s = db_stmt(d, SQL_MEMBERSHIPS, &e);
 	if (!s)
 		return e;
-	db_membership *arr = NULL;
-	size_t cnt = 0, cap = 0;
-	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-		if ((e = db_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0)
-			break;
-		db_membership *m = &arr[cnt++];
-		memset(m, 0, sizeof *m);
-		COL_F(s, 0, m->group_name);
-		COL_F(s, 1, m->node_id);
-		m->shared = sqlite3_column_int(s, 2) != 0;
-	}
-	if (e == 0 && rc != SQLITE_DONE)
-		e = db_fail(d, rc, "memberships");
-	db_done(s);
-	if (e < 0) {
-		free(arr);
-		return e;
-	}
-	*out = arr;
-	*n = cnt;
-	return 0;
+	return db_rows(d, s, sizeof **out, memberships_row, (void **)out, n, "memberships");
 }
 
 static const char SQL_NODE_GROUPS[] =
@@ -302,28 +270,12 @@ int db_group_nodes(db *d, const char *group, db_node **out, size_t *n)
 		return -EINVAL;
 	*out = NULL;
 	*n = 0;
-	int e = 0, rc;
+	int e = 0;
 	sqlite3_stmt *s = db_stmt(d, SQL_GROUP_NODES, &e);
 	if (!s)
 		return e;
 	db_bind_str(s, 1, group);
-	db_node *arr = NULL;
-	size_t cnt = 0, cap = 0;
-	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-		if ((e = db_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0)
-			break;
-		db_node_row(s, &arr[cnt++]);
-	}
-	if (e == 0 && rc != SQLITE_DONE)
-		e = db_fail(d, rc, "group_nodes");
-	db_done(s);
-	if (e < 0) {
-		free(arr);
-		return e;
-	}
-	*out = arr;
-	*n = cnt;
-	return 0;
+	return db_rows(d, s, sizeof **out, db_node_row_v, (void **)out, n, "group_nodes");
 }
 
 static void job_row(sqlite3_stmt *s, db_job *j)
@@ -347,6 +299,12 @@ static void job_row(sqlite3_stmt *s, db_job *j)
 	j->ended_at = sqlite3_column_int64(s, 15);
 }
 
+static int job_row_v(sqlite3_stmt *s, void *p)
+{
+	job_row(s, p);
+	return 0;
+}
+
 static void rank_row(sqlite3_stmt *s, db_job_rank *r)
 {
 	memset(r, 0, sizeof *r);
@@ -361,6 +319,12 @@ static void rank_row(sqlite3_stmt *s, db_job_rank *r)
 	r->signal = sqlite3_column_int(s, 8);
 	r->started_at = sqlite3_column_int64(s, 9);
 	r->ended_at = sqlite3_column_int64(s, 10);
+}
+
+static int rank_row_v(sqlite3_stmt *s, void *p)
+{
+	rank_row(s, p);
+	return 0;
 }
 
 static const char SQL_JOB_INSERT[] =
@@ -469,30 +433,14 @@ int db_job_list(db *d, const char *owner, bool active_only, size_t limit, db_job
 		return -EINVAL;
 	*out = NULL;
 	*n = 0;
-	int e = 0, rc;
+	int e = 0;
 	sqlite3_stmt *s = db_stmt(d, SQL_JOB_LIST, &e);
 	if (!s)
 		return e;
 	db_bind_str(s, 1, owner);
 	sqlite3_bind_int(s, 2, active_only ? 1 : 0);
 	sqlite3_bind_int64(s, 3, limit ? (int64_t)limit : -1);
-	db_job *arr = NULL;
-	size_t cnt = 0, cap = 0;
-	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-		if ((e = db_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0)
-			break;
-		job_row(s, &arr[cnt++]);
-	}
-	if (e == 0 && rc != SQLITE_DONE)
-		e = db_fail(d, rc, "job_list");
-	db_done(s);
-	if (e < 0) {
-		free(arr);
-		return e;
-	}
-	*out = arr;
-	*n = cnt;
-	return 0;
+	return db_rows(d, s, sizeof **out, job_row_v, (void **)out, n, "job_list");
 }
 
 static const char SQL_JOB_SPEC[] =
@@ -550,28 +498,12 @@ int db_job_ranks(db *d, int64_t id, db_job_rank **out, size_t *n)
 		return -EINVAL;
 	*out = NULL;
 	*n = 0;
-	int e = 0, rc;
+	int e = 0;
 	sqlite3_stmt *s = db_stmt(d, SQL_JOB_RANKS, &e);
 	if (!s)
 		return e;
 	sqlite3_bind_int64(s, 1, id);
-	db_job_rank *arr = NULL;
-	size_t cnt = 0, cap = 0;
-	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-		if ((e = db_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0)
-			break;
-		rank_row(s, &arr[cnt++]);
-	}
-	if (e == 0 && rc != SQLITE_DONE)
-		e = db_fail(d, rc, "job_ranks");
-	db_done(s);
-	if (e < 0) {
-		free(arr);
-		return e;
-	}
-	*out = arr;
-	*n = cnt;
-	return 0;
+	return db_rows(d, s, sizeof **out, rank_row_v, (void **)out, n, "job_ranks");
 }
 
 static const char SQL_JOB_RANK_UPDATE[] =

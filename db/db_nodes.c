@@ -153,6 +153,12 @@ void db_node_row(sqlite3_stmt *s, db_node *n)
 		util_strlcpy(n->state, "joining", sizeof n->state);
 }
 
+int db_node_row_v(sqlite3_stmt *s, void *p)
+{
+	db_node_row(s, p);
+	return 0;
+}
+
 static const char SQL_NODE_GET[] = "SELECT " NODE_COLS " FROM nodes WHERE id = ?1";
 static const char SQL_NODE_GET_NAME[] = "SELECT " NODE_COLS " FROM nodes WHERE name = ?1";
 
@@ -194,27 +200,11 @@ int db_node_list(db *d, db_node **out, size_t *n)
 		return -EINVAL;
 	*out = NULL;
 	*n = 0;
-	int e = 0, rc;
+	int e = 0;
 	sqlite3_stmt *s = db_stmt(d, SQL_NODE_LIST, &e);
 	if (!s)
 		return e;
-	db_node *arr = NULL;
-	size_t cnt = 0, cap = 0;
-	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-		if ((e = db_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0)
-			break;
-		db_node_row(s, &arr[cnt++]);
-	}
-	if (e == 0 && rc != SQLITE_DONE)
-		e = db_fail(d, rc, "node_list");
-	db_done(s);
-	if (e < 0) {
-		free(arr);
-		return e;
-	}
-	*out = arr;
-	*n = cnt;
-	return 0;
+	return db_rows(d, s, sizeof **out, db_node_row_v, (void **)out, n, "node_list");
 }
 
 static const char SQL_NODE_SEEN[] =
@@ -569,6 +559,12 @@ static void token_row(sqlite3_stmt *s, db_token *t)
 	t->revoked = sqlite3_column_int(s, 7) != 0;
 }
 
+static int token_row_v(sqlite3_stmt *s, void *p)
+{
+	token_row(s, p);
+	return 0;
+}
+
 static const char SQL_TOKEN_INSERT[] =
 	"INSERT INTO tokens (" TOKEN_COLS ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
 
@@ -603,27 +599,11 @@ int db_token_list(db *d, db_token **out, size_t *n)
 		return -EINVAL;
 	*out = NULL;
 	*n = 0;
-	int e = 0, rc;
+	int e = 0;
 	sqlite3_stmt *s = db_stmt(d, SQL_TOKEN_LIST, &e);
 	if (!s)
 		return e;
-	db_token *arr = NULL;
-	size_t cnt = 0, cap = 0;
-	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-		if ((e = db_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0)
-			break;
-		token_row(s, &arr[cnt++]);
-	}
-	if (e == 0 && rc != SQLITE_DONE)
-		e = db_fail(d, rc, "token_list");
-	db_done(s);
-	if (e < 0) {
-		free(arr);
-		return e;
-	}
-	*out = arr;
-	*n = cnt;
-	return 0;
+	return db_rows(d, s, sizeof **out, token_row_v, (void **)out, n, "token_list");
 }
 
 static const char SQL_TOKEN_GET[] =
@@ -785,37 +765,21 @@ int db_node_transition(db *d, const char *id, const char *state, const char *det
 	return e < 0 ? e : changed;
 }
 
-static void event_row(sqlite3_stmt *s, db_event *ev)
+static int event_row(sqlite3_stmt *s, void *p)
 {
-	memset(ev, 0, sizeof *ev);
+	db_event *ev = p;
 	ev->id = sqlite3_column_int64(s, 0);
 	ev->ts = sqlite3_column_int64(s, 1);
 	COL_F(s, 2, ev->node_id);
 	COL_F(s, 3, ev->kind);
 	COL_F(s, 4, ev->detail);
+	return 0;
 }
 
 /* Every row of s as events. */
 static int event_rows(db *d, sqlite3_stmt *s, const char *op, db_event **out, size_t *n)
 {
-	db_event *arr = NULL;
-	size_t cnt = 0, cap = 0;
-	int e = 0, rc;
-	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-		if ((e = db_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0)
-			break;
-		event_row(s, &arr[cnt++]);
-	}
-	if (e == 0 && rc != SQLITE_DONE)
-		e = db_fail(d, rc, op);
-	db_done(s);
-	if (e < 0) {
-		free(arr);
-		return e;
-	}
-	*out = arr;
-	*n = cnt;
-	return 0;
+	return db_rows(d, s, sizeof **out, event_row, (void **)out, n, op);
 }
 
 /* limit 0 = no limit (a negative LIMIT means none in SQLite). */

@@ -183,43 +183,32 @@ static const char SQL_TOPO_CABLES[] =
 	"SELECT kind, a_node, a_port, b_node, b_port, twins_ok, mtu_ok, same_port "
 	"FROM topo_cables WHERE run_id = ?1 ORDER BY seq";
 
+static int topo_cables_row(sqlite3_stmt *s, void *p)
+{
+	db_topo_cable *c = p;
+	COL_F(s, 0, c->kind);
+	COL_F(s, 1, c->a_node);
+	COL_F(s, 2, c->a_port);
+	COL_F(s, 3, c->b_node);
+	COL_F(s, 4, c->b_port);
+	c->twins_ok = sqlite3_column_int(s, 5);
+	c->mtu_ok = sqlite3_column_int(s, 6) != 0;
+	c->same_port = sqlite3_column_int(s, 7) != 0;
+	return 0;
+}
+
 int db_topo_cables(db *d, int64_t run_id, db_topo_cable **out, size_t *n)
 {
 	if (!d || !out || !n)
 		return -EINVAL;
 	*out = NULL;
 	*n = 0;
-	int e = 0, rc;
+	int e = 0;
 	sqlite3_stmt *s = db_stmt(d, SQL_TOPO_CABLES, &e);
 	if (!s)
 		return e;
 	sqlite3_bind_int64(s, 1, run_id);
-	db_topo_cable *arr = NULL;
-	size_t cnt = 0, cap = 0;
-	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-		if ((e = db_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0)
-			break;
-		db_topo_cable *c = &arr[cnt++];
-		memset(c, 0, sizeof *c);
-		COL_F(s, 0, c->kind);
-		COL_F(s, 1, c->a_node);
-		COL_F(s, 2, c->a_port);
-		COL_F(s, 3, c->b_node);
-		COL_F(s, 4, c->b_port);
-		c->twins_ok = sqlite3_column_int(s, 5);
-		c->mtu_ok = sqlite3_column_int(s, 6) != 0;
-		c->same_port = sqlite3_column_int(s, 7) != 0;
-	}
-	if (e == 0 && rc != SQLITE_DONE)
-		e = db_fail(d, rc, "topo_cables");
-	db_done(s);
-	if (e < 0) {
-		free(arr);
-		return e;
-	}
-	*out = arr;
-	*n = cnt;
-	return 0;
+	return db_rows(d, s, sizeof **out, topo_cables_row, (void **)out, n, "topo_cables");
 }
 
 static const char SQL_TOPO_PROBES[] =
@@ -227,44 +216,33 @@ static const char SQL_TOPO_PROBES[] =
 	"p50_us, p99_us, gbps, mtu_largest FROM topo_probes WHERE run_id = ?1 "
 	"ORDER BY seq";
 
+static int topo_probes_row(sqlite3_stmt *s, void *elem)
+{
+	db_topo_probe *p = elem;
+	COL_F(s, 0, p->a_node);
+	COL_F(s, 1, p->a_netdev);
+	COL_F(s, 2, p->b_node);
+	COL_F(s, 3, p->b_netdev);
+	p->twin = sqlite3_column_int(s, 4);
+	COL_F(s, 5, p->transport);
+	COL_F(s, 6, p->result);
+	p->p50_us = col_opt_real(s, 7);
+	p->p99_us = col_opt_real(s, 8);
+	p->gbps = col_opt_real(s, 9);
+	p->mtu_largest = db_col_opt_int(s, 10);
+	return 0;
+}
+
 int db_topo_probes(db *d, int64_t run_id, db_topo_probe **out, size_t *n)
 {
 	if (!d || !out || !n)
 		return -EINVAL;
 	*out = NULL;
 	*n = 0;
-	int e = 0, rc;
+	int e = 0;
 	sqlite3_stmt *s = db_stmt(d, SQL_TOPO_PROBES, &e);
 	if (!s)
 		return e;
 	sqlite3_bind_int64(s, 1, run_id);
-	db_topo_probe *arr = NULL;
-	size_t cnt = 0, cap = 0;
-	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-		if ((e = db_grow((void **)&arr, &cap, cnt, sizeof *arr)) < 0)
-			break;
-		db_topo_probe *p = &arr[cnt++];
-		memset(p, 0, sizeof *p);
-		COL_F(s, 0, p->a_node);
-		COL_F(s, 1, p->a_netdev);
-		COL_F(s, 2, p->b_node);
-		COL_F(s, 3, p->b_netdev);
-		p->twin = sqlite3_column_int(s, 4);
-		COL_F(s, 5, p->transport);
-		COL_F(s, 6, p->result);
-		p->p50_us = col_opt_real(s, 7);
-		p->p99_us = col_opt_real(s, 8);
-		p->gbps = col_opt_real(s, 9);
-		p->mtu_largest = db_col_opt_int(s, 10);
-	}
-	if (e == 0 && rc != SQLITE_DONE)
-		e = db_fail(d, rc, "topo_probes");
-	db_done(s);
-	if (e < 0) {
-		free(arr);
-		return e;
-	}
-	*out = arr;
-	*n = cnt;
-	return 0;
+	return db_rows(d, s, sizeof **out, topo_probes_row, (void **)out, n, "topo_probes");
 }
