@@ -144,6 +144,8 @@ int control_start(struct agent *a, char *err, size_t errlen);
  * the node it came from) ask for this? If not, why says so. */
 bool agent_caller_may(struct agent *a, const json_t *req, char *why, size_t len);
 bool agent_caller_is_admin(struct agent *a, const json_t *req);
+/* The request's fields against control.c's table: 0, or -EBADMSG and why. */
+int control_check_fields(const json_t *req, char *why, size_t len);
 /* A result frame; one too large to send becomes a "too_large" error. */
 void control_send_result(conn *c, json_int_t id, json_t *data);
 void control_stop(struct agent *a);

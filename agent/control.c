@@ -177,23 +177,26 @@ struct ctl_handler {
 	const char *type;
 	void (*fn)(struct agent *a, conn *c, const json_t *req);
 	enum agent_right right;
+	struct proto_field fields[5]; /* checked before fn: never a default for a bad one */
 };
 
 static const struct ctl_handler handlers[] = {
 	{"version", h_version, RIGHT_USER},
 	{"debug_memory", h_debug_memory, RIGHT_USER},
-	{"init", h_init, RIGHT_ADMIN},
-	{"join", h_join, RIGHT_ADMIN},
+	{"init", h_init, RIGHT_ADMIN, {{"name", 'S'}, {"ttl_s", 'I'}, {"advertise", 'S'}}},
+	{"join", h_join, RIGHT_ADMIN,
+	 {{"head", 's'}, {"token", 's'}, {"name", 'S'}, {"timeout_s", 'I'}}},
 	{"leave", h_leave, RIGHT_ADMIN},
 	{"status", h_cluster, RIGHT_USER},
 	{"node_ls", h_cluster, RIGHT_USER},
-	{"node_show", h_cluster, RIGHT_USER},
-	{"node_drain", h_cluster, RIGHT_ADMIN},
-	{"node_undrain", h_cluster, RIGHT_ADMIN},
-	{"node_rm", h_cluster, RIGHT_ADMIN},
-	{"token_create", h_cluster, RIGHT_ADMIN},
+	{"node_show", h_cluster, RIGHT_USER, {{"node", 's'}}},
+	{"node_drain", h_cluster, RIGHT_ADMIN, {{"node", 's'}}},
+	{"node_undrain", h_cluster, RIGHT_ADMIN, {{"node", 's'}}},
+	{"node_rm", h_cluster, RIGHT_ADMIN, {{"node", 's'}}},
+	{"token_create", h_cluster, RIGHT_ADMIN,
+	 {{"ttl_s", 'I'}, {"uses", 'I'}, {"description", 'S'}}},
 	{"token_ls", h_cluster, RIGHT_ADMIN},
-	{"token_revoke", h_cluster, RIGHT_ADMIN},
+	{"token_revoke", h_cluster, RIGHT_ADMIN, {{"token_id", 's'}}},
 	{"topo_show", h_cluster, RIGHT_USER},
 	{"topo_validate", h_cluster, RIGHT_USER},
 	{"topo_addresses", h_cluster, RIGHT_ADMIN},
@@ -207,7 +210,7 @@ static const struct ctl_handler handlers[] = {
 	{"job_logs", h_jobs, RIGHT_USER},
 	{"job_cancel", h_jobs, RIGHT_USER},
 	{"exec", h_jobs, RIGHT_USER},
-	{NULL, NULL, RIGHT_ADMIN},
+	{NULL, NULL, RIGHT_ADMIN, {{NULL, 0}}},
 };
 
 static const struct ctl_handler *find_handler(const char *type)
@@ -258,6 +261,16 @@ bool agent_caller_is_admin(struct agent *a, const json_t *req)
 		    strcmp(json_string_value(g), a->admin_group) == 0)
 			return true;
 	return false;
+}
+
+int control_check_fields(const json_t *req, char *why, size_t len)
+{
+	const struct ctl_handler *h = find_handler(proto_type(req));
+	char err[128];
+	if (!h || proto_check(req, h->fields, err, sizeof err) == 0)
+		return 0;
+	snprintf(why, len, "%s: %s", proto_type(req), err);
+	return -EBADMSG;
 }
 
 bool agent_caller_may(struct agent *a, const json_t *req, char *why, size_t len)
@@ -311,7 +324,9 @@ static void on_ctl_frame(conn *c, json_t *msg)
 	json_object_set_new(msg, "caller", caller);
 	/* Requests served here are checked here; the head checks the rest. */
 	char why[512];
-	if (h->fn == h_cluster || h->fn == h_jobs || agent_caller_may(a, msg, why, sizeof why))
+	if (control_check_fields(msg, why, sizeof why) < 0)
+		control_error(c, msg, "bad_request", "%s", why);
+	else if (h->fn == h_cluster || h->fn == h_jobs || agent_caller_may(a, msg, why, sizeof why))
 		h->fn(a, c, msg);
 	else
 		control_error(c, msg, "forbidden", "%s", why);

@@ -376,6 +376,10 @@ void head_handle_request(struct agent *a, conn *c, const json_t *req, const char
 	const char *t = proto_type(req);
 	agent_busy(a);
 	char why[512];
+	if (control_check_fields(req, why, sizeof why) < 0) { /* forwarded ones too */
+		control_error(c, req, "bad_request", "%s", why);
+		return;
+	}
 	if (!agent_caller_may(a, req, why, sizeof why)) {
 		log_warn("request_forbidden", "type=%s origin=%s", t, origin ? origin : "");
 		control_error(c, req, "forbidden", "%s", why);

@@ -172,7 +172,13 @@ int proto_check(const json_t *msg, const struct proto_field *fields, char *err, 
 		json_t *v = json_object_get(msg, f->name);
 		bool ok;
 		const char *what;
-		switch (f->type) {
+		char type = f->type;
+		if (type >= 'A' && type <= 'Z') { /* optional, but of this type when present */
+			if (!v || json_is_null(v))
+				continue;
+			type = (char)(type - 'A' + 'a');
+		}
+		switch (type) {
 		case 's': ok = json_is_string(v); what = "a string"; break;
 		case 'i': ok = json_is_integer(v); what = "an integer"; break;
 		case 'b': ok = json_is_boolean(v); what = "true or false"; break;

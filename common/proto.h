@@ -43,8 +43,9 @@ json_t *proto_error(json_int_t id, const char *code, const char *message);
 /* {"v":1,"type":"result","id":id,"data":data} (steals data; NULL -> {}) */
 json_t *proto_result(json_int_t id, json_t *data);
 
-/* Required fields of a frame type: name and JSON type, 's' string, 'i'
- * integer, 'b' boolean, 'o' object, 'a' array; ends with {NULL, 0}. */
+/* Fields of a frame type: name and JSON type, 's' string, 'i' integer, 'b'
+ * boolean, 'o' object, 'a' array: required; the upper-case letter: optional,
+ * but of that type when present (null counts as absent). Ends with {NULL, 0}. */
 struct proto_field {
 	const char *name;
 	char type;

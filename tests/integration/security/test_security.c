@@ -1235,3 +1235,36 @@ Test(security, control_request_over_256k_refused)
 	json_decref(f);
 	cr_expect(hs_wait_closed(c, 2000), "the daemon kept the connection after the oversized request");
 }
+
+/* A control request whose field has the wrong type is refused, on the node
+ * that serves it and on the head for a forwarded one: never read as its
+ * default (a "ttl_s":"5" token used to live for a day). */
+Test(security, control_request_with_a_mistyped_field_is_refused)
+{
+	cluster(2, 2);
+	static const char *const bad[] = {
+		"{\"v\":1,\"type\":\"token_create\",\"id\":1,\"ttl_s\":\"5\"}",
+		"{\"v\":1,\"type\":\"token_create\",\"id\":1,\"uses\":true}",
+		"{\"v\":1,\"type\":\"node_drain\",\"id\":1,\"node\":7}",
+		"{\"v\":1,\"type\":\"node_show\",\"id\":1}",
+		"{\"v\":1,\"type\":\"token_revoke\",\"id\":1,\"token_id\":[]}",
+	};
+	for (int i = 0; i < 2; i++) /* the head, and a worker that forwards */
+		for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+			char *code = ctl_code(C->nodes[i].sock, bad[k], NULL);
+			cr_expect_str_eq(code, "bad_request", "node %d: %s was answered %s", i, bad[k],
+					 code);
+			free(code);
+		}
+	char *ok = ctl_code(C->nodes[1].sock,
+			    "{\"v\":1,\"type\":\"token_create\",\"id\":1,\"ttl_s\":60,\"uses\":1}", NULL);
+	cr_expect_str_eq(ok, "ok", "a well-typed token_create was answered %s", ok);
+	free(ok);
+	struct h_result r = ctl_t(0, 10, "token", "ls", "-o", "json", NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.err);
+	json_t *j = h_json(&r);
+	cr_expect_eq(json_array_size(json_object_get(j, "tokens")), 2,
+		     "only init's token and the well-typed one exist");
+	json_decref(j);
+	h_result_free(&r);
+}
