@@ -263,8 +263,7 @@ json_t *topoval_status_json(struct agent *a); /* head.c status: the last run, or
 void topoval_stop(struct agent *a);           /* shutdown */
 void topoval_free(struct agent *a);           /* after the loop has ended */
 
-/* main.c */
-/* Memory after bursts. Init (CA key, certificates, migrations), joins (key
+/* settle.c: memory after bursts. Init (CA key, certificates, migrations), joins (key
  * generation, CSR signing), TLS handshakes and CLI requests allocate and free a
  * lot at once, and glibc keeps what was freed inside the heap (only a top
  * beyond 128 KiB goes back by itself), so an idle sparkd would hold hundreds of
@@ -276,6 +275,7 @@ void topoval_free(struct agent *a);           /* after the loop has ended */
 void agent_busy(struct agent *a);
 void agent_settle(struct agent *a);
 
+/* main.c */
 void agent_shutdown(struct agent *a);
 
 #endif

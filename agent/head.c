@@ -15,8 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- memory after bursts ------------------------------------------------- */
-
 /* ---- helpers ---------------------------------------------------------- */
 /* Heartbeats and last_seen. A connected node's liveness is its session's last
  * frame (s->last_ms); cluster.db only needs last_seen for nodes that are NOT

@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -294,22 +293,6 @@ static void close_walk(uv_handle_t *h, void *arg)
 	(void)arg;
 	if (!uv_is_closing(h))
 		uv_close(h, NULL);
-}
-
-void agent_busy(struct agent *a)
-{
-	a->busy_ms = util_now_ms();
-	a->unsettled = true;
-}
-
-void agent_settle(struct agent *a)
-{
-	if (!a->unsettled || util_now_ms() - a->busy_ms < AGENT_SETTLE_MS)
-		return;
-	a->unsettled = false;
-	if (a->db)
-		db_release_memory(a->db);
-	malloc_trim(0);
 }
 
 void agent_shutdown(struct agent *a)

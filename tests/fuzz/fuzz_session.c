@@ -65,24 +65,6 @@
 #define FRAME_IDLE_MS 40     /* longest wait for the head to go idle after a frame */
 #define RELEASE_MS 3000      /* the head must release a closed session within this */
 
-/* main.c is not linked (it holds main()); these are its two helpers that the
- * modules call. agent_settle drops SQLite's caches as sparkd does; it does
- * not trim the heap (pointless here). */
-void agent_busy(struct agent *a)
-{
-	a->busy_ms = util_now_ms();
-	a->unsettled = true;
-}
-
-void agent_settle(struct agent *a)
-{
-	if (!a->unsettled || util_now_ms() - a->busy_ms < AGENT_SETTLE_MS)
-		return;
-	a->unsettled = false;
-	if (a->db)
-		db_release_memory(a->db);
-}
-
 static struct agent A;
 static char dir[128];
 static char adopt_path[192];

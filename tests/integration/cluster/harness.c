@@ -96,7 +96,7 @@ void h_cluster_free(struct h_cluster *c)
 	free(c);
 }
 
-static int sock_answers(const char *path)
+int h_sock_answers(const char *path)
 {
 	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -135,7 +135,7 @@ int h_start_cfg(struct h_cluster *c, int i, const char *config)
 	}
 	nd->pid = p;
 	for (int t = 0; t < 500; t++) {
-		if (sock_answers(nd->sock))
+		if (h_sock_answers(nd->sock))
 			return 0;
 		int st;
 		if (waitpid(p, &st, WNOHANG) == p) {
@@ -206,21 +206,44 @@ struct h_result h_run(char *const argv[])
 	return res;
 }
 
-struct h_result h_ctl(struct h_cluster *c, int i, ...)
+/* sparkctl --socket NODE ARGS..., under timeout(1) when secs > 0. */
+static struct h_result ctl_run(struct h_cluster *c, int i, int secs, va_list ap)
 {
-	char *argv[64];
+	char *argv[64], tmo[16];
 	int n = 0;
+	if (secs > 0) {
+		snprintf(tmo, sizeof tmo, "%d", secs);
+		argv[n++] = "/usr/bin/timeout";
+		argv[n++] = "-k";
+		argv[n++] = "2";
+		argv[n++] = tmo;
+	}
 	argv[n++] = (char *)h_bin("sparkctl");
 	argv[n++] = "--socket";
 	argv[n++] = c->nodes[i].sock;
-	va_list ap;
-	va_start(ap, i);
 	char *a;
 	while ((a = va_arg(ap, char *)) && n < 62)
 		argv[n++] = a;
-	va_end(ap);
 	argv[n] = NULL;
 	return h_run(argv);
+}
+
+struct h_result h_ctl(struct h_cluster *c, int i, ...)
+{
+	va_list ap;
+	va_start(ap, i);
+	struct h_result r = ctl_run(c, i, 0, ap);
+	va_end(ap);
+	return r;
+}
+
+struct h_result h_ctl_timeout(struct h_cluster *c, int i, int secs, ...)
+{
+	va_list ap;
+	va_start(ap, secs);
+	struct h_result r = ctl_run(c, i, secs, ap);
+	va_end(ap);
+	return r;
 }
 
 void h_result_free(struct h_result *r)

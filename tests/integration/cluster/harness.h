@@ -42,6 +42,10 @@ int h_start_cfg(struct h_cluster *c, int i, const char *config);
 void h_kill(struct h_cluster *c, int i, int sig); /* and reap */
 /* Run sparkctl against node i with the given arguments (NULL-terminated). */
 struct h_result h_ctl(struct h_cluster *c, int i, ...);
+/* The same, killed after secs seconds (a hang is a failure, not a stuck suite). */
+struct h_result h_ctl_timeout(struct h_cluster *c, int i, int secs, ...);
+/* Does something accept connections on the Unix socket at path? */
+int h_sock_answers(const char *path);
 /* Run any command (argv NULL-terminated), capturing output. */
 struct h_result h_run(char *const argv[]);
 void h_result_free(struct h_result *r);

@@ -132,21 +132,11 @@ static void expect_sparkd_refuses(int i, const char *sock, const char *f1, const
 		  f2 ? f2 : "", what, err);
 }
 
-static int sock_answers(const char *path)
-{
-	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
-	int ok = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
-	close(fd);
-	return ok;
-}
-
 static int wait_answers(const char *path, long ms)
 {
 	long t0 = h_now_ms();
 	while (h_now_ms() - t0 < ms) {
-		if (sock_answers(path))
+		if (h_sock_answers(path))
 			return 1;
 		usleep(20000);
 	}
@@ -218,7 +208,7 @@ Test(hardening, a_stale_socket_is_replaced)
 	snprintf(sa.sun_path, sizeof sa.sun_path, "%s", C->nodes[0].sock);
 	cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
 	close(fd);
-	cr_assert(!sock_answers(C->nodes[0].sock));
+	cr_assert(!h_sock_answers(C->nodes[0].sock));
 	struct run rr = spawn_sparkd(0, C->nodes[0].sock, NULL, NULL);
 	int up = wait_answers(C->nodes[0].sock, 5000);
 	kill(rr.pid, SIGTERM);
@@ -241,7 +231,7 @@ Test(hardening, exit_removes_the_socket_only_if_it_is_still_ours)
 	cr_assert(wait_answers(C->nodes[0].sock, 5000), "second daemon did not start: %s",
 		  slurp(rr.errpath));
 	h_kill(C, 0, SIGTERM); /* the first daemon exits cleanly */
-	cr_expect(sock_answers(C->nodes[0].sock),
+	cr_expect(h_sock_answers(C->nodes[0].sock),
 		  "the first daemon's exit removed the second daemon's socket");
 	kill(rr.pid, SIGTERM);
 	cr_expect_eq(wait_exit(&rr, 5000), 0);

@@ -106,27 +106,7 @@ TestSuite(security, .init = setup, .fini = teardown, .timeout = 120);
 /* ---- helpers -------------------------------------------------------------- */
 
 /* sparkctl against node i, killed after secs seconds (a hang is a failure, not a stuck suite). */
-static struct h_result ctl_t(int i, int secs, ...)
-{
-	char *argv[64], tmo[16];
-	int n = 0;
-	snprintf(tmo, sizeof tmo, "%d", secs);
-	argv[n++] = "/usr/bin/timeout";
-	argv[n++] = "-k";
-	argv[n++] = "2";
-	argv[n++] = tmo;
-	argv[n++] = (char *)h_bin("sparkctl");
-	argv[n++] = "--socket";
-	argv[n++] = C->nodes[i].sock;
-	va_list ap;
-	va_start(ap, secs);
-	char *a;
-	while ((a = va_arg(ap, char *)) && n < 62)
-		argv[n++] = a;
-	va_end(ap);
-	argv[n] = NULL;
-	return h_run(argv);
-}
+#define ctl_t(i, secs, ...) h_ctl_timeout(C, (i), (secs), __VA_ARGS__)
 
 static const char *nfile(int i, const char *name)
 {
