@@ -322,11 +322,14 @@ static void on_ctl_frame(conn *c, json_t *msg)
 		return;
 	}
 	json_object_set_new(msg, "caller", caller);
-	/* Requests served here are checked here; the head checks the rest. */
+	/* Requests served here are checked here (fields, then rights); the head
+	 * checks the cluster and job requests it serves, forwarded or not. */
 	char why[512];
-	if (control_check_fields(msg, why, sizeof why) < 0)
+	if (h->fn == h_cluster || h->fn == h_jobs)
+		h->fn(a, c, msg);
+	else if (control_check_fields(msg, why, sizeof why) < 0)
 		control_error(c, msg, "bad_request", "%s", why);
-	else if (h->fn == h_cluster || h->fn == h_jobs || agent_caller_may(a, msg, why, sizeof why))
+	else if (agent_caller_may(a, msg, why, sizeof why))
 		h->fn(a, c, msg);
 	else
 		control_error(c, msg, "forbidden", "%s", why);

@@ -1,6 +1,6 @@
 /* jobs_ctl: the CLI side of groups, jobs and exec. A request from sparkctl
- * gets the caller's uid and user name (SO_PEERCRED on the control socket,
- * never what the CLI says) and the origin node, then the head serves it: here
+ * carries its caller (control.c: SO_PEERCRED on the control socket, never
+ * what the CLI says) and gets the origin node, then the head serves it: here
  * on the head, or relayed by a worker as {"type":"job_req","id":R,
  * "request":{...}} through peers.c. The head answers with any number of
  * {"type":"stream","id":R,...} frames and one final "result" or "error"; the
@@ -13,11 +13,9 @@
 #include "util.h"
 
 #include <errno.h>
-#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 /* control.c's request table routes the job types here. */
 bool jobs_control(struct agent *a, conn *c, const json_t *req)
@@ -38,22 +36,16 @@ bool jobs_control(struct agent *a, conn *c, const json_t *req)
 			      "'sparkctl join HEAD --token TOKEN' to join one");
 		return true;
 	}
-	struct ucred cr;
-	socklen_t sl = sizeof cr;
-	if (getsockopt(conn_fd(c), SOL_SOCKET, SO_PEERCRED, &cr, &sl) < 0) {
-		control_error(c, req, "forbidden", "cannot read the caller's credentials");
-		return true;
-	}
-	struct passwd *pw = getpwuid(cr.uid);
-	if (!pw) {
+	/* The caller control.c read from SO_PEERCRED; jh_request makes its uid
+	 * and user name the job's owner. */
+	json_t *caller = json_object_get(req, "caller");
+	if (!proto_str(caller, "user")) {
 		control_error(c, req, "forbidden",
-			      "uid %u has no user name on this node; jobs run as a named user (the same "
-			      "name on every node)", (unsigned)cr.uid);
+			      "uid %lld has no user name on this node; jobs run as a named user (the "
+			      "same name on every node)", (long long)proto_int(caller, "uid", -1));
 		return true;
 	}
 	json_t *r = json_deep_copy(req);
-	json_object_set_new(r, "uid", json_integer(cr.uid));
-	json_object_set_new(r, "user", json_string(pw->pw_name));
 	json_object_set_new(r, "origin", json_string(a->id.node_id));
 	if (a->id.role == ROLE_HEAD) {
 		jh_request(a, c, proto_id(req), r);

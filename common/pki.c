@@ -37,6 +37,15 @@ static int no_password_cb(char *buf, int size, int rwflag, void *u)
 	return -1; /* never prompt: encrypted keys are not ours */
 }
 
+/* What a memory BIO holds, as a new NUL-terminated string; NULL if empty or
+ * out of memory. */
+static char *bio_text(BIO *bio)
+{
+	char *p;
+	long n = bio ? BIO_get_mem_data(bio, &p) : 0;
+	return n > 0 ? strndup(p, (size_t)n) : NULL;
+}
+
 static void to_hex(const unsigned char *in, size_t n, char *out)
 {
 	static const char hx[] = "0123456789abcdef";
@@ -253,19 +262,26 @@ static X509_REQ *csr_parse(const char *csr_pem)
 	return req;
 }
 
+/* SHA-256 of a SubjectPublicKeyInfo's DER, lowercase hex; -EINVAL. */
+static int pubkey_sha256(X509_PUBKEY *pk, char hex[PKI_HASH_HEX])
+{
+	hex[0] = '\0';
+	unsigned char *der = NULL;
+	int n = pk ? i2d_X509_PUBKEY(pk, &der) : -1;
+	if (n <= 0)
+		return ossl_fail(-EINVAL);
+	pki_sha256_hex(der, (size_t)n, hex);
+	OPENSSL_free(der);
+	return hex[0] ? 0 : -EIO;
+}
+
 int pki_csr_spki_sha256(const char *csr_pem, char hex[PKI_HASH_HEX])
 {
 	hex[0] = '\0';
 	X509_REQ *req = csr_parse(csr_pem);
-	X509_PUBKEY *pk = req ? X509_REQ_get_X509_PUBKEY(req) : NULL;
-	unsigned char *der = NULL;
-	int n = pk ? i2d_X509_PUBKEY(pk, &der) : -1;
+	int r = req ? pubkey_sha256(X509_REQ_get_X509_PUBKEY(req), hex) : -EINVAL;
 	X509_REQ_free(req);
-	if (n <= 0)
-		return ossl_fail(-EBADMSG);
-	pki_sha256_hex(der, (size_t)n, hex);
-	OPENSSL_free(der);
-	return 0;
+	return r < 0 ? ossl_fail(-EBADMSG) : 0;
 }
 
 int pki_make_crl(X509 *ca, EVP_PKEY *ca_key, const char *const *serials, size_t n, long number,
@@ -312,9 +328,7 @@ int pki_make_crl(X509 *ca, EVP_PKEY *ca_key, const char *const *serials, size_t 
 	bio = BIO_new(BIO_s_mem());
 	if (!bio || PEM_write_bio_X509_CRL(bio, crl) != 1)
 		goto out;
-	char *p;
-	long len = BIO_get_mem_data(bio, &p);
-	if (len > 0 && (*pem = strndup(p, (size_t)len)))
+	if ((*pem = bio_text(bio)))
 		r = 0;
 out:
 	BIO_free(bio);
@@ -371,11 +385,7 @@ int pki_make_csr(EVP_PKEY *key, const char *cn, char **csr_pem)
 	bio = BIO_new(BIO_s_mem());
 	if (!bio || PEM_write_bio_X509_REQ(bio, req) != 1)
 		goto out;
-	char *p;
-	long n = BIO_get_mem_data(bio, &p);
-	if (n <= 0)
-		goto out;
-	*csr_pem = strndup(p, (size_t)n);
+	*csr_pem = bio_text(bio);
 	r = *csr_pem ? 0 : -ENOMEM;
 out:
 	BIO_free(bio);
@@ -414,16 +424,7 @@ int pki_sign_csr(X509 *ca, EVP_PKEY *ca_key, const char *csr_pem, const char *cn
 int pki_spki_sha256(X509 *cert, char hex[PKI_HASH_HEX])
 {
 	hex[0] = '\0';
-	X509_PUBKEY *pk = cert ? X509_get_X509_PUBKEY(cert) : NULL;
-	if (!pk)
-		return -EINVAL;
-	unsigned char *der = NULL;
-	int n = i2d_X509_PUBKEY(pk, &der);
-	if (n <= 0)
-		return ossl_fail(-EINVAL);
-	pki_sha256_hex(der, (size_t)n, hex);
-	OPENSSL_free(der);
-	return hex[0] ? 0 : -EIO;
+	return cert ? pubkey_sha256(X509_get_X509_PUBKEY(cert), hex) : -EINVAL;
 }
 
 int pki_cert_cn(X509 *cert, char *buf, size_t len)
@@ -606,13 +607,7 @@ char *pki_cert_to_pem(X509 *cert)
 	if (!cert)
 		return NULL;
 	BIO *bio = BIO_new(BIO_s_mem());
-	char *res = NULL;
-	if (bio && PEM_write_bio_X509(bio, cert) == 1) {
-		char *p;
-		long n = BIO_get_mem_data(bio, &p);
-		if (n > 0)
-			res = strndup(p, (size_t)n);
-	}
+	char *res = bio && PEM_write_bio_X509(bio, cert) == 1 ? bio_text(bio) : NULL;
 	BIO_free(bio);
 	if (!res)
 		ERR_clear_error();
