@@ -426,10 +426,6 @@ static void sweep_sessions(struct agent *a, uint64_t now_ms)
  * row goes, its certificate is revoked and its token use given back. */
 static void expire_joins(struct agent *a, int64_t now)
 {
-	static int64_t last;
-	if (now == last)
-		return;
-	last = now;
 	db_node *gone = NULL;
 	size_t n = 0;
 	if (db_join_expire(a->db, now - a->join_expire_s, now, &gone, &n) < 0 || n == 0) {
@@ -455,9 +451,13 @@ static void on_live_timer(uv_timer_t *t)
 	uint64_t now_ms = util_now_ms();
 	int64_t now = util_now();
 	sweep_sessions(a, now_ms);
-	expire_joins(a, now);
+	bool expired = false; /* a join that never connected, and is past its time */
 	for (size_t i = 0; i < n; i++) {
-		if (strcmp(nodes[i].id, a->id.node_id) == 0 || strcmp(nodes[i].state, "joining") == 0)
+		if (strcmp(nodes[i].state, "joining") == 0) {
+			expired |= nodes[i].joined_at < now - a->join_expire_s;
+			continue;
+		}
+		if (strcmp(nodes[i].id, a->id.node_id) == 0)
 			continue;
 		struct session *s = head_session(a, nodes[i].id);
 		uint64_t quiet_ms = s ? now_ms - s->last_ms
@@ -471,6 +471,8 @@ static void on_live_timer(uv_timer_t *t)
 		set_state(a, &nodes[i], want);
 	}
 	free(nodes);
+	if (expired)
+		expire_joins(a, now);
 	agent_settle(a);
 }
 
