@@ -67,10 +67,31 @@ struct identity {
 	char joined_via[160];       /* worker: the address `join` was given */
 };
 
+struct agent;
 struct pending; /* peers.c: a request sent to the head, waiting for its answer */
-struct fabric;  /* fabric.c: discovery options, last report, watcher */
-struct jobs;    /* jobs*.c: groups, jobs, exec */
-struct topo_agent; /* topo*.c: neighbour discovery and topology validation */
+struct mail;    /* peers.c: the own-node mailbox */
+struct fabric;  /* fabric service: discovery options, last report, watcher */
+struct jobs;    /* jobs service: groups, jobs, exec */
+struct topo_agent; /* topo service: neighbour discovery and topology validation */
+
+/* A frame's direction (service.h's svc_dir). */
+enum agent_frame_dir { FRAME_TO_HEAD, FRAME_TO_NODE };
+
+/* Facts one service owns and others read (issue 15: services never call each
+ * other). The owner sets its hook at init; a reader checks for NULL. */
+struct agent_hooks {
+	/* fabric (head): a node's summary {ports_up, ports_total, ...} and full
+	 * report {updated_at, discovery, findings}, JSON null if none; store a
+	 * report of a node's (topology validation fetches fresh ones). */
+	json_t *(*fabric_summary)(struct agent *a, const char *node_id);
+	json_t *(*fabric_report)(struct agent *a, const char *node_id);
+	int (*fabric_store)(struct agent *a, const char *node_id, json_t *discovery);
+	/* fabric (every node): this node's last discovery (borrowed; NULL before
+	 * the first one or after a failure) */
+	json_t *(*discovery)(struct agent *a);
+	/* topo (head): the last validation for status, or JSON null */
+	json_t *(*topo_status)(struct agent *a);
+};
 
 struct agent {
 	uv_loop_t *loop;
@@ -82,6 +103,7 @@ struct agent {
 	ino_t ctl_ino;
 	uv_tcp_t srv;
 	bool srv_open;
+	void (*on_accept)(struct agent *a, uv_stream_t *server);
 	uv_signal_t sigterm, sigint;
 	bool stopping;
 	int64_t started_at;
@@ -89,6 +111,10 @@ struct agent {
 	struct fabric *fabric;
 	struct jobs *jobs;
 	struct topo_agent *topo;
+	struct agent_hooks hooks;
+	struct mail *mail_first, *mail_last; /* peers.c: the own-node mailbox */
+	uv_timer_t mail_timer;
+	bool mail_timer_on;
 	uint64_t busy_ms;         /* last burst of allocations (agent_busy) */
 	bool unsettled;           /* busy since the last agent_settle that trimmed */
 
@@ -137,22 +163,12 @@ struct session {
 	uint64_t last_ms;         /* last complete frame */
 };
 
-/* control.c */
+/* control.c: the Unix socket sparkctl talks to (SO_PEERCRED), dispatch
+ * through the services' request tables (service.h), generic forwarding of
+ * head-served requests by a worker (peers.c). */
 enum agent_right { RIGHT_USER, RIGHT_ADMIN };
 int control_start(struct agent *a, char *err, size_t errlen);
-/* May the request's caller (its "caller" object, set by the control socket of
- * the node it came from) ask for this? If not, why says so. */
-bool agent_caller_may(struct agent *a, const json_t *req, char *why, size_t len);
-bool agent_caller_is_admin(struct agent *a, const json_t *req);
-/* The request's fields against control.c's table: 0, or -EBADMSG and why. */
-int control_check_fields(const json_t *req, char *why, size_t len);
-/* A result frame; one too large to send becomes a "too_large" error. */
-void control_send_result(conn *c, json_int_t id, json_t *data);
 void control_stop(struct agent *a);
-/* Reply helpers for handlers (req is the request, c the CLI connection). */
-void control_reply(conn *c, const json_t *req, json_t *data);
-void control_error(conn *c, const json_t *req, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
 
 /* identity.c */
 /* security.* of the config: admin_group, join_expire_s. */
@@ -162,47 +178,17 @@ int identity_load(struct agent *a, char *err, size_t errlen);
 int identity_save(struct agent *a);
 int identity_wipe(struct agent *a);
 int agent_tls_setup(struct agent *a, char *err, size_t errlen);
-int agent_listen(struct agent *a, char *err, size_t errlen);
+/* The agent port: on_accept gets each connection (the cluster service's
+ * sessions: head members, or a worker's port that answers joiners). */
+int agent_listen(struct agent *a, void (*on_accept)(struct agent *a, uv_stream_t *server),
+		 char *err, size_t errlen);
 void agent_close_listener(struct agent *a);
 const char *role_name(enum agent_role r);
 
-/* head.c */
-/* The live, authenticated session of a node (NULL: not connected). */
-struct session *head_session(struct agent *a, const char *node_id);
-int head_start(struct agent *a, char *err, size_t errlen);   /* after identity load */
-void head_stop(struct agent *a);
-void head_on_accept(struct agent *a, uv_stream_t *server);
-/* Control requests the head serves (locally or forwarded by a worker).
- * origin_node_id: the node whose CLI asked (for the `local` flag). */
-void head_handle_request(struct agent *a, conn *reply_to, const json_t *req,
-			 const char *origin_node_id);
-void head_handle_init(struct agent *a, conn *c, const json_t *req);
-/* Remake crl.pem from cluster.db, reload the listener's TLS context and send
- * the list to every connected worker ({"type":"crl","crl":PEM}). */
-int head_crl_update(struct agent *a);
-char *head_crl_pem(struct agent *a);          /* the list as PEM (caller frees) */
-const char *head_store_error(int r);          /* a db_ error for people */
-/* Mint a token; on success fills the printable token string. */
-int head_token_create(struct agent *a, int64_t ttl, int64_t uses, const char *descr,
-		      char *token_out, size_t len, char *id_out);
-/* Tests only (tests/fuzz/fuzz_session.c): accept the connection pending on a
- * plain listener as the authenticated session of node node_id, as if it had
- * presented that node's valid certificate. 0, -ENOENT (no such node, or not
- * the head), -ENOMEM or -EIO. */
-int head_adopt_session(struct agent *a, uv_stream_t *server, const char *node_id);
-
-/* worker.c */
-int worker_start(struct agent *a);                /* connect to the head (identity known) */
-void worker_stop(struct agent *a);
-void worker_handle_join(struct agent *a, conn *c, const json_t *req);
-void worker_handle_leave(struct agent *a, conn *c, const json_t *req);
-void worker_forward(struct agent *a, conn *c, const json_t *req);
-void worker_cli_gone(struct agent *a, conn *c);   /* a CLI closed: forget it */
-
 /* peers.c: requests this node sends its head and waits for (one table for
- * the CLI's forwarded and relayed requests and the worker's own hello and
- * leave). frame is stolen; its id is set here. Queued for AGENT_QUEUE_WAIT_MS
- * while the head is not up (PEERS_NOW: send on the session as it is: hello).
+ * the CLI's forwarded requests and the worker's own hello and leave). frame
+ * is stolen; its id is set here. Queued for AGENT_QUEUE_WAIT_MS while the
+ * head is not up (PEERS_NOW: send on the session as it is: hello).
  * PEERS_STREAMS: "stream" frames with its id go to cli as they come, and a CLI
  * that goes away sends the head a stream_cancel. on_answer (may be NULL: the
  * answer goes to cli with its id) gets the final answer, or an error made
@@ -212,56 +198,27 @@ typedef void (*peers_answer_fn)(struct agent *a, conn *cli, json_int_t orig_id, 
 #define PEERS_STREAMS 2u
 int peers_request(struct agent *a, conn *cli, json_int_t orig_id, json_t *frame, unsigned flags,
 		  peers_answer_fn on_answer);
+/* A CLI request the head serves, from a worker: {"type":"forward","request":req}. */
+int peers_forward(struct agent *a, conn *cli, const json_t *req, unsigned flags,
+		  peers_answer_fn on_answer);
 bool peers_on_head_frame(struct agent *a, const json_t *msg); /* an answer of ours: used */
 void peers_head_up(struct agent *a);   /* hello answered: send what was queued */
 void peers_head_lost(struct agent *a); /* the session closed: fail what was sent */
 void peers_cli_gone(struct agent *a, conn *cli);
 void peers_stop(struct agent *a, const char *why);
+/* The live, authenticated session of a node on the head (NULL: not connected). */
+struct session *peers_session(struct agent *a, const char *node_id);
+/* Frames between a node's services and the head's (msg stolen). To this node
+ * itself (the head's own node) they go through the one own-node mailbox and
+ * are dispatched, next loop iteration, like a frame from a session. */
+int peers_to_node(struct agent *a, const char *node_id, json_t *msg); /* head side */
+int peers_to_head(struct agent *a, json_t *msg);                      /* node side */
+/* Dispatch a frame of another agent (or of the mailbox) by the services'
+ * frame tables: its fields checked, then its handler. c: where a bad one
+ * is answered (NULL: the mailbox, logged). */
+void peers_dispatch(struct agent *a, conn *c, const char *from, enum agent_frame_dir dir,
+		    const json_t *msg);
 
-/* fabric.c. Frame worker -> head: {"type":"fabric","id":0,"discovery":{...}}
- * (topology/discover.h JSON), after each hello and each fabric change; no answer,
- * a malformed one is answered with an error and the session closed. */
-int fabric_init(struct agent *a, char *err, size_t errlen); /* options from a->cfg */
-int fabric_start(struct agent *a);   /* first discovery, watcher, publish (after the role started) */
-void fabric_publish(struct agent *a); /* head: store own report; worker: send it */
-void fabric_stop(struct agent *a);
-void fabric_free(struct agent *a);   /* after the loop has ended */
-/* Head: findings with fabric.mtu, report, port rows and change events to cluster.db. */
-int fabric_store(struct agent *a, const char *node_id, json_t *discovery);
-void fabric_on_frame(struct agent *a, conn *c, const char *node_id, const json_t *msg);
-/* Head: a node's summary {ports_up, ports_total, speed_mbps, mtu, findings...}
- * and full report {updated_at, discovery, findings}; JSON null if none. */
-json_t *fabric_summary_json(struct agent *a, const char *node_id);
-json_t *fabric_report_json(struct agent *a, const char *node_id);
-/* This node's last discovery (borrowed; NULL before the first one or after a failure). */
-json_t *fabric_discovery(struct agent *a);
-
-/* jobs*.c (issue 6, agent/jobs.h). Hooks: */
-int jobs_shim_main(int argc, char **argv);   /* main: `sparkd --rank-shim DIR` */
-int jobs_init(struct agent *a);              /* main, after the role started: adopt ranks */
-void jobs_stop(struct agent *a);             /* shutdown: exec sessions end, ranks keep running */
-void jobs_free(struct agent *a);             /* after the loop has ended */
-bool jobs_control(struct agent *a, conn *c, const json_t *req); /* control.c: true if handled */
-void jobs_cli_gone(struct agent *a, conn *c);                   /* control.c: CLI closed */
-bool jobs_session_frame(struct agent *a, struct session *s, const json_t *msg); /* head.c */
-void jobs_session_closed(struct agent *a, struct session *s);                   /* head.c */
-bool jobs_head_frame(struct agent *a, const json_t *msg); /* worker.c, before forwards */
-void jobs_head_up(struct agent *a);          /* worker.c: hello answered */
-void jobs_head_lost(struct agent *a);        /* worker.c: session to the head closed */
-json_t *jobs_node_groups(struct agent *a, const char *node_id); /* head.c: node's groups */
-
-/* topo.c, topo_head.c (issue 5, agent/topo.h, docs/topology.md): L2 neighbour
- * discovery on every node; topology show/validate/addresses served by the head,
- * which asks the nodes with "topo_req" frames ("topo_reply" answers). Hooks: */
-int topoval_init(struct agent *a, char *err, size_t errlen); /* main: config, before the loop */
-void topoval_fabric_changed(struct agent *a, unsigned changes); /* fabric.c: TOPO_CHG_* bits */
-void topoval_on_head_frame(struct agent *a, const json_t *msg); /* worker.c: a topo_req */
-void topoval_on_node_frame(struct agent *a, const char *node_id, const json_t *msg); /* head.c */
-void topoval_request(struct agent *a, conn *c, const json_t *req, const char *origin); /* head.c */
-void topoval_conn_gone(struct agent *a, conn *c); /* control.c, head.c: a connection closed */
-json_t *topoval_status_json(struct agent *a); /* head.c status: the last run, or JSON null */
-void topoval_stop(struct agent *a);           /* shutdown */
-void topoval_free(struct agent *a);           /* after the loop has ended */
 
 /* settle.c: memory after bursts. Init (CA key, certificates, migrations), joins (key
  * generation, CSR signing), TLS handshakes and CLI requests allocate and free a
@@ -274,6 +231,10 @@ void topoval_free(struct agent *a);           /* after the loop has ended */
 #define AGENT_SETTLE_MS 2000
 void agent_busy(struct agent *a);
 void agent_settle(struct agent *a);
+
+/* jobs_shim.c: `sparkd --rank-shim DIR`, a rank's supervisor process (main
+ * runs it before anything else; it is not a service). */
+int agent_rank_shim(int argc, char **argv);
 
 /* main.c */
 void agent_shutdown(struct agent *a);

@@ -1,8 +1,9 @@
 /* control: the Unix control socket sparkctl talks to. Peers are authorised by
  * SO_PEERCRED: root, the daemon's own user, or a member of the socket's group.
- * Requests are dispatched through a table; cluster requests are served by the
- * head (here, or forwarded to it by a worker). */
-#include "agent.h"
+ * Every request gets its caller from the kernel, is looked up in the
+ * services' request tables (service.h) and served here, or, for a
+ * head-served one on a worker, forwarded to the head (peers.c). */
+#include "service.h"
 
 #include "log.h"
 #include "proto.h"
@@ -21,205 +22,6 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
-
-void control_send_result(conn *c, json_int_t id, json_t *data)
-{
-	if (conn_send_new(c, proto_result(id, data)) == -EMSGSIZE)
-		conn_send_new(c, proto_error(id, "too_large",
-					     "the answer is larger than a frame may be (1 MiB); ask for "
-					     "less (e.g. fewer lines, one node)"));
-}
-
-void control_reply(conn *c, const json_t *req, json_t *data)
-{
-	control_send_result(c, proto_id(req), data);
-}
-
-void control_error(conn *c, const json_t *req, const char *code, const char *fmt, ...)
-{
-	char msg[1024];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	conn_send_new(c, proto_error(req ? proto_id(req) : 0, code, msg));
-}
-
-static void h_version(struct agent *a, conn *c, const json_t *req)
-{
-	json_t *d = json_pack("{s:s, s:s, s:s, s:s, s:I}", "sparkd_version", SPARK_VERSION,
-			      "role", role_name(a->id.role), "node", a->id.node_name,
-			      "cluster", a->id.cluster_name, "uptime_s",
-			      (json_int_t)(util_now() - a->started_at));
-	control_reply(c, req, d);
-}
-
-/* Where this daemon's memory is (a debugging aid, not a stable interface):
- * resident set from /proc/self/status, glibc heap (mallinfo2) and, on the
- * head, SQLite's share of it. bench/cluster/run.py --mem prints it. */
-static void h_debug_memory(struct agent *a, conn *c, const json_t *req)
-{
-	json_t *d = json_object();
-	FILE *f = fopen("/proc/self/status", "re");
-	char line[256];
-	while (f && fgets(line, sizeof line, f)) {
-		static const char *const keys[] = {"VmRSS", "RssAnon", "RssFile", "VmHWM"};
-		for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
-			size_t n = strlen(keys[i]);
-			if (strncmp(line, keys[i], n) == 0 && line[n] == ':') {
-				char key[32];
-				snprintf(key, sizeof key, "%s_kib", keys[i]);
-				json_object_set_new(d, key, json_integer(strtoll(line + n + 1, NULL, 10)));
-			}
-		}
-	}
-	if (f)
-		fclose(f);
-	struct mallinfo2 mi = mallinfo2();
-	json_object_set_new(d, "heap", json_pack("{s:I, s:I, s:I, s:I, s:I}",
-						 "arena", (json_int_t)mi.arena,
-						 "mmapped", (json_int_t)mi.hblkhd,
-						 "in_use", (json_int_t)mi.uordblks,
-						 "free", (json_int_t)mi.fordblks,
-						 "top_free", (json_int_t)mi.keepcost));
-	db_mem m;
-	if (a->db && db_memory(a->db, &m) == 0)
-		json_object_set_new(d, "sqlite", json_pack("{s:I, s:I, s:I, s:I, s:I}",
-							   "cache", (json_int_t)m.cache,
-							   "schema", (json_int_t)m.schema,
-							   "stmt", (json_int_t)m.stmt,
-							   "lookaside_slots_hiwtr",
-							   (json_int_t)m.lookaside_slots,
-							   "total", (json_int_t)m.total));
-	size_t n = 0;
-	for (struct session *s = a->sessions; s; s = s->next)
-		n++;
-	json_object_set_new(d, "sessions", json_integer((json_int_t)n));
-	control_reply(c, req, d);
-}
-
-static void not_in_cluster(conn *c, const json_t *req)
-{
-	control_error(c, req, "not_in_cluster",
-		      "this node is not in a cluster; run 'sparkctl init' to start one or "
-		      "'sparkctl join HEAD --token TOKEN' to join one");
-}
-
-static void h_cluster(struct agent *a, conn *c, const json_t *req)
-{
-	if (a->id.role == ROLE_HEAD)
-		head_handle_request(a, c, req, a->id.node_id);
-	else if (a->id.role == ROLE_WORKER && !a->id.removed)
-		worker_forward(a, c, req);
-	else if (a->id.removed)
-		control_error(c, req, "removed",
-			      "this node was removed from cluster %s; join again with a new token "
-			      "('sparkctl join HEAD --token TOKEN')", a->id.cluster_name);
-	else
-		not_in_cluster(c, req);
-}
-
-static void h_init(struct agent *a, conn *c, const json_t *req)
-{
-	if (a->id.role == ROLE_HEAD) { /* a head cannot leave (h_leave): say what it can do */
-		control_error(c, req, "already_in_cluster",
-			      "this node is already the head of cluster %s; add nodes with 'sparkctl "
-			      "token create', or to start a new cluster stop sparkd and wipe %s",
-			      a->id.cluster_name, a->opts.state_dir);
-		return;
-	}
-	if (a->id.role != ROLE_NONE && !a->id.removed) {
-		control_error(c, req, "already_in_cluster",
-			      "this node is already a worker of cluster %s; run 'sparkctl leave' first",
-			      a->id.cluster_name);
-		return;
-	}
-	head_handle_init(a, c, req);
-}
-
-static void h_join(struct agent *a, conn *c, const json_t *req)
-{
-	if (a->id.role != ROLE_NONE && !a->id.removed) {
-		control_error(c, req, "already_in_cluster",
-			      "this node is already %s of cluster %s; run 'sparkctl leave' first",
-			      a->id.role == ROLE_HEAD ? "the head" : "a worker", a->id.cluster_name);
-		return;
-	}
-	worker_handle_join(a, c, req);
-}
-
-static void h_leave(struct agent *a, conn *c, const json_t *req)
-{
-	if (a->id.role == ROLE_HEAD) {
-		control_error(c, req, "is_head",
-			      "this node is the head of cluster %s; the head cannot leave its own "
-			      "cluster (remove the workers, then stop sparkd and wipe %s)",
-			      a->id.cluster_name, a->opts.state_dir);
-		return;
-	}
-	if (a->id.role == ROLE_NONE) {
-		not_in_cluster(c, req);
-		return;
-	}
-	worker_handle_leave(a, c, req);
-}
-
-static void h_jobs(struct agent *a, conn *c, const json_t *req)
-{
-	jobs_control(a, c, req); /* groups, jobs, exec (jobs_ctl.c) */
-}
-
-/* Who may ask what (issue 14): job users (the socket's group) read the
- * cluster and run, watch and cancel their own jobs, and exec as themselves;
- * admins (root, security.admin_group) also change membership, tokens, groups
- * and addresses. The head checks the same table for forwarded requests. */
-struct ctl_handler {
-	const char *type;
-	void (*fn)(struct agent *a, conn *c, const json_t *req);
-	enum agent_right right;
-	struct proto_field fields[5]; /* checked before fn: never a default for a bad one */
-};
-
-static const struct ctl_handler handlers[] = {
-	{"version", h_version, RIGHT_USER},
-	{"debug_memory", h_debug_memory, RIGHT_USER},
-	{"init", h_init, RIGHT_ADMIN, {{"name", 'S'}, {"ttl_s", 'I'}, {"advertise", 'S'}}},
-	{"join", h_join, RIGHT_ADMIN,
-	 {{"head", 's'}, {"token", 's'}, {"name", 'S'}, {"timeout_s", 'I'}}},
-	{"leave", h_leave, RIGHT_ADMIN},
-	{"status", h_cluster, RIGHT_USER},
-	{"node_ls", h_cluster, RIGHT_USER},
-	{"node_show", h_cluster, RIGHT_USER, {{"node", 's'}}},
-	{"node_drain", h_cluster, RIGHT_ADMIN, {{"node", 's'}}},
-	{"node_undrain", h_cluster, RIGHT_ADMIN, {{"node", 's'}}},
-	{"node_rm", h_cluster, RIGHT_ADMIN, {{"node", 's'}}},
-	{"token_create", h_cluster, RIGHT_ADMIN,
-	 {{"ttl_s", 'I'}, {"uses", 'I'}, {"description", 'S'}}},
-	{"token_ls", h_cluster, RIGHT_ADMIN},
-	{"token_revoke", h_cluster, RIGHT_ADMIN, {{"token_id", 's'}}},
-	{"topo_show", h_cluster, RIGHT_USER},
-	{"topo_validate", h_cluster, RIGHT_USER},
-	{"topo_addresses", h_cluster, RIGHT_ADMIN},
-	{"group_create", h_jobs, RIGHT_ADMIN},
-	{"group_ls", h_jobs, RIGHT_USER},
-	{"group_show", h_jobs, RIGHT_USER},
-	{"group_rm", h_jobs, RIGHT_ADMIN},
-	{"job_run", h_jobs, RIGHT_USER},
-	{"job_ls", h_jobs, RIGHT_USER},
-	{"job_show", h_jobs, RIGHT_USER},
-	{"job_logs", h_jobs, RIGHT_USER},
-	{"job_cancel", h_jobs, RIGHT_USER},
-	{"exec", h_jobs, RIGHT_USER},
-	{NULL, NULL, RIGHT_ADMIN, {{NULL, 0}}},
-};
-
-static const struct ctl_handler *find_handler(const char *type)
-{
-	for (const struct ctl_handler *h = handlers; h->type; h++)
-		if (strcmp(h->type, type) == 0)
-			return h;
-	return NULL;
-}
 
 /* {"uid":N,"user":NAME,"groups":[NAME...]} of a control socket peer. */
 static json_t *caller_of(conn *c)
@@ -247,68 +49,54 @@ static json_t *caller_of(conn *c)
 	return o;
 }
 
-bool agent_caller_is_admin(struct agent *a, const json_t *req)
+/* A control connection: refused ones are read until their first frame (so
+ * that closing sends no RST after the answer) and dropped. */
+struct ctl_client {
+	struct agent *a;
+	bool refused;
+};
+
+static void not_in_cluster(const struct svc_req *r)
 {
-	json_t *caller = json_object_get(req, "caller");
-	if (!json_is_object(caller))
-		return false;
-	if (proto_int(caller, "uid", -1) == 0)
-		return true;
-	size_t i;
-	json_t *g;
-	json_array_foreach(json_object_get(caller, "groups"), i, g)
-		if (a->admin_group[0] && json_is_string(g) &&
-		    strcmp(json_string_value(g), a->admin_group) == 0)
-			return true;
-	return false;
+	svc_error(r, "not_in_cluster",
+		  "this node is not in a cluster; run 'sparkctl init' to start one or "
+		  "'sparkctl join HEAD --token TOKEN' to join one");
 }
 
-int control_check_fields(const json_t *req, char *why, size_t len)
+/* A head-served request: here on the head, else forwarded by a worker. */
+static void serve_at_head(struct agent *a, const struct svc_request *row, const struct svc_req *r)
 {
-	const struct ctl_handler *h = find_handler(proto_type(req));
-	char err[128];
-	if (!h || proto_check(req, h->fields, err, sizeof err) == 0)
-		return 0;
-	snprintf(why, len, "%s: %s", proto_type(req), err);
-	return -EBADMSG;
+	if (a->id.role == ROLE_HEAD) {
+		svc_serve(a, row, r);
+	} else if (a->id.removed) {
+		svc_error(r, "removed",
+			  "this node was removed from cluster %s; join again with a new token "
+			  "('sparkctl join HEAD --token TOKEN')", a->id.cluster_name);
+	} else if (a->id.role == ROLE_WORKER) {
+		unsigned flags = row->flags & SVC_STREAMS ? PEERS_STREAMS : 0;
+		if (peers_forward(a, r->reply, r->msg, flags, row->on_answer) < 0)
+			svc_error(r, "internal", "out of memory");
+	} else {
+		not_in_cluster(r);
+	}
 }
-
-bool agent_caller_may(struct agent *a, const json_t *req, char *why, size_t len)
-{
-	const struct ctl_handler *h = find_handler(proto_type(req));
-	if (!h || h->right == RIGHT_USER || agent_caller_is_admin(a, req))
-		return true;
-	json_t *caller = json_object_get(req, "caller");
-	const char *user = proto_str(caller, "user");
-	char who[96];
-	if (user)
-		snprintf(who, sizeof who, "user %s", user);
-	else
-		snprintf(who, sizeof who, "uid %lld", (long long)proto_int(caller, "uid", -1));
-	snprintf(why, len,
-		 "\"%s\" needs an admin of the cluster (root%s%s), and %s is not one; run it as "
-		 "root%s", proto_type(req), a->admin_group[0] ? " or group " : "", a->admin_group, who,
-		 a->admin_group[0] ? " or add the user to that group" : "");
-	return false;
-}
-
-/* The daemon's agent, for connections whose data is NULL (refused). */
-static struct agent *ctl_agent;
 
 static void on_ctl_frame(conn *c, json_t *msg)
 {
-	struct agent *a = conn_data(c);
-	if (!a) { /* refused peer: its request is read (so closing sends no RST) and dropped */
+	struct ctl_client *cl = conn_data(c);
+	struct agent *a = cl->a;
+	if (cl->refused) {
 		json_decref(msg);
 		conn_close(c, 0);
 		return;
 	}
 	const char *type = proto_type(msg);
-	const struct ctl_handler *h = find_handler(type);
-	if (!h) {
-		control_error(c, msg, "unknown_type",
-			      "unknown request type \"%s\"; is sparkctl newer than sparkd %s?",
-			      type, SPARK_VERSION);
+	const struct svc_request *row = svc_request_of(type);
+	struct svc_req r = {.reply = c, .id = proto_id(msg), .msg = msg, .origin = a->id.node_id};
+	if (!row) {
+		svc_error(&r, "unknown_type",
+			  "unknown request type \"%s\"; is sparkctl newer than sparkd %s?", type,
+			  SPARK_VERSION);
 		json_decref(msg);
 		conn_close(c, 0);
 		return;
@@ -317,37 +105,30 @@ static void on_ctl_frame(conn *c, json_t *msg)
 	 * head reads it from forwarded requests. */
 	json_t *caller = caller_of(c);
 	if (!caller) {
-		control_error(c, msg, "forbidden", "cannot read the caller's credentials");
+		svc_error(&r, "forbidden", "cannot read the caller's credentials");
 		json_decref(msg);
 		return;
 	}
 	json_object_set_new(msg, "caller", caller);
-	/* Requests served here are checked here (fields, then rights); the head
-	 * checks the cluster and job requests it serves, forwarded or not. */
-	char why[512];
-	if (h->fn == h_cluster || h->fn == h_jobs)
-		h->fn(a, c, msg);
-	else if (control_check_fields(msg, why, sizeof why) < 0)
-		control_error(c, msg, "bad_request", "%s", why);
-	else if (agent_caller_may(a, msg, why, sizeof why))
-		h->fn(a, c, msg);
+	if (row->at == SVC_HEAD)
+		serve_at_head(a, row, &r); /* checked where it is served */
 	else
-		control_error(c, msg, "forbidden", "%s", why);
+		svc_serve(a, row, &r);
 	json_decref(msg);
 }
 
 static void on_ctl_close(conn *c, int err)
 {
-	struct agent *a = conn_data(c);
+	struct ctl_client *cl = conn_data(c);
+	struct agent *a = cl->a;
 	(void)err;
-	if (ctl_agent && ctl_agent->ctl_conns)
-		ctl_agent->ctl_conns--;
-	if (a) {
-		worker_cli_gone(a, c);
+	if (a->ctl_conns)
+		a->ctl_conns--;
+	if (!cl->refused) {
 		peers_cli_gone(a, c);
-		jobs_cli_gone(a, c);
-		topoval_conn_gone(a, c);
+		svc_emit(a, SVC_EV_CONN_GONE, &(struct svc_event_arg){.c = c});
 	}
+	free(cl);
 }
 
 static void on_ctl_ready(conn *c, int status)
@@ -400,29 +181,35 @@ static bool peer_allowed(struct agent *a, int fd, char *why, size_t len)
 static void on_ctl_connection(uv_stream_t *server, int status)
 {
 	struct agent *a = server->data;
-	ctl_agent = a;
 	if (status < 0)
 		return;
-	conn *c = conn_accept(server, NULL, &ctl_cbs, a);
-	if (!c)
+	struct ctl_client *cl = calloc(1, sizeof *cl);
+	if (!cl)
 		return;
+	cl->a = a;
+	conn *c = conn_accept(server, NULL, &ctl_cbs, cl);
+	if (!c) {
+		free(cl);
+		return;
+	}
 	conn_set_max_frame(c, AGENT_CTL_FRAME);
 	/* Every connection counts, refused ones too (they are closed at their
 	 * first frame, so that the answer is read before the close). */
 	if (++a->ctl_conns > 2 * AGENT_CTL_MAX) {
+		cl->refused = true;
 		conn_close(c, -EBUSY); /* beyond any reason: no answer */
 		return;
 	}
 	char why[256];
 	if (!peer_allowed(a, conn_fd(c), why, sizeof why)) {
 		log_warn("control_refused", "reason=%s", log_q(why));
-		conn_set_data(c, NULL);
+		cl->refused = true;
 		conn_send_new(c, proto_error(0, "forbidden", why));
 		return;
 	}
 	if (a->ctl_conns > AGENT_CTL_MAX) {
 		log_warn("control_busy", "connections=%u", a->ctl_conns);
-		conn_set_data(c, NULL);
+		cl->refused = true;
 		conn_send_new(c, proto_error(0, "busy",
 					     "sparkd has too many control connections open; try again"));
 		return;

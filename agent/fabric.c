@@ -11,8 +11,9 @@
  * fabric_store() runs topo_findings() with the head's cluster MTU (fabric.mtu,
  * 0 when unset), writes the report, findings and one row per twin to
  * cluster.db, and adds an event per port change ("port 0 enp1s0f0np0 carrier
- * down"). Status requests read back a summary (fabric_summary_json). */
-#include "agent.h"
+ * down"). The service owns this node's discovery state (the last report):
+ * others read it, and the head's stored reports, through a->hooks. */
+#include "service.h"
 
 #include "discover.h"
 #include "log.h"
@@ -206,7 +207,7 @@ static void diff_events(struct agent *a, const db_node *node, const db_fabric_po
 	}
 }
 
-int fabric_store(struct agent *a, const char *node_id, json_t *discovery)
+static int fabric_store(struct agent *a, const char *node_id, json_t *discovery)
 {
 	if (!a->db)
 		return -ENOTCONN;
@@ -257,7 +258,7 @@ int fabric_store(struct agent *a, const char *node_id, json_t *discovery)
 	return r;
 }
 
-json_t *fabric_summary_json(struct agent *a, const char *node_id)
+static json_t *fabric_summary_json(struct agent *a, const char *node_id)
 {
 	db_fabric f;
 	if (!a->db || db_fabric_get(a->db, node_id, &f) < 0)
@@ -272,7 +273,7 @@ json_t *fabric_summary_json(struct agent *a, const char *node_id)
 	return o;
 }
 
-json_t *fabric_report_json(struct agent *a, const char *node_id)
+static json_t *fabric_report_json(struct agent *a, const char *node_id)
 {
 	db_fabric f;
 	if (!a->db || db_fabric_get(a->db, node_id, &f) < 0)
@@ -284,15 +285,19 @@ json_t *fabric_report_json(struct agent *a, const char *node_id)
 	return o;
 }
 
-void fabric_on_frame(struct agent *a, conn *c, const char *node_id, const json_t *msg)
+/* A node's report. A malformed one closes its session: it would not be
+ * better the next time. */
+static void on_fabric_frame(struct agent *a, const char *node_id, const json_t *msg)
 {
 	json_t *d = json_object_get(msg, "discovery");
-	int r = json_is_object(d) ? fabric_store(a, node_id, d) : -EINVAL;
-	if (r == -EINVAL) {
-		log_warn("fabric_bad_report", "node_id=%s peer=%s", node_id, conn_peer_name(c));
-		control_error(c, msg, "bad_request",
-			      "a fabric frame needs a discovery object with ports and their twins");
-		conn_close(c, 0);
+	if (fabric_store(a, node_id, d) != -EINVAL)
+		return;
+	log_warn("fabric_bad_report", "node_id=%s", node_id);
+	struct session *s = peers_session(a, node_id);
+	if (s) {
+		svc_error_to(s->c, msg, "bad_request",
+			     "a fabric frame needs a discovery object with ports and their twins");
+		conn_close(s->c, 0);
 	}
 }
 
@@ -340,18 +345,20 @@ static int rediscover(struct fabric *f, const char *why)
 	return 0;
 }
 
-void fabric_publish(struct agent *a)
+
+static void fabric_publish(struct agent *a)
 {
 	struct fabric *f = a->fabric;
 	if (!f || !f->report || a->stopping)
 		return;
-	topoval_fabric_changed(a, 0); /* neighbour discovery follows identity and netdevs */
+	/* neighbour discovery follows identity and netdevs (topo) */
+	svc_emit(a, SVC_EV_FABRIC_CHANGED, &(struct svc_event_arg){.bits = 0});
 	if (a->id.role == ROLE_HEAD && a->db) {
 		fabric_store(a, a->id.node_id, f->report);
 	} else if (a->id.role == ROLE_WORKER && a->head && a->head_up) {
 		json_t *m = proto_msg("fabric", 0);
 		json_object_set(m, "discovery", f->report);
-		int r = conn_send_new(a->head, m);
+		int r = peers_to_head(a, m);
 		if (r < 0)
 			log_warn("fabric_send_failed", "err=%d", r);
 	}
@@ -363,12 +370,12 @@ static void on_debounce(uv_timer_t *t)
 	unsigned changes = f->pending;
 	f->pending = 0;
 	if (rediscover(f, "change") == 0) {
-		topoval_fabric_changed(f->a, changes);
+		svc_emit(f->a, SVC_EV_FABRIC_CHANGED, &(struct svc_event_arg){.bits = changes});
 		fabric_publish(f->a);
 	}
 }
 
-json_t *fabric_discovery(struct agent *a)
+static json_t *fabric_discovery(struct agent *a)
 {
 	return a->fabric ? a->fabric->report : NULL;
 }
@@ -401,7 +408,7 @@ static void on_link(const struct topo_link_event *ev, void *arg)
 		uv_timer_start(&f->debounce, on_debounce, FABRIC_DEBOUNCE_MS, 0);
 }
 
-int fabric_init(struct agent *a, char *err, size_t errlen)
+static int fabric_init(struct agent *a, char *err, size_t errlen)
 {
 	struct fabric *f = calloc(1, sizeof *f);
 	if (!f) {
@@ -418,16 +425,22 @@ int fabric_init(struct agent *a, char *err, size_t errlen)
 		return r;
 	}
 	a->fabric = f;
+	a->hooks.discovery = fabric_discovery;
+	a->hooks.fabric_summary = fabric_summary_json;
+	a->hooks.fabric_report = fabric_report_json;
+	a->hooks.fabric_store = fabric_store;
 	return 0;
 }
 
 /* First discovery and the watcher; publishes the report (a worker's session
  * is not up yet: its hello answer publishes). */
-int fabric_start(struct agent *a)
+static int fabric_start(struct agent *a, char *errbuf, size_t errlen)
 {
 	struct fabric *f = a->fabric;
+	(void)errbuf;
+	(void)errlen;
 	if (!f)
-		return -EINVAL;
+		return 0;
 	uv_timer_init(a->loop, &f->debounce);
 	f->debounce.data = f;
 	f->timer_init = true;
@@ -446,10 +459,10 @@ int fabric_start(struct agent *a)
 		}
 	}
 	fabric_publish(a);
-	return r;
+	return 0; /* a node without a watcher works without live changes */
 }
 
-void fabric_stop(struct agent *a)
+static void fabric_stop(struct agent *a)
 {
 	struct fabric *f = a->fabric;
 	if (!f)
@@ -460,7 +473,7 @@ void fabric_stop(struct agent *a)
 	f->watch = NULL;
 }
 
-void fabric_free(struct agent *a)
+static void fabric_free(struct agent *a)
 {
 	struct fabric *f = a->fabric;
 	if (!f)
@@ -470,3 +483,25 @@ void fabric_free(struct agent *a)
 	free(f);
 	a->fabric = NULL;
 }
+
+static void fabric_event(struct agent *a, enum svc_event ev, const struct svc_event_arg *arg)
+{
+	(void)arg;
+	if (ev == SVC_EV_HEAD_UP || ev == SVC_EV_ROLE)
+		fabric_publish(a); /* a (new) head gets this node's report */
+}
+
+static const struct svc_frame frames[] = {
+	{"fabric", on_fabric_frame, FRAME_TO_HEAD, {{"discovery", 'o'}, {NULL, 0}}},
+	{NULL},
+};
+
+const struct service fabric_service = {
+	.name = "fabric",
+	.frames = frames,
+	.init = fabric_init,
+	.start = fabric_start,
+	.stop = fabric_stop,
+	.free = fabric_free,
+	.on_event = fabric_event,
+};

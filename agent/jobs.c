@@ -1,5 +1,5 @@
-/* jobs: the hooks agent.h exposes, the local mailbox between the head and its
- * own node, and helpers shared by jobs_*.c. See jobs.h. */
+/* jobs: the jobs service's tables and events, and helpers shared by jobs_*.c.
+ * See jobs.h. */
 #include "jobs.h"
 
 #include "log.h"
@@ -7,70 +7,9 @@
 #include "util.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct mail {
-	struct mail *next;
-	bool to_head;
-	json_t *msg;
-};
-
-static void on_mail(uv_timer_t *t)
-{
-	struct jobs *J = t->data;
-	struct agent *a = J->a;
-	/* Only what is queued now: handlers may post more (next iteration). */
-	struct mail *m = J->mail_first;
-	J->mail_first = J->mail_last = NULL;
-	while (m) {
-		struct mail *next = m->next;
-		if (!a->stopping) {
-			if (m->to_head) {
-				if (a->id.role == ROLE_HEAD)
-					jh_on_node_msg(a, a->id.node_id, m->msg);
-			} else {
-				jn_on_head_msg(a, m->msg);
-			}
-		}
-		json_decref(m->msg);
-		free(m);
-		m = next;
-	}
-}
-
-void jobs_mail(struct agent *a, bool to_head, json_t *msg)
-{
-	struct jobs *J = a->jobs;
-	struct mail *m = J && !J->stopping ? calloc(1, sizeof *m) : NULL;
-	if (!m) {
-		json_decref(msg);
-		return;
-	}
-	m->to_head = to_head;
-	m->msg = msg;
-	if (J->mail_last)
-		J->mail_last->next = m;
-	else
-		J->mail_first = m;
-	J->mail_last = m;
-	if (!uv_is_active((uv_handle_t *)&J->mail_timer))
-		uv_timer_start(&J->mail_timer, on_mail, 0, 0);
-}
-
-int jobs_send_node(struct agent *a, const char *node_id, json_t *msg)
-{
-	if (strcmp(node_id, a->id.node_id) == 0) {
-		jobs_mail(a, false, msg);
-		return 0;
-	}
-	struct session *s = head_session(a, node_id);
-	if (!s) {
-		json_decref(msg);
-		return -ENOTCONN;
-	}
-	return conn_send_new(s->c, msg);
-}
 
 /* Length of the UTF-8 sequence starting with byte c, 0 if c cannot start one. */
 static size_t utf8_len(unsigned char c)
@@ -134,17 +73,17 @@ json_t *jobs_text(const char *buf, size_t len, bool final, size_t *used)
 	return s;
 }
 
-/* ---- hooks (agent.h) ------------------------------------------------------- */
+/* ---- the service ---------------------------------------------------------------- */
 
-int jobs_init(struct agent *a)
+static int jobs_start(struct agent *a, char *err, size_t len)
 {
 	struct jobs *J = calloc(1, sizeof *J);
-	if (!J)
+	if (!J) {
+		snprintf(err, len, "out of memory");
 		return -ENOMEM;
+	}
 	J->a = a;
 	a->jobs = J;
-	uv_timer_init(a->loop, &J->mail_timer);
-	J->mail_timer.data = J;
 	uv_timer_init(a->loop, &J->head_timer);
 	J->head_timer.data = J;
 	uv_timer_init(a->loop, &J->node_timer);
@@ -155,10 +94,12 @@ int jobs_init(struct agent *a)
 	int r = jn_start(a);
 	if (r == 0)
 		r = jh_start(a);
+	if (r < 0)
+		snprintf(err, len, "cannot start jobs: %s", strerror(-r));
 	return r;
 }
 
-void jobs_stop(struct agent *a)
+static void jobs_stop(struct agent *a)
 {
 	struct jobs *J = a->jobs;
 	if (!J || J->stopping)
@@ -166,85 +107,96 @@ void jobs_stop(struct agent *a)
 	jh_stop(a);
 	jn_stop(a);
 	J->stopping = true;
-	uv_timer_stop(&J->mail_timer);
 	uv_timer_stop(&J->head_timer);
 	uv_timer_stop(&J->node_timer);
 	/* the timers are closed by main's final walk; jobs_free frees the rest */
 }
 
-void jobs_free(struct agent *a)
+static void jobs_free(struct agent *a)
 {
 	struct jobs *J = a->jobs;
 	if (!J)
 		return;
-	while (J->mail_first) {
-		struct mail *m = J->mail_first;
-		J->mail_first = m->next;
-		json_decref(m->msg);
-		free(m);
-	}
 	jh_free(a);
 	jn_free(a);
 	free(J);
 	a->jobs = NULL;
 }
 
-void jobs_session_closed(struct agent *a, struct session *s)
+static void jobs_event(struct agent *a, enum svc_event ev, const struct svc_event_arg *arg)
 {
-	if (!a->jobs)
+	if (!a->jobs || a->jobs->stopping)
 		return;
-	jh_conn_gone(a, s->c);
-	if (s->authed && !head_session(a, s->node_id))
-		jh_node_session_gone(a, s->node_id);
-}
-
-/* head.c's frame table routes job_req, stream_cancel and the members' job_*
- * and exec_* frames here, their fields checked. */
-bool jobs_session_frame(struct agent *a, struct session *s, const json_t *msg)
-{
-	const char *t = proto_type(msg);
-	if (!a->jobs)
-		return false;
-	if (strcmp(t, "job_req") == 0) {
-		json_t *inner = json_object_get(msg, "request");
-		if (!json_is_string(json_object_get(inner, "type"))) {
-			control_error(s->c, msg, "bad_request", "job_req needs a request with a type");
-			return true;
-		}
-		json_t *req = json_deep_copy(inner);
-		json_object_set_new(req, "origin", json_string(s->node_id));
-		jh_request(a, s->c, proto_id(msg), req);
-		json_decref(req);
-	} else if (strcmp(t, "stream_cancel") == 0) {
-		jh_stream_cancel(a, s->c, proto_int(msg, "relay_id", 0));
-	} else {
-		jh_on_node_msg(a, s->node_id, msg);
+	switch (ev) {
+	case SVC_EV_HEAD_UP:
+		jn_head_up(a);
+		break;
+	case SVC_EV_HEAD_LOST:
+		jn_head_lost(a);
+		break;
+	case SVC_EV_CONN_GONE:
+		if (a->id.role == ROLE_HEAD)
+			jh_conn_gone(a, arg->c);
+		break;
+	case SVC_EV_NODE_GONE:
+		jh_node_session_gone(a, arg->node_id);
+		break;
+	case SVC_EV_STREAM_CANCEL:
+		jh_stream_cancel(a, arg->c, arg->id);
+		break;
+	default:
+		break;
 	}
-	return true;
 }
 
-bool jobs_head_frame(struct agent *a, const json_t *msg)
-{
-	if (!a->jobs)
-		return false;
-	return jn_on_head_msg(a, msg);
-}
+/* Job users run, watch and cancel their own jobs and exec as themselves;
+ * groups are made and removed by admins (issue 14). A job runs as its
+ * caller's user name on every node. */
+#define JOB SVC_HEAD, SVC_NAMED_CALLER
+#define STREAM SVC_HEAD, SVC_NAMED_CALLER | SVC_STREAMS
+static const struct svc_request requests[] = {
+	{"group_create", jh_group_create, RIGHT_ADMIN, JOB},
+	{"group_ls", jh_group_ls, RIGHT_USER, JOB},
+	{"group_show", jh_group_show, RIGHT_USER, JOB},
+	{"group_rm", jh_group_rm, RIGHT_ADMIN, JOB},
+	{"job_run", jh_job_run, RIGHT_USER, STREAM},
+	{"job_ls", jh_job_ls, RIGHT_USER, JOB},
+	{"job_show", jh_job_show, RIGHT_USER, JOB},
+	{"job_logs", jh_job_logs, RIGHT_USER, STREAM},
+	{"job_cancel", jh_job_cancel, RIGHT_USER, JOB},
+	{"exec", jh_exec, RIGHT_USER, STREAM},
+	{NULL},
+};
+#undef JOB
+#undef STREAM
 
-void jobs_head_up(struct agent *a)
-{
-	if (!a->jobs)
-		return;
-	jn_head_up(a);
-}
+static const struct svc_frame frames[] = {
+	{"job_started", jh_job_started, FRAME_TO_HEAD, {{"job_id", 'i'}, {"ranks", 'a'}, {NULL, 0}}},
+	{"job_exit", jh_job_exit, FRAME_TO_HEAD,
+	 {{"job_id", 'i'}, {"rank", 'i'}, {"exit_code", 'i'}, {"signal", 'i'}, {NULL, 0}}},
+	{"job_data", jh_job_data, FRAME_TO_HEAD, {{"tail_id", 'i'}, {NULL, 0}}},
+	{"job_sync", jh_job_sync, FRAME_TO_HEAD, {{"ranks", 'a'}, {NULL, 0}}},
+	{"exec_data", jh_exec_data, FRAME_TO_HEAD,
+	 {{"exec_id", 'i'}, {"stream", 's'}, {"data", 's'}, {NULL, 0}}},
+	{"exec_exit", jh_exec_exit, FRAME_TO_HEAD,
+	 {{"exec_id", 'i'}, {"exit_code", 'i'}, {"signal", 'i'}, {NULL, 0}}},
+	{"job_start", jn_job_start, FRAME_TO_NODE, {{"job", 'o'}, {NULL, 0}}},
+	{"job_signal", jn_job_signal, FRAME_TO_NODE, {{"job_id", 'i'}, {NULL, 0}}},
+	{"job_tail", jn_job_tail, FRAME_TO_NODE,
+	 {{"tail_id", 'i'}, {"job_id", 'i'}, {"rank", 'I'}, {"offset", 'I'}, {NULL, 0}}},
+	{"job_untail", jn_job_untail, FRAME_TO_NODE, {{"tail_id", 'i'}, {NULL, 0}}},
+	{"exec_start", jn_exec_start, FRAME_TO_NODE, {{"exec_id", 'i'}, {"argv", 'a'}, {NULL, 0}}},
+	{"exec_signal", jn_exec_signal, FRAME_TO_NODE, {{"exec_id", 'i'}, {NULL, 0}}},
+	{"job_sync_ack", jn_sync_ack, FRAME_TO_NODE, {{NULL, 0}}},
+	{NULL},
+};
 
-void jobs_head_lost(struct agent *a)
-{
-	if (!a->jobs)
-		return;
-	jn_head_lost(a);
-}
-
-json_t *jobs_node_groups(struct agent *a, const char *node_id)
-{
-	return a->jobs ? jh_node_groups(a, node_id) : json_array();
-}
+const struct service jobs_service = {
+	.name = "jobs",
+	.requests = requests,
+	.frames = frames,
+	.start = jobs_start,
+	.stop = jobs_stop,
+	.free = jobs_free,
+	.on_event = jobs_event,
+};

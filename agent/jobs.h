@@ -1,10 +1,7 @@
-/* jobs: groups, jobs and exec (issue 6, docs/jobs.md). Internal header of
- * the jobs_*.c files; agent.h has the hooks the rest of sparkd calls.
- *   jobs_ctl.c   CLI requests on the control socket: the caller's uid and user
- *                name (SO_PEERCRED) are attached, then the head serves them
- *                here, or a worker relays them over its session ("job_req";
- *                the head's answers come back as "stream" frames and one final
- *                "result"/"error" with the relay's id)
+/* jobs: groups, jobs and exec (issue 6, docs/jobs.md), the jobs service.
+ * Header of the jobs*.c files only:
+ *   jobs.c       the service's tables (requests the head serves, frames both
+ *                ways), its events, helpers shared by the others
  *   jobs_head.c  the head: groups, the job table (cluster.db), fan-out to the
  *                members, watchers (output and results streamed to a CLI), fail
  *                fast, cancel, timeouts, unreachable nodes, sync after restarts
@@ -13,16 +10,17 @@
  *   jobs_shim.c  `sparkd --rank-shim DIR`, the per-rank supervisor process
  *   jobenv.c, plan.c: pure functions (environment contract, group planner)
  *
- * Frames between the head and a member (over the worker's mTLS session; the
- * head's own node gets them through a local mailbox, never re-entrantly):
+ * Requests (from the CLI of any node; a worker forwards them, control.c and
+ * peers.c) are answered with any number of "stream" frames and one final
+ * "result"/"error". Frames between the head and a member (over the worker's
+ * mTLS session; the head's own node gets them through peers.c's mailbox):
  *   head -> node: job_start, job_signal, job_tail, job_untail, exec_start,
  *                 exec_signal, job_sync_ack
- *   node -> head: job_started, job_exit, job_data, job_sync, exec_data, exec_exit,
- *                 and from a worker's CLI: job_req, stream_cancel */
+ *   node -> head: job_started, job_exit, job_data, job_sync, exec_data, exec_exit */
 #ifndef SPARK_AGENT_JOBS_H
 #define SPARK_AGENT_JOBS_H
 
-#include "agent.h"
+#include "service.h"
 
 #include "discover.h"
 
@@ -37,7 +35,6 @@
 #define JOBS_MAX_TIMEOUT_S (10 * 366 * 86400) /* --timeout: no overflow of start + timeout */
 #define JOBS_KEEP_DAYS 7           /* finished job dirs on nodes */
 
-struct mail;
 struct hjob;
 struct watcher;
 struct nrank;
@@ -46,9 +43,6 @@ struct nexec;
 
 struct jobs {
 	struct agent *a;
-	/* mailbox between the head and its own node */
-	struct mail *mail_first, *mail_last;
-	uv_timer_t mail_timer;
 	/* head */
 	struct hjob *hjobs;
 	struct watcher *watchers;
@@ -60,42 +54,52 @@ struct jobs {
 	struct ntail *tails;
 	struct nexec *execs;
 	uv_timer_t node_timer;
-	struct topo_opts topts;
-	bool topts_ok;
-	json_t *disc;              /* this node's last discovery (cached briefly) */
-	uint64_t disc_ms;
 	char exe[PATH_MAX];        /* this sparkd binary (for the shim) */
 	bool stopping;
 };
 
-/* jobs_ctl.c */
+/* jobs.c */
+extern const struct service jobs_service;
 
-/* jobs_head.c. dest: where answers go (a CLI connection, or a worker's session
- * for a relayed request), id: the id to answer with. */
-void jh_request(struct agent *a, conn *dest, json_int_t id, const json_t *req);
-void jh_on_node_msg(struct agent *a, const char *node_id, const json_t *msg);
+/* jobs_head.c: the requests (jobs.c's table) and the members' frames; the
+ * handlers check that the sending node owns what a frame names. */
+void jh_group_create(struct agent *a, const struct svc_req *q);
+void jh_group_ls(struct agent *a, const struct svc_req *q);
+void jh_group_show(struct agent *a, const struct svc_req *q);
+void jh_group_rm(struct agent *a, const struct svc_req *q);
+void jh_job_run(struct agent *a, const struct svc_req *q);
+void jh_job_ls(struct agent *a, const struct svc_req *q);
+void jh_job_show(struct agent *a, const struct svc_req *q);
+void jh_job_logs(struct agent *a, const struct svc_req *q);
+void jh_job_cancel(struct agent *a, const struct svc_req *q);
+void jh_exec(struct agent *a, const struct svc_req *q);
+void jh_job_data(struct agent *a, const char *node_id, const json_t *msg);
+void jh_job_started(struct agent *a, const char *node_id, const json_t *msg);
+void jh_job_exit(struct agent *a, const char *node_id, const json_t *msg);
+void jh_job_sync(struct agent *a, const char *node_id, const json_t *msg);
+void jh_exec_data(struct agent *a, const char *node_id, const json_t *msg);
+void jh_exec_exit(struct agent *a, const char *node_id, const json_t *msg);
 void jh_stream_cancel(struct agent *a, conn *dest, json_int_t id);
 void jh_conn_gone(struct agent *a, conn *c);
 void jh_node_session_gone(struct agent *a, const char *node_id);
 int jh_start(struct agent *a);
 void jh_stop(struct agent *a);
 void jh_free(struct agent *a);
-json_t *jh_node_groups(struct agent *a, const char *node_id);
 
-/* jobs_node.c */
-bool jn_on_head_msg(struct agent *a, const json_t *msg); /* false: not a job frame */
-void jn_send_head(struct agent *a, json_t *msg); /* steals msg */
+/* jobs_node.c: the head's frames (from: the head's node id) */
+void jn_job_start(struct agent *a, const char *from, const json_t *msg);
+void jn_job_tail(struct agent *a, const char *from, const json_t *msg);
+void jn_job_untail(struct agent *a, const char *from, const json_t *msg);
+void jn_job_signal(struct agent *a, const char *from, const json_t *msg);
+void jn_sync_ack(struct agent *a, const char *from, const json_t *msg);
+void jn_exec_start(struct agent *a, const char *from, const json_t *msg);
+void jn_exec_signal(struct agent *a, const char *from, const json_t *msg);
 void jn_head_up(struct agent *a);                 /* send job_sync */
 void jn_head_lost(struct agent *a);
 int jn_start(struct agent *a);
 void jn_stop(struct agent *a);
 void jn_free(struct agent *a);
 
-/* jobs.c (the mailbox and shared helpers) */
-void jobs_mail(struct agent *a, bool to_head, json_t *msg); /* steals msg */
-/* Send to a member node (the head's own node through the mailbox). steals msg.
- * -ENOTCONN when that node has no session. */
-int jobs_send_node(struct agent *a, const char *node_id, json_t *msg);
 /* Bytes of a log as JSON-safe text: NUL and invalid UTF-8 become '?'. A UTF-8
  * sequence cut at the end is left out (*used tells how many bytes were taken)
  * unless final. */

@@ -103,7 +103,7 @@ static void reply_error(conn *dest, json_int_t id, const char *code, const char 
 
 static void reply(conn *dest, json_int_t id, json_t *data)
 {
-	control_send_result(dest, id, data);
+	svc_send_result(dest, id, data);
 }
 
 /* What a job or exec carries to every member must fit in the frames that
@@ -159,19 +159,19 @@ static void w_finish(struct agent *a, struct watcher *w)
 		if (w->tails[i].sent && !w->tails[i].eof) {
 			json_t *m = proto_msg("job_untail", 0);
 			json_object_set_new(m, "tail_id", json_integer(w->tails[i].tail_id));
-			jobs_send_node(a, w->tails[i].node_id, m);
+			peers_to_node(a, w->tails[i].node_id, m);
 		}
 	if (w->kind == W_EXEC && w->exec_id) {
 		json_t *m = proto_msg("exec_signal", 0);
 		json_object_set_new(m, "exec_id", json_integer(w->exec_id));
-		jobs_send_node(a, w->exec_node, m);
+		peers_to_node(a, w->exec_node, m);
 	}
 }
 
 static void w_result(struct agent *a, struct watcher *w, json_t *data)
 {
 	if (!w->dead)
-		control_send_result(w->dest, w->id, data);
+		svc_send_result(w->dest, w->id, data);
 	else
 		json_decref(data);
 	w_finish(a, w);
@@ -206,11 +206,15 @@ static struct watcher *w_new(struct agent *a, enum wkind k, conn *dest, json_int
 
 /* ---- small helpers ------------------------------------------------------------- */
 
-static bool is_root(const json_t *req) { return proto_int(req, "uid", -1) == 0; }
+/* Who asks is the caller the asking node's control socket saw: its uid and
+ * user name are a job's owner, whatever else the request says. */
+static const json_t *caller(const json_t *req) { return json_object_get(req, "caller"); }
+
+static bool is_root(const json_t *req) { return proto_int(caller(req), "uid", -1) == 0; }
 
 static const char *req_user(const json_t *req)
 {
-	const char *u = proto_str(req, "user");
+	const char *u = proto_str(caller(req), "user");
 	return u ? u : "";
 }
 
@@ -247,7 +251,7 @@ static bool rank_final(const struct hrank *r)
 
 static bool node_live(struct agent *a, const char *node_id)
 {
-	return strcmp(node_id, a->id.node_id) == 0 || head_session(a, node_id) != NULL;
+	return strcmp(node_id, a->id.node_id) == 0 || peers_session(a, node_id) != NULL;
 }
 
 static json_t *job_json(const db_job *j)
@@ -498,8 +502,11 @@ static json_t *all_group_json(struct agent *a)
 	return o;
 }
 
-static void r_group_create(struct agent *a, conn *dest, json_int_t id, const json_t *req)
+void jh_group_create(struct agent *a, const struct svc_req *q)
 {
+	conn *dest = q->reply;
+	json_int_t id = q->id;
+	const json_t *req = q->msg;
 	const char *name = proto_str(req, "name");
 	bool shared = json_is_true(json_object_get(req, "shared"));
 	json_t *names = json_object_get(req, "nodes");
@@ -610,8 +617,11 @@ static void r_group_create(struct agent *a, conn *dest, json_int_t id, const jso
 	reply(dest, id, o);
 }
 
-static void r_group_ls(struct agent *a, conn *dest, json_int_t id, const json_t *req)
+void jh_group_ls(struct agent *a, const struct svc_req *q)
 {
+	conn *dest = q->reply;
+	json_int_t id = q->id;
+	const json_t *req = q->msg;
 	(void)req;
 	db_group *gs = NULL;
 	size_t n = 0;
@@ -634,8 +644,11 @@ static void r_group_ls(struct agent *a, conn *dest, json_int_t id, const json_t 
 	reply(dest, id, json_pack("{s:o}", "groups", arr));
 }
 
-static void r_group_show(struct agent *a, conn *dest, json_int_t id, const json_t *req)
+void jh_group_show(struct agent *a, const struct svc_req *q)
 {
+	conn *dest = q->reply;
+	json_int_t id = q->id;
+	const json_t *req = q->msg;
 	const char *name = proto_str(req, "name");
 	if (!name) {
 		reply_error(dest, id, "bad_request", "missing group name");
@@ -681,8 +694,11 @@ static void r_group_show(struct agent *a, conn *dest, json_int_t id, const json_
 
 static void stop_job(struct agent *a, struct hjob *j, const char *reason, bool cancelled);
 
-static void r_group_rm(struct agent *a, conn *dest, json_int_t id, const json_t *req)
+void jh_group_rm(struct agent *a, const struct svc_req *q)
 {
+	conn *dest = q->reply;
+	json_int_t id = q->id;
+	const json_t *req = q->msg;
 	const char *name = proto_str(req, "name");
 	bool force = json_is_true(json_object_get(req, "force"));
 	if (!name) {
@@ -730,19 +746,6 @@ static void r_group_rm(struct agent *a, conn *dest, json_int_t id, const json_t 
 	log_info("group_removed", "group=%s by=%s cancelled=%zu", name, log_q(req_user(req)),
 		 json_array_size(running));
 	reply(dest, id, json_pack("{s:s, s:o}", "name", name, "cancelled_jobs", running));
-}
-
-json_t *jh_node_groups(struct agent *a, const char *node_id)
-{
-	json_t *arr = json_array();
-	char **names = NULL;
-	size_t n = 0;
-	if (!a->db || db_node_groups(a->db, node_id, &names, &n) < 0)
-		return arr;
-	for (size_t i = 0; i < n; i++)
-		json_array_append_new(arr, json_string(names[i]));
-	db_strv_free(names, n);
-	return arr;
 }
 
 /* ---- the job table -------------------------------------------------------------------- */
@@ -847,7 +850,7 @@ static void signal_nodes(struct agent *a, struct hjob *j, const char *sig)
 		json_t *m = proto_msg("job_signal", 0);
 		json_object_set_new(m, "job_id", json_integer(j->row.id));
 		json_object_set_new(m, "signal", json_string(sig));
-		jobs_send_node(a, r->node_id, m);
+		peers_to_node(a, r->node_id, m);
 	}
 }
 
@@ -981,7 +984,7 @@ static void job_check_done(struct agent *a, struct hjob *j)
 			continue;
 		json_t *m = proto_msg("job_sync_ack", 0);
 		json_object_set_new(m, "done", json_pack("[I]", (json_int_t)j->row.id));
-		jobs_send_node(a, j->ranks[i].node_id, m);
+		peers_to_node(a, j->ranks[i].node_id, m);
 	}
 	long long id = j->row.id;
 	for (struct hjob **p = &a->jobs->hjobs; *p; p = &(*p)->next)
@@ -1028,7 +1031,7 @@ static void send_tail(struct agent *a, struct watcher *w, struct wtail *t)
 	json_object_set_new(m, "follow", json_boolean(w->follow));
 	t->sent = true;
 	t->detached = false;
-	jobs_send_node(a, t->node_id, m);
+	peers_to_node(a, t->node_id, m);
 }
 
 /* Is this watcher finished? (job ended / every tail read) */
@@ -1155,8 +1158,11 @@ static void default_name(const char *argv0, char *out, size_t len)
 		snprintf(out, len, "job");
 }
 
-static void r_job_run(struct agent *a, conn *dest, json_int_t id, const json_t *req)
+void jh_job_run(struct agent *a, const struct svc_req *q)
 {
+	conn *dest = q->reply;
+	json_int_t id = q->id;
+	const json_t *req = q->msg;
 	const char *group = proto_str(req, "group");
 	const char *launcher = proto_str(req, "launcher");
 	json_t *argv = json_object_get(req, "argv");
@@ -1319,7 +1325,7 @@ static void r_job_run(struct agent *a, conn *dest, json_int_t id, const json_t *
 		snprintf(rows[k].node_id, sizeof rows[k].node_id, "%s", nodes[node].id);
 		snprintf(rows[k].node_name, sizeof rows[k].node_name, "%s", nodes[node].name);
 	}
-	db_job row = {.uid = proto_int(req, "uid", -1), .ranks_per_node = (int)rpn,
+	db_job row = {.uid = proto_int(caller(req), "uid", -1), .ranks_per_node = (int)rpn,
 		      .world_size = world, .timeout_s = timeout, .created_at = util_now()};
 	snprintf(row.name, sizeof row.name, "%s", name);
 	snprintf(row.group_name, sizeof row.group_name, "%s", group);
@@ -1408,7 +1414,7 @@ static void r_job_run(struct agent *a, conn *dest, json_int_t id, const json_t *
 		json_object_set_new(m, "socket_addr", json_string(plan->socket_addr[i]));
 		json_object_set_new(m, "ranks", ranks);
 		json_object_set_new(m, "tails", tails);
-		if (jobs_send_node(a, nodes[i].id, m) < 0) {
+		if (peers_to_node(a, nodes[i].id, m) < 0) {
 			struct hjob *j = find_job(a->jobs, row.id);
 			for (int k = 0; j && k < j->nranks; k++)
 				if (strcmp(j->ranks[k].node_id, nodes[i].id) == 0) {
@@ -1434,8 +1440,11 @@ static void r_job_run(struct agent *a, conn *dest, json_int_t id, const json_t *
 
 /* ---- job ls / show / logs / cancel ------------------------------------------------------------ */
 
-static void r_job_ls(struct agent *a, conn *dest, json_int_t id, const json_t *req)
+void jh_job_ls(struct agent *a, const struct svc_req *q)
 {
+	conn *dest = q->reply;
+	json_int_t id = q->id;
+	const json_t *req = q->msg;
 	bool running = json_is_true(json_object_get(req, "running"));
 	json_int_t limit = proto_int(req, "limit", 50);
 	db_job *js = NULL;
@@ -1452,8 +1461,11 @@ static void r_job_ls(struct agent *a, conn *dest, json_int_t id, const json_t *r
 	reply(dest, id, json_pack("{s:o}", "jobs", arr));
 }
 
-static void r_job_show(struct agent *a, conn *dest, json_int_t id, const json_t *req)
+void jh_job_show(struct agent *a, const struct svc_req *q)
 {
+	conn *dest = q->reply;
+	json_int_t id = q->id;
+	const json_t *req = q->msg;
 	db_job row;
 	if (lookup_job(a, dest, id, req, &row) < 0)
 		return;
@@ -1473,8 +1485,11 @@ static void r_job_show(struct agent *a, conn *dest, json_int_t id, const json_t 
 	reply(dest, id, o);
 }
 
-static void r_job_logs(struct agent *a, conn *dest, json_int_t id, const json_t *req)
+void jh_job_logs(struct agent *a, const struct svc_req *q)
 {
+	conn *dest = q->reply;
+	json_int_t id = q->id;
+	const json_t *req = q->msg;
 	db_job row;
 	if (lookup_job(a, dest, id, req, &row) < 0)
 		return;
@@ -1517,8 +1532,11 @@ static void r_job_logs(struct agent *a, conn *dest, json_int_t id, const json_t 
 	w_sweep(a->jobs);
 }
 
-static void r_job_cancel(struct agent *a, conn *dest, json_int_t id, const json_t *req)
+void jh_job_cancel(struct agent *a, const struct svc_req *q)
 {
+	conn *dest = q->reply;
+	json_int_t id = q->id;
+	const json_t *req = q->msg;
 	db_job row;
 	if (lookup_job(a, dest, id, req, &row) < 0)
 		return;
@@ -1583,8 +1601,11 @@ static int resolve_node(struct agent *a, const char *key, db_node *out)
 	return r;
 }
 
-static void r_exec(struct agent *a, conn *dest, json_int_t id, const json_t *req)
+void jh_exec(struct agent *a, const struct svc_req *q)
 {
+	conn *dest = q->reply;
+	json_int_t id = q->id;
+	const json_t *req = q->msg;
 	const char *key = proto_str(req, "node");
 	json_t *argv = json_object_get(req, "argv");
 	if (!key || !*key || !json_is_array(argv) || json_array_size(argv) == 0) {
@@ -1638,7 +1659,7 @@ static void r_exec(struct agent *a, conn *dest, json_int_t id, const json_t *req
 	w->exec_id = xid;
 	snprintf(w->exec_node, sizeof w->exec_node, "%s", n.id);
 	snprintf(w->exec_node_name, sizeof w->exec_node_name, "%s", n.name);
-	if (jobs_send_node(a, n.id, m) < 0) {
+	if (peers_to_node(a, n.id, m) < 0) {
 		w->exec_id = 0;
 		reply_error(dest, id, "unavailable", "node %s is unreachable", n.name);
 		w_finish(a, w);
@@ -1647,50 +1668,6 @@ static void r_exec(struct agent *a, conn *dest, json_int_t id, const json_t *req
 }
 
 /* ---- requests -------------------------------------------------------------------------------- */
-
-void jh_request(struct agent *a, conn *dest, json_int_t id, const json_t *req)
-{
-	if (a->id.role != ROLE_HEAD || !a->db || !a->jobs) {
-		reply_error(dest, id, "not_head", "this node is not the head");
-		return;
-	}
-	const char *t = proto_type(req);
-	char why[512];
-	if (!agent_caller_may(a, req, why, sizeof why)) {
-		reply_error(dest, id, "forbidden", "%s", why);
-		return;
-	}
-	static const struct {
-		const char *type;
-		void (*fn)(struct agent *a, conn *dest, json_int_t id, const json_t *req);
-	} requests[] = {
-		{"group_create", r_group_create}, {"group_ls", r_group_ls},
-		{"group_show", r_group_show},     {"group_rm", r_group_rm},
-		{"job_run", r_job_run},           {"job_ls", r_job_ls},
-		{"job_show", r_job_show},         {"job_logs", r_job_logs},
-		{"job_cancel", r_job_cancel},     {"exec", r_exec},
-	};
-	/* Who asks is the caller the asking node's control socket saw (the rights
-	 * check above read it too): its uid and user name are the job's owner,
-	 * whatever other "uid"/"user" the request carries. */
-	json_t *caller = json_object_get(req, "caller");
-	if (!json_is_integer(json_object_get(caller, "uid")) || !proto_str(caller, "user")) {
-		reply_error(dest, id, "forbidden",
-			    "the request names no caller with a user name; jobs run as a named user "
-			    "(the same name on every node)");
-		return;
-	}
-	for (size_t i = 0; i < ARRAY_SIZE(requests); i++)
-		if (strcmp(requests[i].type, t) == 0) {
-			json_t *r = json_deep_copy(req);
-			json_object_set(r, "uid", json_object_get(caller, "uid"));
-			json_object_set(r, "user", json_object_get(caller, "user"));
-			requests[i].fn(a, dest, id, r);
-			json_decref(r);
-			return;
-		}
-	reply_error(dest, id, "unknown_type", "the head does not serve \"%s\"", t);
-}
 
 void jh_stream_cancel(struct agent *a, conn *dest, json_int_t id)
 {
@@ -1725,7 +1702,7 @@ static struct watcher *watcher_of_tail(struct jobs *J, long long tail_id, struct
 	return NULL;
 }
 
-static void on_job_data(struct agent *a, const char *node_id, const json_t *msg)
+void jh_job_data(struct agent *a, const char *node_id, const json_t *msg)
 {
 	struct wtail *t = NULL;
 	struct watcher *w = watcher_of_tail(a->jobs, (long long)proto_int(msg, "tail_id", 0), &t);
@@ -1755,7 +1732,7 @@ static void on_job_data(struct agent *a, const char *node_id, const json_t *msg)
 	}
 }
 
-static void on_job_started(struct agent *a, const char *node_id, const json_t *msg)
+void jh_job_started(struct agent *a, const char *node_id, const json_t *msg)
 {
 	long long id = (long long)proto_int(msg, "job_id", 0);
 	struct hjob *j = find_job(a->jobs, id);
@@ -1763,7 +1740,7 @@ static void on_job_started(struct agent *a, const char *node_id, const json_t *m
 		json_t *m = proto_msg("job_signal", 0);
 		json_object_set_new(m, "job_id", json_integer(id));
 		json_object_set_new(m, "signal", json_string("TERM"));
-		jobs_send_node(a, node_id, m);
+		peers_to_node(a, node_id, m);
 		return;
 	}
 	size_t i;
@@ -1789,7 +1766,7 @@ static void on_job_started(struct agent *a, const char *node_id, const json_t *m
 		signal_nodes(a, j, "TERM");
 }
 
-static void on_job_exit(struct agent *a, const char *node_id, const json_t *msg)
+void jh_job_exit(struct agent *a, const char *node_id, const json_t *msg)
 {
 	struct hjob *j = find_job(a->jobs, (long long)proto_int(msg, "job_id", 0));
 	if (!j)
@@ -1801,7 +1778,7 @@ static void on_job_exit(struct agent *a, const char *node_id, const json_t *msg)
 		  json_is_true(json_object_get(msg, "lost")), proto_int(msg, "ended_at", 0));
 }
 
-static void on_job_sync(struct agent *a, const char *node_id, const json_t *msg)
+void jh_job_sync(struct agent *a, const char *node_id, const json_t *msg)
 {
 	struct jobs *J = a->jobs;
 	json_t *done = json_array();
@@ -1819,7 +1796,7 @@ static void on_job_sync(struct agent *a, const char *node_id, const json_t *msg)
 				json_t *m = proto_msg("job_signal", 0);
 				json_object_set_new(m, "job_id", json_integer(id));
 				json_object_set_new(m, "signal", json_string("TERM"));
-				jobs_send_node(a, node_id, m);
+				peers_to_node(a, node_id, m);
 			} else {
 				bool seen = false;
 				size_t k;
@@ -1842,7 +1819,7 @@ static void on_job_sync(struct agent *a, const char *node_id, const json_t *msg)
 				json_t *m = proto_msg("job_signal", 0);
 				json_object_set_new(m, "job_id", json_integer(id));
 				json_object_set_new(m, "signal", json_string("TERM"));
-				jobs_send_node(a, node_id, m);
+				peers_to_node(a, node_id, m);
 			}
 		} else {
 			rank_exit(a, j, r, (int)proto_int(v, "exit_code", -1), (int)proto_int(v, "signal", 0),
@@ -1878,7 +1855,7 @@ static void on_job_sync(struct agent *a, const char *node_id, const json_t *msg)
 		}
 	json_t *m = proto_msg("job_sync_ack", 0);
 	json_object_set_new(m, "done", done);
-	jobs_send_node(a, node_id, m);
+	peers_to_node(a, node_id, m);
 	w_sweep(J);
 }
 
@@ -1891,24 +1868,33 @@ static struct watcher *exec_watcher(struct jobs *J, long long xid)
 }
 
 /* exec_data / exec_exit: only from the node the exec runs on. */
-static void on_exec_frame(struct agent *a, const char *node_id, const json_t *msg)
+static struct watcher *exec_of_sender(struct agent *a, const char *node_id, const json_t *msg)
 {
-	const char *t = proto_type(msg);
 	struct watcher *w = exec_watcher(a->jobs, (long long)proto_int(msg, "exec_id", 0));
+	if (w && strcmp(w->exec_node, node_id) != 0) {
+		log_warn("frame_not_owner", "type=%s exec_id=%lld from=%s owner=%s", proto_type(msg),
+			 w->exec_id, node_id, w->exec_node);
+		return NULL;
+	}
+	return w;
+}
+
+void jh_exec_data(struct agent *a, const char *node_id, const json_t *msg)
+{
+	struct watcher *w = exec_of_sender(a, node_id, msg);
 	if (!w)
 		return;
-	if (strcmp(w->exec_node, node_id) != 0) {
-		log_warn("frame_not_owner", "type=%s exec_id=%lld from=%s owner=%s", t, w->exec_id,
-			 node_id, w->exec_node);
+	json_t *m = stream_msg(w, "output");
+	json_object_set(m, "stream", json_object_get(msg, "stream"));
+	json_object_set(m, "data", json_object_get(msg, "data"));
+	w_send(w, m);
+}
+
+void jh_exec_exit(struct agent *a, const char *node_id, const json_t *msg)
+{
+	struct watcher *w = exec_of_sender(a, node_id, msg);
+	if (!w)
 		return;
-	}
-	if (strcmp(t, "exec_data") == 0) {
-		json_t *m = stream_msg(w, "output");
-		json_object_set(m, "stream", json_object_get(msg, "stream"));
-		json_object_set(m, "data", json_object_get(msg, "data"));
-		w_send(w, m);
-		return;
-	}
 	w->exec_id = 0; /* nothing left to stop */
 	const char *err = proto_str(msg, "error");
 	if (err)
@@ -1916,25 +1902,6 @@ static void on_exec_frame(struct agent *a, const char *node_id, const json_t *ms
 	w_result(a, w, json_pack("{s:I, s:I, s:s}", "exit_code", proto_int(msg, "exit_code", 1),
 				 "signal", proto_int(msg, "signal", 0), "node", w->exec_node_name));
 	w_sweep(a->jobs);
-}
-
-void jh_on_node_msg(struct agent *a, const char *node_id, const json_t *msg)
-{
-	if (!a->jobs || a->id.role != ROLE_HEAD || !a->db)
-		return;
-	static const struct {
-		const char *type;
-		void (*fn)(struct agent *a, const char *node_id, const json_t *msg);
-	} frames[] = {
-		{"job_data", on_job_data},   {"job_started", on_job_started}, {"job_exit", on_job_exit},
-		{"job_sync", on_job_sync},   {"exec_data", on_exec_frame},    {"exec_exit", on_exec_frame},
-	};
-	const char *t = proto_type(msg);
-	for (size_t i = 0; i < ARRAY_SIZE(frames); i++)
-		if (strcmp(frames[i].type, t) == 0) {
-			frames[i].fn(a, node_id, msg);
-			return;
-		}
 }
 
 void jh_node_session_gone(struct agent *a, const char *node_id)

@@ -147,24 +147,11 @@ static int read_status(const char *dir, int *code, int *sig, int64_t *when)
 
 /* ---- environment ------------------------------------------------------------- */
 
+/* This node's discovery: the fabric service's, kept current by its netlink
+ * watcher (borrowed; NULL before the first one). */
 static json_t *discovery(struct agent *a)
 {
-	struct jobs *J = a->jobs;
-	if (!J->topts_ok)
-		return NULL;
-	uint64_t now = util_now_ms();
-	if (J->disc && now - J->disc_ms < 1000)
-		return J->disc;
-	json_t *d = NULL;
-	char err[256];
-	if (topo_discover(&J->topts, &d, err, sizeof err) < 0) {
-		log_warn("jobs_discovery_failed", "err=%s", log_q(err));
-		return J->disc;
-	}
-	json_decref(J->disc);
-	J->disc = d;
-	J->disc_ms = now;
-	return d;
+	return a->hooks.discovery ? a->hooks.discovery(a) : NULL;
 }
 
 /* The netdev holding IPv4 addr, and its subnet as CIDR. */
@@ -490,8 +477,9 @@ static int start_rank(struct agent *a, const json_t *job, int node_rank, const c
 	return 0;
 }
 
-static void on_job_start(struct agent *a, const json_t *msg)
+void jn_job_start(struct agent *a, const char *from, const json_t *msg)
 {
+	(void)from;
 	struct jobs *J = a->jobs;
 	json_t *job = json_object_get(msg, "job");
 	long long id = (long long)json_integer_value(json_object_get(job, "id"));
@@ -555,7 +543,7 @@ static void on_job_start(struct agent *a, const json_t *msg)
 	json_t *m = proto_msg("job_started", 0);
 	json_object_set_new(m, "job_id", json_integer(id));
 	json_object_set_new(m, "ranks", started);
-	jn_send_head(a, m);
+	peers_to_head(a, m);
 	json_array_foreach(failed, i, rk) {
 		struct nrank *r = find_rank(J, id, (int)json_integer_value(rk));
 		if (r)
@@ -579,7 +567,7 @@ static void send_data(struct agent *a, struct ntail *t, json_t *text, bool eof, 
 		json_object_set_new(m, "eof", json_true());
 	if (err)
 		json_object_set_new(m, "error", json_string(err));
-	jn_send_head(a, m);
+	peers_to_head(a, m);
 }
 
 static void tail_free(struct jobs *J, struct ntail *t)
@@ -651,8 +639,9 @@ static void ensure_tick(struct agent *a)
 		uv_timer_start(&J->node_timer, node_tick, JOBS_TICK_MS, JOBS_TICK_MS);
 }
 
-static void on_job_tail(struct agent *a, const json_t *msg)
+void jn_job_tail(struct agent *a, const char *from, const json_t *msg)
 {
+	(void)from;
 	struct jobs *J = a->jobs;
 	struct ntail *t = calloc(1, sizeof *t);
 	if (!t)
@@ -667,8 +656,9 @@ static void on_job_tail(struct agent *a, const json_t *msg)
 	ensure_tick(a);
 }
 
-static void on_job_untail(struct agent *a, const json_t *msg)
+void jn_job_untail(struct agent *a, const char *from, const json_t *msg)
 {
+	(void)from;
 	struct jobs *J = a->jobs;
 	long long id = (long long)proto_int(msg, "tail_id", 0);
 	for (struct ntail *t = J->tails; t; t = t->next)
@@ -699,7 +689,7 @@ static void rank_finished(struct agent *a, struct nrank *r)
 	json_object_set_new(m, "ended_at", json_integer(r->ended_at));
 	if (r->lost)
 		json_object_set_new(m, "lost", json_true());
-	jn_send_head(a, m);
+	peers_to_head(a, m);
 }
 
 /* term: the signal that ended our child shim (0 unknown, or adopted). */
@@ -761,8 +751,9 @@ static void node_tick(uv_timer_t *tm)
 		uv_timer_stop(tm);
 }
 
-static void on_job_signal(struct agent *a, const json_t *msg)
+void jn_job_signal(struct agent *a, const char *from, const json_t *msg)
 {
+	(void)from;
 	struct jobs *J = a->jobs;
 	long long id = (long long)proto_int(msg, "job_id", 0);
 	const char *s = proto_str(msg, "signal");
@@ -803,7 +794,7 @@ void jn_head_up(struct agent *a)
 		json_array_append_new(arr, rank_json(r));
 	json_t *m = proto_msg("job_sync", 0);
 	json_object_set_new(m, "ranks", arr);
-	jn_send_head(a, m);
+	peers_to_head(a, m);
 }
 
 static void rank_free(struct nrank *r)
@@ -813,8 +804,9 @@ static void rank_free(struct nrank *r)
 	free(r);
 }
 
-static void on_sync_ack(struct agent *a, const json_t *msg)
+void jn_sync_ack(struct agent *a, const char *from, const json_t *msg)
 {
+	(void)from;
 	struct jobs *J = a->jobs;
 	char jd[PATH_MAX];
 	jobs_dir(a, jd, sizeof jd);
@@ -875,7 +867,7 @@ static void exec_maybe_done(struct nexec *x)
 	json_object_set_new(m, "exit_code", json_integer(x->code));
 	json_object_set_new(m, "signal", json_integer(x->sig));
 	if (!a->jobs->stopping)
-		jn_send_head(a, m);
+		peers_to_head(a, m);
 	else
 		json_decref(m);
 	for (struct nexec **p = &a->jobs->execs; *p; p = &(*p)->next)
@@ -925,7 +917,7 @@ static void exec_send(struct nexec *x, int which, const char *data, size_t n, bo
 	json_object_set_new(m, "exec_id", json_integer(x->exec_id));
 	json_object_set_new(m, "stream", json_string(which ? "err" : "out"));
 	json_object_set_new(m, "data", text);
-	jn_send_head(x->a, m);
+	peers_to_head(x->a, m);
 }
 
 static void on_exec_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
@@ -963,11 +955,12 @@ static void exec_fail(struct agent *a, long long id, const char *why)
 	json_object_set_new(m, "exit_code", json_integer(126));
 	json_object_set_new(m, "signal", json_integer(0));
 	json_object_set_new(m, "error", json_string(why));
-	jn_send_head(a, m);
+	peers_to_head(a, m);
 }
 
-static void on_exec_start(struct agent *a, const json_t *msg)
+void jn_exec_start(struct agent *a, const char *from, const json_t *msg)
 {
+	(void)from;
 	struct jobs *J = a->jobs;
 	long long id = (long long)proto_int(msg, "exec_id", 0);
 	json_t *argv = json_object_get(msg, "argv");
@@ -1075,8 +1068,9 @@ static void exec_stop(struct nexec *x, int sig)
 		kill(x->pid, sig);
 }
 
-static void on_exec_signal(struct agent *a, const json_t *msg)
+void jn_exec_signal(struct agent *a, const char *from, const json_t *msg)
 {
+	(void)from;
 	struct nexec *x = find_exec(a->jobs, (long long)proto_int(msg, "exec_id", 0));
 	if (x)
 		exec_stop(x, SIGTERM);
@@ -1089,37 +1083,6 @@ static void exec_free(struct nexec *x)
 }
 
 /* ---- the head's frames --------------------------------------------------------------------- */
-
-bool jn_on_head_msg(struct agent *a, const json_t *msg)
-{
-	static const struct {
-		const char *type;
-		void (*fn)(struct agent *a, const json_t *msg);
-	} frames[] = {
-		{"job_start", on_job_start},     {"job_signal", on_job_signal},
-		{"job_tail", on_job_tail},       {"job_untail", on_job_untail},
-		{"exec_start", on_exec_start},   {"exec_signal", on_exec_signal},
-		{"job_sync_ack", on_sync_ack},
-	};
-	const char *t = proto_type(msg);
-	for (size_t i = 0; i < ARRAY_SIZE(frames); i++)
-		if (strcmp(frames[i].type, t) == 0) {
-			if (a->jobs && !a->jobs->stopping)
-				frames[i].fn(a, msg);
-			return true;
-		}
-	return false;
-}
-
-void jn_send_head(struct agent *a, json_t *msg)
-{
-	if (a->id.role == ROLE_HEAD)
-		jobs_mail(a, true, msg);
-	else if (a->id.role == ROLE_WORKER && a->head && a->head_up)
-		conn_send_new(a->head, msg);
-	else
-		json_decref(msg);
-}
 
 void jn_head_lost(struct agent *a)
 {
@@ -1222,9 +1185,6 @@ static void scan(struct agent *a)
 int jn_start(struct agent *a)
 {
 	struct jobs *J = a->jobs;
-	topo_opts_init(&J->topts);
-	char err[256];
-	J->topts_ok = topo_opts_from_config(&J->topts, a->cfg, err, sizeof err) == 0;
 	char jd[PATH_MAX];
 	jobs_dir(a, jd, sizeof jd);
 	util_mkdirs(jd, 0755);
@@ -1259,7 +1219,4 @@ void jn_free(struct agent *a)
 		/* handles were closed by the final walk; they are freed with it */
 		free(x);
 	}
-	json_decref(J->disc);
-	if (J->topts_ok)
-		topo_opts_free(&J->topts);
 }

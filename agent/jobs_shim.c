@@ -157,7 +157,7 @@ static uint64_t mono_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-int jobs_shim_main(int argc, char **argv)
+int agent_rank_shim(int argc, char **argv)
 {
 	if (argc != 3) {
 		fprintf(stderr, "sparkd: --rank-shim DIR is internal to sparkd\n");

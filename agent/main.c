@@ -1,5 +1,5 @@
 /* sparkd: flags and config, the state-dir lock, signals, the loop. */
-#include "agent.h"
+#include "service.h"
 
 #include "cfg.h"
 #include "log.h"
@@ -300,11 +300,8 @@ void agent_shutdown(struct agent *a)
 	if (a->stopping)
 		return;
 	a->stopping = true;
-	topoval_stop(a);
-	jobs_stop(a);
-	fabric_stop(a);
-	worker_stop(a);
-	head_stop(a);
+	svc_stop_all(a);
+	peers_stop(a, "sparkd is stopping");
 	agent_close_listener(a);
 	control_stop(a);
 	uv_signal_stop(&a->sigterm);
@@ -317,7 +314,7 @@ int main(int argc, char **argv)
 {
 	static struct agent a;
 	if (argc == 3 && strcmp(argv[1], "--rank-shim") == 0)
-		return jobs_shim_main(argc, argv); /* a rank's supervisor (jobs_shim.c) */
+		return agent_rank_shim(argc, argv); /* a rank's supervisor (jobs_shim.c) */
 	int r = parse_args(&a.opts, &a.cfg, argc, argv);
 	if (r)
 		return r;
@@ -327,17 +324,10 @@ int main(int argc, char **argv)
 	a.started_at = util_now();
 	a.loop = uv_default_loop();
 	char err[512];
-	if (fabric_init(&a, err, sizeof err) < 0) {
+	if (agent_security_config(&a, err, sizeof err) < 0 || /* security.* */
+	    svc_init_all(&a, err, sizeof err) < 0) {        /* fabric.*, probes.*, ... */
 		fprintf(stderr, "sparkd: %s; fix the config file\n", err);
 		json_decref(a.cfg);
-		return 2;
-	}
-	if (topoval_init(&a, err, sizeof err) < 0) { /* fabric.pool/prefix, probes.* */
-		fprintf(stderr, "sparkd: %s; fix the config file\n", err);
-		return 2;
-	}
-	if (agent_security_config(&a, err, sizeof err) < 0) { /* security.* */
-		fprintf(stderr, "sparkd: %s; fix the config file\n", err);
 		return 2;
 	}
 	if (prepare_state_dir(a.opts.state_dir, err, sizeof err) < 0) {
@@ -366,27 +356,14 @@ int main(int argc, char **argv)
 		 SPARK_VERSION, log_q(a.opts.state_dir), log_q(a.opts.socket), a.opts.listen_host,
 		 a.opts.listen_port, role_name(a.id.role),
 		 a.id.node_name[0] ? a.id.node_name : "-");
+	/* The services, the cluster first (it starts the role: the head opens
+	 * cluster.db, a worker connects), then discovery, topology, jobs. */
 	int rc = 0;
-	if (a.id.role == ROLE_HEAD) {
-		if (head_start(&a, err, sizeof err) < 0) {
-			fprintf(stderr, "sparkd: %s\n", err);
-			rc = 1;
-			agent_shutdown(&a);
-		}
-	} else if (a.id.role == ROLE_WORKER && !a.id.removed) {
-		if (agent_tls_setup(&a, err, sizeof err) < 0 || agent_listen(&a, err, sizeof err) < 0 ||
-		    worker_start(&a) < 0) {
-			fprintf(stderr, "sparkd: %s\n", err);
-			rc = 1;
-			agent_shutdown(&a);
-		}
+	if (svc_start_all(&a, err, sizeof err) < 0) {
+		fprintf(stderr, "sparkd: %s\n", err);
+		rc = 1;
+		agent_shutdown(&a);
 	}
-	/* After the role started (the head's cluster.db is open): discover, store
-	 * or send. A failure is logged; the node then works without live changes. */
-	if (!a.stopping)
-		fabric_start(&a);
-	if (!a.stopping && jobs_init(&a) < 0)
-		log_warn("jobs_init_failed", "action=%s", log_q("jobs are unavailable on this node"));
 	uv_run(a.loop, UV_RUN_DEFAULT);
 	uv_walk(a.loop, close_walk, NULL);
 	uv_run(a.loop, UV_RUN_DEFAULT);
@@ -402,9 +379,7 @@ int main(int argc, char **argv)
 	free(a.crl_pem);
 	if (a.db)
 		db_close(a.db);
-	fabric_free(&a);
-	jobs_free(&a);
-	topoval_free(&a);
+	svc_free_all(&a);
 	json_decref(a.cfg);
 	char lock[512];
 	snprintf(lock, sizeof lock, "%s/sparkd.lock", a.opts.state_dir);

@@ -9,8 +9,12 @@
  * frames (PEERS_STREAMS) go to the CLI as they arrive, the final "result" or
  * "error" goes to the CLI (or to the entry's on_answer) and ends the entry. A
  * CLI that goes away leaves the entry to be dropped on its answer; a
- * streaming one sends the head a stream_cancel. */
-#include "agent.h"
+ * streaming one sends the head a stream_cancel.
+ *
+ * Also here: the head's session lookup, the one own-node mailbox (the head's
+ * services and its own node's talk through it as if over a session), and
+ * dispatch of agent-to-agent frames by the services' frame tables. */
+#include "service.h"
 
 #include "log.h"
 #include "proto.h"
@@ -30,6 +34,13 @@ struct pending {
 	json_t *frame;        /* not sent yet: waiting for the head session */
 	uint64_t queued_ms;
 	long long job_id;     /* learnt from a "started" stream event */
+};
+
+/* The own-node mailbox: frames between the head and its own node. */
+struct mail {
+	struct mail *next;
+	enum agent_frame_dir dir;
+	json_t *msg;
 };
 
 static void pending_unlink(struct agent *a, struct pending *p)
@@ -200,6 +211,15 @@ void peers_cli_gone(struct agent *a, conn *cli)
 
 void peers_stop(struct agent *a, const char *why)
 {
+	while (a->mail_first) {
+		struct mail *m = a->mail_first;
+		a->mail_first = m->next;
+		json_decref(m->msg);
+		free(m);
+	}
+	a->mail_last = NULL;
+	if (a->mail_timer_on)
+		uv_timer_stop(&a->mail_timer); /* closed by main's final walk */
 	if (a->queue_on)
 		uv_timer_stop(&a->queue_timer); /* closed by main's final walk */
 	while (a->pending) {
@@ -208,4 +228,107 @@ void peers_stop(struct agent *a, const char *why)
 		fail(a, p, "shutdown", why);
 		pending_free(p);
 	}
+}
+
+int peers_forward(struct agent *a, conn *cli, const json_t *req, unsigned flags,
+		  peers_answer_fn on_answer)
+{
+	agent_busy(a);
+	json_t *m = proto_msg("forward", 0);
+	json_object_set(m, "request", (json_t *)req);
+	return peers_request(a, cli, proto_id(req), m, flags, on_answer);
+}
+
+/* ---- sessions, mailbox, dispatch ----------------------------------------------- */
+
+struct session *peers_session(struct agent *a, const char *node_id)
+{
+	for (struct session *s = a->sessions; s; s = s->next)
+		if (s->authed && !s->closing && strcmp(s->node_id, node_id) == 0)
+			return s;
+	return NULL;
+}
+
+void peers_dispatch(struct agent *a, conn *c, const char *from, enum agent_frame_dir dir,
+		    const json_t *msg)
+{
+	const char *t = proto_type(msg);
+	const struct svc_frame *f = svc_frame_of(t, dir);
+	char why[160];
+	if (!f) {
+		log_warn("frame_refused", "type=%s reason=unknown_type from=%s", log_q(t), from);
+		if (c)
+			svc_error_to(c, msg, "unknown_type", "%s does not serve \"%s\"",
+				     dir == FRAME_TO_HEAD ? "the head" : "a node", t);
+		return;
+	}
+	if (proto_check(msg, f->fields, why, sizeof why) < 0) {
+		log_warn("frame_refused", "type=%s reason=%s from=%s", t, log_q(why), from);
+		if (c)
+			svc_error_to(c, msg, "bad_request", "%s: %s", t, why);
+		return;
+	}
+	f->fn(a, from, msg);
+}
+
+static void on_mail(uv_timer_t *t)
+{
+	struct agent *a = t->data;
+	/* Only what is queued now: handlers may post more (next iteration). */
+	struct mail *m = a->mail_first;
+	a->mail_first = a->mail_last = NULL;
+	while (m) {
+		struct mail *next = m->next;
+		if (!a->stopping && a->id.role == ROLE_HEAD)
+			peers_dispatch(a, NULL, a->id.node_id, m->dir, m->msg);
+		json_decref(m->msg);
+		free(m);
+		m = next;
+	}
+}
+
+static int mail(struct agent *a, enum agent_frame_dir dir, json_t *msg)
+{
+	struct mail *m = a->stopping ? NULL : calloc(1, sizeof *m);
+	if (!m) {
+		json_decref(msg);
+		return a->stopping ? -ESHUTDOWN : -ENOMEM;
+	}
+	m->dir = dir;
+	m->msg = msg;
+	if (a->mail_last)
+		a->mail_last->next = m;
+	else
+		a->mail_first = m;
+	a->mail_last = m;
+	if (!a->mail_timer_on) {
+		uv_timer_init(a->loop, &a->mail_timer);
+		a->mail_timer.data = a;
+		a->mail_timer_on = true;
+	}
+	if (!uv_is_active((uv_handle_t *)&a->mail_timer))
+		uv_timer_start(&a->mail_timer, on_mail, 0, 0);
+	return 0;
+}
+
+int peers_to_node(struct agent *a, const char *node_id, json_t *msg)
+{
+	if (a->id.role == ROLE_HEAD && strcmp(node_id, a->id.node_id) == 0)
+		return mail(a, FRAME_TO_NODE, msg);
+	struct session *s = peers_session(a, node_id);
+	if (!s) {
+		json_decref(msg);
+		return -ENOTCONN;
+	}
+	return conn_send_new(s->c, msg);
+}
+
+int peers_to_head(struct agent *a, json_t *msg)
+{
+	if (a->id.role == ROLE_HEAD)
+		return mail(a, FRAME_TO_HEAD, msg);
+	if (a->id.role == ROLE_WORKER && a->head && a->head_up)
+		return conn_send_new(a->head, msg);
+	json_decref(msg);
+	return -ENOTCONN;
 }

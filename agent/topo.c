@@ -95,10 +95,7 @@ static void on_async(uv_async_t *h)
 	pthread_mutex_unlock(&t->mu);
 	while (m) {
 		struct tmail *next = m->next;
-		if (a->id.role == ROLE_HEAD)
-			topo_head_on_frame(a, a->id.node_id, m->msg);
-		else if (a->head && a->head_up)
-			conn_send(a->head, m->msg);
+		peers_to_head(a, json_incref(m->msg)); /* the head's own node: its mailbox */
 		json_decref(m->msg);
 		free(m);
 		m = next;
@@ -143,7 +140,7 @@ static void l2_stop(struct topo_agent *t, const char *why)
 static void l2_sync(struct topo_agent *t)
 {
 	struct agent *a = t->a;
-	json_t *disc = fabric_discovery(a);
+	json_t *disc = a->hooks.discovery ? a->hooks.discovery(a) : NULL;
 	const char *why = NULL;
 	if (t->stopping || a->stopping)
 		why = "sparkd is stopping";
@@ -209,7 +206,7 @@ static void on_tick(uv_timer_t *h)
 	l2_sync(h->data);
 }
 
-void topoval_fabric_changed(struct agent *a, unsigned changes)
+static void topoval_fabric_changed(struct agent *a, unsigned changes)
 {
 	struct topo_agent *t = a->topo;
 	if (!t || t->stopping)
@@ -532,7 +529,7 @@ static void op_addr_apply(struct topo_agent *t, json_int_t id, const json_t *req
 {
 	struct agent *a = t->a;
 	json_t *plan = json_object_get(req, "plan");
-	json_t *disc = fabric_discovery(a);
+	json_t *disc = a->hooks.discovery ? a->hooks.discovery(a) : NULL;
 	const char *nds[16];
 	size_t n = topo_disc_netdevs(disc, nds, 16);
 	struct topo_addrplan_apply_opts o = {
@@ -578,7 +575,7 @@ static const struct node_op node_ops[] = {
 	{NULL, NULL},
 };
 
-void topo_node_request(struct agent *a, const json_t *req)
+static void topo_node_request(struct agent *a, const json_t *req)
 {
 	struct topo_agent *t = a->topo;
 	if (!t)
@@ -598,8 +595,9 @@ void topo_node_request(struct agent *a, const json_t *req)
 		  a->id.node_name, op ? op : "");
 }
 
-void topoval_on_head_frame(struct agent *a, const json_t *msg)
+static void on_topo_req(struct agent *a, const char *from, const json_t *msg)
 {
+	(void)from; /* the head: only it has a session that sends node frames */
 	topo_node_request(a, msg);
 }
 
@@ -679,7 +677,7 @@ static int read_config(struct topo_agent *t, json_t *cfg, char *err, size_t errl
 	return 0;
 }
 
-int topoval_init(struct agent *a, char *err, size_t errlen)
+static int topoval_init(struct agent *a, char *err, size_t errlen)
 {
 	struct topo_agent *t = calloc(1, sizeof *t);
 	if (!t) {
@@ -717,10 +715,11 @@ int topoval_init(struct agent *a, char *err, size_t errlen)
 	uv_timer_start(&t->tick, on_tick, TOPO_TICK_MS, TOPO_TICK_MS);
 	a->topo = t;
 	topo_head_init(t);
+	a->hooks.topo_status = topo_head_status;
 	return 0;
 }
 
-void topoval_stop(struct agent *a)
+static void topoval_stop(struct agent *a)
 {
 	struct topo_agent *t = a->topo;
 	if (!t || t->stopping)
@@ -742,7 +741,7 @@ void topoval_stop(struct agent *a)
 	l2_stop(t, "sparkd is stopping");
 }
 
-void topoval_free(struct agent *a)
+static void topoval_free(struct agent *a)
 {
 	struct topo_agent *t = a->topo;
 	if (!t)
@@ -761,3 +760,36 @@ void topoval_free(struct agent *a)
 	free(t);
 	a->topo = NULL;
 }
+
+static void topo_event(struct agent *a, enum svc_event ev, const struct svc_event_arg *arg)
+{
+	if (ev == SVC_EV_FABRIC_CHANGED)
+		topoval_fabric_changed(a, arg->bits);
+	else if (ev == SVC_EV_CONN_GONE)
+		topo_head_conn_gone(a, arg->c);
+}
+
+static const struct svc_request requests[] = {
+	{"topo_show", topo_head_show, RIGHT_USER, SVC_HEAD},
+	{"topo_validate", topo_head_validate, RIGHT_USER, SVC_HEAD},
+	{"topo_addresses", topo_head_addresses, RIGHT_ADMIN, SVC_HEAD},
+	{NULL},
+};
+
+static const struct svc_frame frames[] = {
+	{"topo_req", on_topo_req, FRAME_TO_NODE, {{"op", 's'}, {NULL, 0}}},
+	{"topo_reply", topo_head_on_reply, FRAME_TO_HEAD, {{"ok", 'b'}, {NULL, 0}}},
+	{"topo_rdma_ep", topo_head_on_rdma_ep, FRAME_TO_HEAD,
+	 {{"probe", 's'}, {"endpoint", 'o'}, {NULL, 0}}},
+	{NULL},
+};
+
+const struct service topo_service = {
+	.name = "topo",
+	.requests = requests,
+	.frames = frames,
+	.init = topoval_init,
+	.stop = topoval_stop,
+	.free = topoval_free,
+	.on_event = topo_event,
+};

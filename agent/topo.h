@@ -1,6 +1,6 @@
 /* topo: topology validation inside sparkd (issue 5, docs/topology.md).
- * Internal header of topo.c (every node) and topo_head.c (the head); agent.h
- * has the hooks the rest of sparkd calls.
+ * The topo service's header, for topo.c (every node, and the service's
+ * tables) and topo_head.c (the head).
  *
  *   topo.c       every node: L2 neighbour discovery (topology/l2disc.h) with the
  *                cluster identity, restarted when the identity or the fabric
@@ -8,15 +8,15 @@
  *                head's requests: its state (discovery + neighbour table), probe
  *                servers and clients (TCP, or RDMA with the endpoint exchange
  *                relayed by the head), applying the address plan. Blocking work
- *                runs in uv_queue_work; results come back to the loop through a
- *                mailbox (uv_async), which also carries the head's own node's
- *                replies so the head never re-enters itself.
+ *                runs in uv_queue_work; what the probing threads send the head
+ *                comes to the loop through a uv_async queue, then goes out with
+ *                peers_to_head (the head's own node's through peers.c's mailbox).
  *   topo_head.c  the head: `topo_show`, `topo_validate`, `topo_addresses`: gather
  *                every node's state, build the cable map, classify, probe, store
  *                the run in cluster.db, answer; status's "topology" object.
  *
  * Frames over a worker's session (the head's own node gets the same objects
- * through the mailbox):
+ * through peers.c's mailbox):
  *   head -> node  {"type":"topo_req","id":N,"op":OP,...}
  *        OP = state | probe_serve | probe_client | rdma | rdma_peer | addr_apply
  *   node -> head  {"type":"topo_reply","id":N,"ok":true,"data":{...}}
@@ -27,7 +27,7 @@
 #ifndef SPARK_AGENT_TOPO_H
 #define SPARK_AGENT_TOPO_H
 
-#include "agent.h"
+#include "service.h"
 
 #include "addrplan.h"
 #include "discover.h"
@@ -80,20 +80,21 @@ struct topo_agent {
 };
 
 /* topo.c */
-/* The node end of a head request (the head calls it for its own node too).
- * Every answer, now or later, goes through the mailbox. */
-void topo_node_request(struct agent *a, const json_t *req);
-/* Queue a frame for the loop (any thread): on the head it is handed to
- * topo_head_on_frame as from the head's own node, on a worker it is sent to
- * the head. Steals msg. */
+extern const struct service topo_service;
+/* Queue a frame to the head for the loop (any thread: the probes' threads):
+ * the loop sends it with peers_to_head (the head's own node: its mailbox).
+ * Steals msg. */
 void topo_mail(struct topo_agent *t, json_t *msg);
 /* The node's fabric netdevs from a discovery object (borrowed strings). */
 size_t topo_disc_netdevs(json_t *disc, const char **out, size_t max);
 
 /* topo_head.c */
 int topo_head_init(struct topo_agent *t);
-void topo_head_on_frame(struct agent *a, const char *node_id, const json_t *msg);
-void topo_head_request(struct agent *a, conn *c, const json_t *req, const char *origin);
+void topo_head_on_reply(struct agent *a, const char *node_id, const json_t *msg);
+void topo_head_on_rdma_ep(struct agent *a, const char *node_id, const json_t *msg);
+void topo_head_show(struct agent *a, const struct svc_req *q);
+void topo_head_validate(struct agent *a, const struct svc_req *q);
+void topo_head_addresses(struct agent *a, const struct svc_req *q);
 void topo_head_conn_gone(struct agent *a, conn *c);
 json_t *topo_head_status(struct agent *a);
 void topo_head_stop(struct agent *a);

@@ -155,7 +155,7 @@ static void tick_on(struct thead *h)
 static void answer(struct vrun *r, json_t *data)
 {
 	if (r->cli)
-		control_send_result(r->cli, r->cli_id, data);
+		svc_send_result(r->cli, r->cli_id, data);
 	else
 		json_decref(data);
 	r->cli = NULL;
@@ -218,7 +218,7 @@ static int send_req(struct vrun *r, size_t ni, json_t *msg, vreq_cb cb, int idx,
 	struct thead *h = r->h;
 	struct agent *a = h->t->a;
 	struct vnode *n = &r->nodes[ni];
-	struct session *s = n->self ? NULL : head_session(a, n->id);
+	struct session *s = n->self ? NULL : peers_session(a, n->id);
 	if (!n->self && !s) {
 		json_decref(msg);
 		return -ENOTCONN;
@@ -240,11 +240,7 @@ static int send_req(struct vrun *r, size_t ni, json_t *msg, vreq_cb cb, int idx,
 	q->next = h->reqs;
 	h->reqs = q;
 	r->pending++;
-	if (n->self)
-		topo_node_request(a, msg);
-	else
-		conn_send(s->c, msg);
-	json_decref(msg);
+	peers_to_node(a, n->id, msg); /* the head's own node: through the mailbox */
 	tick_on(h);
 	return 0;
 }
@@ -1240,7 +1236,8 @@ static void on_addr(struct vrun *r, struct vreq *q, const json_t *m)
 	 * a job started right after it is planned with the new addresses. */
 	json_t *disc = d ? json_object_get(d, "discovery") : NULL;
 	if (json_is_object(disc)) {
-		int fr = fabric_store(r->h->t->a, r->nodes[q->idx].id, disc);
+		struct agent *ag = r->h->t->a;
+		int fr = ag->hooks.fabric_store ? ag->hooks.fabric_store(ag, r->nodes[q->idx].id, disc) : -ENOSYS;
 		if (fr < 0)
 			log_warn("fabric_store_failed", "node=%s err=%d", r->nodes[q->idx].name, fr);
 	}
@@ -1356,18 +1353,18 @@ static void gathered(struct vrun *r)
 
 /* ---- hooks ------------------------------------------------------------------------------------ */
 
-void topo_head_on_frame(struct agent *a, const char *node_id, const json_t *msg)
+void topo_head_on_rdma_ep(struct agent *a, const char *node_id, const json_t *msg)
 {
-	struct topo_agent *t = a->topo;
-	struct thead *h = t ? t->head : NULL;
-	if (!h)
-		return;
-	const char *type = proto_type(msg);
-	if (strcmp(type, "topo_rdma_ep") == 0) {
+	struct thead *h = a->topo ? a->topo->head : NULL;
+	if (h)
 		relay_endpoint(h, node_id, msg);
-		return;
-	}
-	if (strcmp(type, "topo_reply") != 0)
+}
+
+/* A node's answer: only to a request of ours, from the node it was sent to. */
+void topo_head_on_reply(struct agent *a, const char *node_id, const json_t *msg)
+{
+	struct thead *h = a->topo ? a->topo->head : NULL;
+	if (!h)
 		return;
 	json_int_t id = proto_id(msg);
 	for (struct vreq **p = &h->reqs; *p; p = &(*p)->next) {
@@ -1385,11 +1382,6 @@ void topo_head_on_frame(struct agent *a, const char *node_id, const json_t *msg)
 	}
 }
 
-void topoval_on_node_frame(struct agent *a, const char *node_id, const json_t *msg)
-{
-	topo_head_on_frame(a, node_id, msg);
-}
-
 static bool by_conn(struct vreq *q, const void *arg)
 {
 	return q->via && q->via == (const conn *)arg;
@@ -1404,11 +1396,6 @@ void topo_head_conn_gone(struct agent *a, conn *c)
 		if (r->cli == c)
 			r->cli = NULL;
 	fail_reqs_if(h, by_conn, c, "the node's session to the head closed");
-}
-
-void topoval_conn_gone(struct agent *a, conn *c)
-{
-	topo_head_conn_gone(a, c);
 }
 
 static bool expired(struct vreq *q, const void *arg)
@@ -1458,14 +1445,14 @@ static void addresses_for_node(struct agent *a, conn *c, const json_t *req, cons
 	db_topo_run run;
 	int rc = a->db ? db_topo_run_latest(a->db, &run) : -ENOENT;
 	if (rc == -ENOENT) {
-		control_reply(c, req,
+		svc_send_result(c, proto_id(req),
 			      json_pack("{s:s, s:n, s:s, s:n, s:n, s:n, s:n}", "node", node, "netplan",
 					"reason", "no validated topology yet", "run_id", "class",
 					"result", "finished_at"));
 		return;
 	}
 	if (rc < 0) {
-		control_error(c, req, "internal", "cannot read cluster.db (%d)", rc);
+		svc_error_to(c, req, "internal", "cannot read cluster.db (%d)", rc);
 		return;
 	}
 	char err[512] = "", reason[640] = "";
@@ -1480,7 +1467,7 @@ static void addresses_for_node(struct agent *a, conn *c, const json_t *req, cons
 			 run.cls, err[0] ? err : "unreadable verdict");
 	else if (topo_addrplan_netplan(plan, node, t->dopts.cluster_mtu, &yaml, err, sizeof err) < 0)
 		snprintf(reason, sizeof reason, "%s is not in the validated topology", node);
-	control_reply(c, req,
+	svc_send_result(c, proto_id(req),
 		      json_pack("{s:s, s:o, s:o, s:I, s:s, s:s, s:I}", "node", node, "netplan",
 				yaml ? json_string(yaml) : json_null(), "reason",
 				reason[0] ? json_string(reason) : json_null(), "run_id",
@@ -1492,23 +1479,14 @@ static void addresses_for_node(struct agent *a, conn *c, const json_t *req, cons
 	db_topo_run_free(&run);
 }
 
-void topo_head_request(struct agent *a, conn *c, const json_t *req, const char *origin)
+static void run_request(struct agent *a, const struct svc_req *q, enum vkind kind)
 {
+	conn *c = q->reply;
+	const json_t *req = q->msg;
+	const char *origin = q->origin;
 	struct thead *h = a->topo ? a->topo->head : NULL;
-	const char *type = proto_type(req);
-	enum vkind kind;
-	if (strcmp(type, "topo_show") == 0)
-		kind = VK_SHOW;
-	else if (strcmp(type, "topo_validate") == 0)
-		kind = VK_VALIDATE;
-	else if (strcmp(type, "topo_addresses") == 0)
-		kind = VK_ADDRESSES;
-	else {
-		control_error(c, req, "unknown_type", "the head does not serve \"%s\"", type);
-		return;
-	}
 	if (!h || h->stopped) {
-		control_error(c, req, "shutdown", "sparkd is stopping");
+		svc_error_to(c, req, "shutdown", "sparkd is stopping");
 		return;
 	}
 	const char *node = proto_str(req, "node");
@@ -1519,18 +1497,18 @@ void topo_head_request(struct agent *a, conn *c, const json_t *req, const char *
 	const char *expect = proto_str(req, "expect");
 	if (expect && *expect && strcmp(expect, "pair") != 0 && strcmp(expect, "ring") != 0 &&
 	    strcmp(expect, "switch") != 0) {
-		control_error(c, req, "bad_request", "--expect takes pair, ring or switch, not '%s'",
+		svc_error_to(c, req, "bad_request", "--expect takes pair, ring or switch, not '%s'",
 			      expect);
 		return;
 	}
 	if (kind == VK_VALIDATE && h->validating) {
-		control_error(c, req, "busy",
+		svc_error_to(c, req, "busy",
 			      "a topology validation is already running; wait for it and run this again");
 		return;
 	}
 	struct vrun *r = calloc(1, sizeof *r);
 	if (!r) {
-		control_error(c, req, "internal", "out of memory");
+		svc_error_to(c, req, "internal", "out of memory");
 		return;
 	}
 	r->h = h;
@@ -1550,16 +1528,15 @@ void topo_head_request(struct agent *a, conn *c, const json_t *req, const char *
 		if (kind == VK_VALIDATE)
 			h->validating = false;
 		free(r);
-		control_error(c, req, rc == -E2BIG ? "too_many_nodes" : "internal",
+		svc_error_to(c, req, rc == -E2BIG ? "too_many_nodes" : "internal",
 			      rc == -E2BIG ? "the cluster has more than %d nodes" : "cannot read cluster.db (%d)",
 			      rc == -E2BIG ? TOPO_MAX_NODES : rc);
 	}
 }
 
-void topoval_request(struct agent *a, conn *c, const json_t *req, const char *origin)
-{
-	topo_head_request(a, c, req, origin);
-}
+void topo_head_show(struct agent *a, const struct svc_req *q) { run_request(a, q, VK_SHOW); }
+void topo_head_validate(struct agent *a, const struct svc_req *q) { run_request(a, q, VK_VALIDATE); }
+void topo_head_addresses(struct agent *a, const struct svc_req *q) { run_request(a, q, VK_ADDRESSES); }
 
 json_t *topo_head_status(struct agent *a)
 {
@@ -1600,11 +1577,6 @@ json_t *topo_head_status(struct agent *a)
 	json_object_set_new(o, "stale_reason", why[0] ? json_string(why) : json_null());
 	db_topo_run_free(&run);
 	return o;
-}
-
-json_t *topoval_status_json(struct agent *a)
-{
-	return topo_head_status(a);
 }
 
 int topo_head_init(struct topo_agent *t)

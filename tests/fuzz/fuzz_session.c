@@ -33,7 +33,7 @@
  * answered with an error, never a result or a stream; and after an input
  * without any admin caller, cluster.db has the same tokens (none revoked),
  * the same groups, and fz-w2 and the head still in it, undrained. */
-#include "agent.h"
+#include "cluster.h"
 #include "jobs.h"
 #include "log.h"
 #include "pki.h"
@@ -524,7 +524,8 @@ static const char *const jobs_types[] = {"group_create", "group_ls", "group_show
 static json_int_t next_req_id = 1000000;
 
 /* {"type":outer,"id":N,"request":{...}}: a CLI request forwarded or relayed. */
-static json_t *wrapped(struct in *in, const char *outer, const char *const *types, size_t nt)
+static json_t *wrapped(struct in *in, const char *outer, const char *const *types, size_t nt,
+		       bool jobs)
 {
 	const char *t = types[u8(in) % nt];
 	json_t *r = json_object();
@@ -533,7 +534,7 @@ static json_t *wrapped(struct in *in, const char *outer, const char *const *type
 	json_object_set_new(r, "id", json_integer(u8(in)));
 	put(r, "caller", gcaller(in));
 	bool admin = oracle_admin(json_object_get(r, "caller"));
-	if (strcmp(outer, "job_req") == 0) { /* what jobs_ctl.c adds */
+	if (jobs) { /* what the relay of jobs requests used to add: the head must ignore it */
 		json_t *c = json_object_get(r, "caller");
 		if (u8(in) % 4) {
 			put(r, "uid", json_is_object(c) ? json_incref(json_object_get(c, "uid")) : NULL);
@@ -680,11 +681,11 @@ static bool next_frame(struct in *in)
 	}
 	case OP_JOB_REQ:
 	case OP_JOB_REQ2:
-		m = wrapped(in, "job_req", jobs_types, sizeof jobs_types / sizeof jobs_types[0]);
+		m = wrapped(in, "forward", jobs_types, sizeof jobs_types / sizeof jobs_types[0], true);
 		break;
 	case OP_FORWARD:
 	case OP_FORWARD2:
-		m = wrapped(in, "forward", cluster_types, sizeof cluster_types / sizeof cluster_types[0]);
+		m = wrapped(in, "forward", cluster_types, sizeof cluster_types / sizeof cluster_types[0], false);
 		break;
 	case OP_JOB_STARTED: {
 		m = proto_msg("job_started", id);
@@ -944,13 +945,15 @@ static void setup(void)
 				    json_string(gr ? gr->gr_name : "nogroup"));
 	}
 	char err[512] = "";
-	if (fabric_init(&A, err, sizeof err) < 0 ||
-	    (in_netns && topoval_init(&A, err, sizeof err) < 0) ||
+	/* sparkd's services, but topology only inside the fuzzer's own namespace
+	 * (its neighbour discovery sends frames on the fixture's netdevs). */
+	if (svc_named("fabric")->init(&A, err, sizeof err) < 0 ||
+	    (in_netns && svc_named("topo")->init(&A, err, sizeof err) < 0) ||
 	    agent_security_config(&A, err, sizeof err) < 0 || identity_load(&A, err, sizeof err) < 0 ||
 	    control_start(&A, err, sizeof err) < 0)
 		die("cannot start the agent", err);
-	if (jobs_init(&A) < 0)
-		die("cannot start jobs", NULL);
+	if (svc_named("jobs")->start(&A, err, sizeof err) < 0)
+		die("cannot start jobs", err);
 	/* Ranks and exec on the head's own node start the shim: make that fail. */
 	util_strlcpy(A.jobs->exe, "/nonexistent/sparkd-fuzz-no-shim", sizeof A.jobs->exe);
 	char base[512];

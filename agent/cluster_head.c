@@ -1,7 +1,7 @@
 /* head: the cluster's head. Holds the CA and cluster.db, admits joiners with a
  * token, authenticates workers by certificate (refusing revoked ones), records
  * heartbeats and marks nodes unreachable/down, and serves cluster requests. */
-#include "agent.h"
+#include "cluster.h"
 
 #include "log.h"
 #include "pki.h"
@@ -34,14 +34,6 @@
 static int64_t session_seen(const struct session *s)
 {
 	return util_now() - (int64_t)((util_now_ms() - s->last_ms) / 1000);
-}
-
-struct session *head_session(struct agent *a, const char *node_id)
-{
-	for (struct session *s = a->sessions; s; s = s->next)
-		if (s->authed && !s->closing && strcmp(s->node_id, node_id) == 0)
-			return s;
-	return NULL;
 }
 
 static void advertise_addr(struct agent *a, const char *requested, char *out, size_t len)
@@ -82,11 +74,25 @@ static const char *display_state(const db_node *n)
 	return n->state;
 }
 
+/* The groups a node is in (the jobs service writes them; cluster.db says). */
+static json_t *node_groups(struct agent *a, const char *node_id)
+{
+	json_t *arr = json_array();
+	char **names = NULL;
+	size_t n = 0;
+	if (db_node_groups(a->db, node_id, &names, &n) < 0)
+		return arr;
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(arr, json_string(names[i]));
+	db_strv_free(names, n);
+	return arr;
+}
+
 static json_t *node_json(struct agent *a, const db_node *n, const char *origin)
 {
 	int64_t now = util_now();
 	/* A connected node's last_seen is its session's (HEAD_SEEN_FLUSH_S). */
-	struct session *s = head_session(a, n->id);
+	struct session *s = peers_session(a, n->id);
 	int64_t seen = s && session_seen(s) > n->last_seen ? session_seen(s) : n->last_seen;
 	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:b, s:b}",
 			      "id", n->id, "name", n->name, "state", display_state(n), "role",
@@ -97,22 +103,24 @@ static json_t *node_json(struct agent *a, const db_node *n, const char *origin)
 			      "drained", n->drained, "local",
 			      origin && strcmp(origin, n->id) == 0);
 	json_object_set_new(o, "age_s", json_integer(now - n->joined_at));
-	json_object_set_new(o, "fabric", fabric_summary_json(a, n->id));
-	json_object_set_new(o, "groups", jobs_node_groups(a, n->id));
+	json_object_set_new(o, "fabric", a->hooks.fabric_summary ? a->hooks.fabric_summary(a, n->id)
+							   : json_null());
+	json_object_set_new(o, "groups", node_groups(a, n->id));
 	return o;
 }
 
 
-static int lookup_node(struct agent *a, conn *c, const json_t *req, db_node *n)
+static int lookup_node(struct agent *a, const struct svc_req *q, db_node *n)
 {
+	const json_t *req = q->msg;
 	const char *name = proto_str(req, "node");
 	if (!name || !*name) {
-		control_error(c, req, "bad_request", "missing node name");
+		svc_error(q, "bad_request", "missing node name");
 		return -1;
 	}
 	if (db_node_get_by_name(a->db, name, n) == 0 || db_node_get(a->db, name, n) == 0)
 		return 0;
-	control_error(c, req, "not_found",
+	svc_error(q, "not_found",
 		      "no node named '%s' in cluster %s; 'sparkctl node ls' lists them", name,
 		      a->id.cluster_name);
 	return -1;
@@ -120,19 +128,19 @@ static int lookup_node(struct agent *a, conn *c, const json_t *req, db_node *n)
 
 /* ---- cluster requests --------------------------------------------------- */
 
-static void r_status(struct agent *a, conn *c, const json_t *req, const char *origin)
+void head_status(struct agent *a, const struct svc_req *q)
 {
 	db_cluster cl;
 	db_node *nodes = NULL;
 	size_t n = 0;
 	if (db_cluster_get(a->db, &cl) < 0 || db_node_list(a->db, &nodes, &n) < 0) {
-		control_error(c, req, "internal", "cannot read cluster.db");
+		svc_error(q, "internal", "cannot read cluster.db");
 		return;
 	}
 	json_t *arr = json_array();
 	json_t *head = NULL;
 	for (size_t i = 0; i < n; i++) {
-		json_array_append_new(arr, node_json(a, &nodes[i], origin));
+		json_array_append_new(arr, node_json(a, &nodes[i], q->origin));
 		if (strcmp(nodes[i].id, cl.head_id) == 0)
 			head = json_pack("{s:s, s:s, s:s}", "id", nodes[i].id, "name", nodes[i].name,
 					 "address", nodes[i].address);
@@ -144,35 +152,35 @@ static void r_status(struct agent *a, conn *c, const json_t *req, const char *or
 			      "name", cl.name, "created_at", (json_int_t)cl.created_at, "head",
 			      head ? head : json_null(), "node_count", (json_int_t)n, "ready_count",
 			      (json_int_t)ready, "nodes", arr);
-	json_object_set_new(d, "topology", topoval_status_json(a));
+	json_object_set_new(d, "topology", a->hooks.topo_status ? a->hooks.topo_status(a) : json_null());
 	free(nodes);
-	control_reply(c, req, d);
+	svc_reply(q, d);
 }
 
-static void r_node_ls(struct agent *a, conn *c, const json_t *req, const char *origin)
+void head_node_ls(struct agent *a, const struct svc_req *q)
 {
 	db_node *nodes = NULL;
 	size_t n = 0;
 	if (db_node_list(a->db, &nodes, &n) < 0) {
-		control_error(c, req, "internal", "cannot read cluster.db");
+		svc_error(q, "internal", "cannot read cluster.db");
 		return;
 	}
 	json_t *arr = json_array();
 	for (size_t i = 0; i < n; i++)
-		json_array_append_new(arr, node_json(a, &nodes[i], origin));
+		json_array_append_new(arr, node_json(a, &nodes[i], q->origin));
 	free(nodes);
-	control_reply(c, req, json_pack("{s:o}", "nodes", arr));
+	svc_reply(q, json_pack("{s:o}", "nodes", arr));
 }
 
-static void r_node_show(struct agent *a, conn *c, const json_t *req, const char *origin)
+void head_node_show(struct agent *a, const struct svc_req *q)
 {
 	db_node n;
-	if (lookup_node(a, c, req, &n) < 0)
+	if (lookup_node(a, q, &n) < 0)
 		return;
-	json_t *o = node_json(a, &n, origin);
+	json_t *o = node_json(a, &n, q->origin);
 	json_object_set_new(o, "cert_serial", json_string(n.cert_serial));
 	json_object_set_new(o, "connected", json_boolean(strcmp(n.id, a->id.node_id) == 0 ||
-							 head_session(a, n.id) != NULL));
+							 peers_session(a, n.id) != NULL));
 	db_event *ev = NULL;
 	size_t nev = 0;
 	json_t *events = json_array();
@@ -183,28 +191,29 @@ static void r_node_show(struct agent *a, conn *c, const json_t *req, const char 
 		free(ev);
 	}
 	json_object_set_new(o, "events", events);
-	json_object_set_new(o, "fabric_report", fabric_report_json(a, n.id));
-	control_reply(c, req, o);
+	json_object_set_new(o, "fabric_report",
+			    a->hooks.fabric_report ? a->hooks.fabric_report(a, n.id) : json_null());
+	svc_reply(q, o);
 }
 
-static void r_node_drain(struct agent *a, conn *c, const json_t *req, bool drain)
+static void r_node_drain(struct agent *a, const struct svc_req *q, bool drain)
 {
 	db_node n;
-	if (lookup_node(a, c, req, &n) < 0)
+	if (lookup_node(a, q, &n) < 0)
 		return;
 	int r = db_node_set_drained(a->db, n.id, drain);
 	if (r < 0) {
-		control_error(c, req, "internal", "cannot update cluster.db: %s", head_store_error(r));
+		svc_error(q, "internal", "cannot update cluster.db: %s", head_store_error(r));
 		return;
 	}
 	db_event_add(a->db, util_now(), n.id, drain ? "drained" : "undrained", "");
 	log_info(drain ? "node_drained" : "node_undrained", "node=%s", n.name);
-	control_reply(c, req, json_pack("{s:s, s:b}", "name", n.name, "drained", drain));
+	svc_reply(q, json_pack("{s:s, s:b}", "name", n.name, "drained", drain));
 }
 
 static void revoke_session(struct agent *a, const char *node_id)
 {
-	struct session *s = head_session(a, node_id);
+	struct session *s = peers_session(a, node_id);
 	if (s) {
 		conn_send_new(s->c, proto_error(0, "revoked",
 						"this node was removed from the cluster and its certificate revoked"));
@@ -212,27 +221,26 @@ static void revoke_session(struct agent *a, const char *node_id)
 	}
 }
 
-static void r_node_rm(struct agent *a, conn *c, const json_t *req, const char *origin)
+void head_node_rm(struct agent *a, const struct svc_req *q)
 {
-	(void)origin;
 	db_node n;
-	if (lookup_node(a, c, req, &n) < 0)
+	if (lookup_node(a, q, &n) < 0)
 		return;
 	if (strcmp(n.id, a->id.node_id) == 0) {
-		control_error(c, req, "is_head",
+		svc_error(q, "is_head",
 			      "'%s' is the head; the head cannot be removed from its own cluster", n.name);
 		return;
 	}
 	int r = db_node_remove(a->db, n.id, util_now());
 	if (r < 0) {
-		control_error(c, req, "internal", "cannot update cluster.db: %s", head_store_error(r));
+		svc_error(q, "internal", "cannot update cluster.db: %s", head_store_error(r));
 		return;
 	}
 	db_event_add(a->db, util_now(), NULL, "node_removed", n.name);
 	log_info("node_removed", "node=%s id=%s serial=%s", n.name, n.id, n.cert_serial);
 	revoke_session(a, n.id);
 	head_crl_update(a);
-	control_reply(c, req, json_pack("{s:s, s:s, s:s}", "name", n.name, "id", n.id,
+	svc_reply(q, json_pack("{s:s, s:s, s:s}", "name", n.name, "id", n.id,
 					"revoked_serial", n.cert_serial));
 }
 
@@ -277,13 +285,13 @@ static json_t *token_json(const db_token *t)
 			 (json_int_t)t->uses_left, "uses", (json_int_t)t->uses);
 }
 
-static void r_token_create(struct agent *a, conn *c, const json_t *req, const char *origin)
+void head_token_create_req(struct agent *a, const struct svc_req *q)
 {
-	(void)origin;
+	const json_t *req = q->msg;
 	int64_t ttl = proto_int(req, "ttl_s", 86400);
 	int64_t uses = proto_int(req, "uses", 0);
 	if (ttl < 0 || uses < 0 || ttl > UTIL_TTL_MAX_S || uses > INT32_MAX) {
-		control_error(c, req, "bad_request",
+		svc_error(q, "bad_request",
 			      "ttl must be 0..%lld s (10 years) and uses 0..%d", (long long)UTIL_TTL_MAX_S,
 			      INT32_MAX);
 		return;
@@ -292,7 +300,7 @@ static void r_token_create(struct agent *a, conn *c, const json_t *req, const ch
 	const char *descr = proto_str(req, "description");
 	int r = head_token_create(a, ttl, uses, descr, tok, sizeof tok, id);
 	if (r < 0) {
-		control_error(c, req, "internal", "cannot store the token in cluster.db: %s",
+		svc_error(q, "internal", "cannot store the token in cluster.db: %s",
 			      head_store_error(r));
 		return;
 	}
@@ -305,90 +313,45 @@ static void r_token_create(struct agent *a, conn *c, const json_t *req, const ch
 	json_t *d = token_json(&row);
 	json_object_set_new(d, "token", json_string(tok));
 	json_object_set_new(d, "join_command", json_string(cmd));
-	control_reply(c, req, d);
+	svc_reply(q, d);
 }
 
-static void r_token_ls(struct agent *a, conn *c, const json_t *req, const char *origin)
+void head_token_ls(struct agent *a, const struct svc_req *q)
 {
-	(void)origin;
 	db_token *t = NULL;
 	size_t n = 0;
 	if (db_token_list(a->db, &t, &n) < 0) {
-		control_error(c, req, "internal", "cannot read cluster.db");
+		svc_error(q, "internal", "cannot read cluster.db");
 		return;
 	}
 	json_t *arr = json_array();
 	for (size_t i = 0; i < n; i++)
 		json_array_append_new(arr, token_json(&t[i]));
 	free(t);
-	control_reply(c, req, json_pack("{s:o}", "tokens", arr));
+	svc_reply(q, json_pack("{s:o}", "tokens", arr));
 }
 
-static void r_token_revoke(struct agent *a, conn *c, const json_t *req, const char *origin)
+void head_token_revoke(struct agent *a, const struct svc_req *q)
 {
-	(void)origin;
+	const json_t *req = q->msg;
 	const char *id = proto_str(req, "token_id");
 	if (!id || db_token_revoke(a->db, id) < 0) {
-		control_error(c, req, "not_found",
+		svc_error(q, "not_found",
 			      "no token with id '%s'; 'sparkctl token ls' lists them", id ? id : "");
 		return;
 	}
 	log_info("token_revoked", "token_id=%s", id);
-	control_reply(c, req, json_pack("{s:s, s:s}", "id", id, "state", "revoked"));
+	svc_reply(q, json_pack("{s:s, s:s}", "id", id, "state", "revoked"));
 }
 
-static void r_node_drain_on(struct agent *a, conn *c, const json_t *req, const char *origin)
+void head_node_drain(struct agent *a, const struct svc_req *q)
 {
-	(void)origin;
-	r_node_drain(a, c, req, true);
+	r_node_drain(a, q, true);
 }
 
-static void r_node_drain_off(struct agent *a, conn *c, const json_t *req, const char *origin)
+void head_node_undrain(struct agent *a, const struct svc_req *q)
 {
-	(void)origin;
-	r_node_drain(a, c, req, false);
-}
-
-/* The cluster requests the head serves (control.c's table says who may ask;
- * the head checks it again for forwarded ones). origin: the asking node. */
-static const struct {
-	const char *type;
-	void (*fn)(struct agent *a, conn *c, const json_t *req, const char *origin);
-} cluster_requests[] = {
-	{"status", r_status},
-	{"node_ls", r_node_ls},
-	{"node_show", r_node_show},
-	{"node_drain", r_node_drain_on},
-	{"node_undrain", r_node_drain_off},
-	{"node_rm", r_node_rm},
-	{"token_create", r_token_create},
-	{"token_ls", r_token_ls},
-	{"token_revoke", r_token_revoke},
-	{"topo_show", topoval_request}, /* topology show|validate|addresses (topo_head.c) */
-	{"topo_validate", topoval_request},
-	{"topo_addresses", topoval_request},
-};
-
-void head_handle_request(struct agent *a, conn *c, const json_t *req, const char *origin)
-{
-	const char *t = proto_type(req);
-	agent_busy(a);
-	char why[512];
-	if (control_check_fields(req, why, sizeof why) < 0) { /* forwarded ones too */
-		control_error(c, req, "bad_request", "%s", why);
-		return;
-	}
-	if (!agent_caller_may(a, req, why, sizeof why)) {
-		log_warn("request_forbidden", "type=%s origin=%s", t, origin ? origin : "");
-		control_error(c, req, "forbidden", "%s", why);
-		return;
-	}
-	for (size_t i = 0; i < ARRAY_SIZE(cluster_requests); i++)
-		if (strcmp(cluster_requests[i].type, t) == 0) {
-			cluster_requests[i].fn(a, c, req, origin);
-			return;
-		}
-	control_error(c, req, "unknown_type", "the head does not serve \"%s\"", t);
+	r_node_drain(a, q, false);
 }
 
 /* ---- liveness ----------------------------------------------------------- */
@@ -459,7 +422,7 @@ static void on_live_timer(uv_timer_t *t)
 		}
 		if (strcmp(nodes[i].id, a->id.node_id) == 0)
 			continue;
-		struct session *s = head_session(a, nodes[i].id);
+		struct session *s = peers_session(a, nodes[i].id);
 		uint64_t quiet_ms = s ? now_ms - s->last_ms
 				      : (uint64_t)(now > nodes[i].last_seen ? now - nodes[i].last_seen : 0) * 1000;
 		const char *want = quiet_ms >= AGENT_DOWN_MS         ? "down"
@@ -523,7 +486,7 @@ static void join_refused(struct session *s, const json_t *req, int r, const char
 	}
 	log_warn("join_refused", "name=%s token_id=%s code=%s peer=%s", log_q(name), log_q(tid), code,
 		 conn_peer_name(s->c));
-	control_error(s->c, req, code, "%s", msg);
+	svc_error_to(s->c, req, code, "%s", msg);
 	conn_close(s->c, 0);
 }
 
@@ -537,12 +500,12 @@ static void handle_join(struct agent *a, struct session *s, const json_t *req)
 	const char *ver = proto_str(req, "version");
 	conn *c = s->c;
 	if (!tid || !secret || !name || !csr || !addr) {
-		control_error(c, req, "bad_request", "join needs token_id, secret, name, csr, address");
+		svc_error_to(s->c, req, "bad_request", "join needs token_id, secret, name, csr, address");
 		conn_close(c, 0);
 		return;
 	}
 	if (!util_valid_name(name)) {
-		control_error(c, req, "bad_name",
+		svc_error_to(s->c, req, "bad_name",
 			      "'%s' is not a valid node name (1-63 of a-z, 0-9, '-'); pass --name", name);
 		conn_close(c, 0);
 		return;
@@ -551,7 +514,7 @@ static void handle_join(struct agent *a, struct session *s, const json_t *req)
 	char hash[PKI_HASH_HEX];
 	pki_sha256_hex(secret, strlen(secret), hash);
 	if (pki_csr_spki_sha256(csr, node.key_hash) < 0) {
-		control_error(c, req, "bad_csr", "the certificate request is invalid");
+		svc_error_to(s->c, req, "bad_csr", "the certificate request is invalid");
 		conn_close(c, 0);
 		return;
 	}
@@ -568,7 +531,7 @@ static void handle_join(struct agent *a, struct session *s, const json_t *req)
 	char *cert_pem = NULL;
 	if (pki_sign_csr(a->ca, a->ca_key, csr, node.id, AGENT_CERT_DAYS, &cert_pem,
 			 node.cert_serial) < 0) {
-		control_error(c, req, "bad_csr", "the certificate request is invalid");
+		svc_error_to(s->c, req, "bad_csr", "the certificate request is invalid");
 		conn_close(c, 0);
 		return;
 	}
@@ -604,7 +567,7 @@ static void handle_join(struct agent *a, struct session *s, const json_t *req)
 	free(cert_pem);
 	free(ca_pem);
 	free(crl);
-	control_reply(c, req, d);
+	svc_send_result(s->c, proto_id(req), d);
 	conn_close(c, 0);
 }
 
@@ -614,7 +577,7 @@ static void handle_hello(struct agent *a, struct session *s, const json_t *req)
 	const char *ver = proto_str(req, "version");
 	db_node n;
 	if (db_node_get(a->db, s->node_id, &n) < 0) { /* removed while it connected */
-		control_error(s->c, req, "revoked", "this node is no longer in the cluster");
+		svc_error_to(s->c, req, "revoked", "this node is no longer in the cluster");
 		conn_close(s->c, 0);
 		return;
 	}
@@ -637,7 +600,7 @@ static void handle_hello(struct agent *a, struct session *s, const json_t *req)
 	db_node head;
 	db_node_get(a->db, a->id.node_id, &head);
 	char *crl = head_crl_pem(a);
-	control_reply(s->c, req, json_pack("{s:s, s:s, s:s, s:s, s:s}", "cluster_id", cl.id,
+	svc_send_result(s->c, proto_id(req), json_pack("{s:s, s:s, s:s, s:s, s:s}", "cluster_id", cl.id,
 					    "cluster_name", cl.name, "node_name", n.name, "head_addr",
 					    head.address, "crl", crl ? crl : ""));
 	free(crl);
@@ -650,14 +613,14 @@ static void handle_leave(struct agent *a, struct session *s, const json_t *req)
 	if (r == 0)
 		r = db_node_remove(a->db, n.id, util_now());
 	if (r < 0) {
-		control_error(s->c, req, "internal", "the head could not remove this node: %s",
+		svc_error_to(s->c, req, "internal", "the head could not remove this node: %s",
 			      head_store_error(r));
 		return;
 	}
 	db_event_add(a->db, util_now(), NULL, "node_left", n.name);
 	log_info("node_left", "node=%s id=%s", n.name, n.id);
 	s->authed = false;
-	control_reply(s->c, req, json_pack("{s:s}", "left", n.name));
+	svc_send_result(s->c, proto_id(req), json_pack("{s:s}", "left", n.name));
 	conn_close(s->c, 0);
 	head_crl_update(a);
 }
@@ -676,76 +639,68 @@ static void f_heartbeat(struct agent *a, struct session *s, const json_t *msg)
 	}
 }
 
+/* A CLI request a worker forwards: served like a local one, answered on the
+ * session with the forward's id. */
 static void f_forward(struct agent *a, struct session *s, const json_t *msg)
 {
-	json_t *inner = json_object_get(msg, "request");
-	if (!json_is_string(json_object_get(inner, "type"))) {
-		control_error(s->c, msg, "bad_request", "forward needs a request with a type");
-		return;
-	}
-	json_t *copy = json_deep_copy(inner);
-	json_object_set_new(copy, "id", json_integer(proto_id(msg)));
-	head_handle_request(a, s->c, copy, s->node_id);
-	json_decref(copy);
+	/* a shallow copy with the forward's id, the one answers go with */
+	json_t *inner = json_copy(json_object_get(msg, "request"));
+	json_object_set_new(inner, "id", json_integer(proto_id(msg)));
+	const char *t = proto_type(inner);
+	const struct svc_request *row = svc_request_of(t);
+	struct svc_req q = {.reply = s->c, .id = proto_id(msg), .msg = inner, .origin = s->node_id};
+	if (!t || !*t)
+		svc_error(&q, "bad_request", "forward needs a request with a type");
+	else if (!row || row->at != SVC_HEAD)
+		svc_error(&q, "unknown_type", "the head does not serve \"%s\"", t);
+	else
+		svc_serve(a, row, &q);
+	json_decref(inner);
 }
 
-static void f_fabric(struct agent *a, struct session *s, const json_t *msg)
+/* The CLI that asked through this session no longer reads the stream. */
+static void f_stream_cancel(struct agent *a, struct session *s, const json_t *msg)
 {
-	fabric_on_frame(a, s->c, s->node_id, msg);
+	svc_emit(a, SVC_EV_STREAM_CANCEL,
+		 &(struct svc_event_arg){.c = s->c, .id = proto_int(msg, "relay_id", 0)});
 }
 
-static void f_topo(struct agent *a, struct session *s, const json_t *msg)
-{
-	topoval_on_node_frame(a, s->node_id, msg); /* topology requests' answers (topo*.c) */
-}
-
-static void f_jobs(struct agent *a, struct session *s, const json_t *msg)
-{
-	jobs_session_frame(a, s, msg); /* groups, jobs, exec (jobs*.c) */
-}
-
-/* Every frame a member may send the head: its handler and the fields it must
- * carry (docs/protocol.md). A frame missing one of these, or with it of
- * another type, is answered with an error and not acted on; handlers never
- * fall back to a default for them. */
+/* The frames of the session itself (docs/protocol.md); every other frame a
+ * member sends is a service's (peers_dispatch). A frame missing a field, or
+ * with it of another type, is answered with an error and not acted on. */
 static const struct member_frame {
 	const char *type;
 	void (*fn)(struct agent *a, struct session *s, const json_t *msg);
-	struct proto_field fields[6];
+	struct proto_field fields[3];
 } member_frames[] = {
 	{"hello", handle_hello, {{NULL, 0}}},
 	{"heartbeat", f_heartbeat, {{NULL, 0}}},
 	{"leave", handle_leave, {{NULL, 0}}},
-	{"fabric", f_fabric, {{"discovery", 'o'}, {NULL, 0}}},
 	{"forward", f_forward, {{"request", 'o'}, {NULL, 0}}},
-	{"job_req", f_jobs, {{"request", 'o'}, {NULL, 0}}},
-	{"stream_cancel", f_jobs, {{"relay_id", 'i'}, {NULL, 0}}},
-	{"job_started", f_jobs, {{"job_id", 'i'}, {"ranks", 'a'}, {NULL, 0}}},
-	{"job_exit", f_jobs, {{"job_id", 'i'}, {"rank", 'i'}, {"exit_code", 'i'}, {"signal", 'i'}, {NULL, 0}}},
-	{"job_data", f_jobs, {{"tail_id", 'i'}, {NULL, 0}}},
-	{"job_sync", f_jobs, {{"ranks", 'a'}, {NULL, 0}}},
-	{"exec_data", f_jobs, {{"exec_id", 'i'}, {"stream", 's'}, {"data", 's'}, {NULL, 0}}},
-	{"exec_exit", f_jobs, {{"exec_id", 'i'}, {"exit_code", 'i'}, {"signal", 'i'}, {NULL, 0}}},
-	{"topo_reply", f_topo, {{"ok", 'b'}, {NULL, 0}}},
-	{"topo_rdma_ep", f_topo, {{"probe", 's'}, {"endpoint", 'o'}, {NULL, 0}}},
+	{"stream_cancel", f_stream_cancel, {{"relay_id", 'i'}, {NULL, 0}}},
 };
 
-/* The member frame row for msg, its fields checked; NULL once answered. */
-static const struct member_frame *member_frame_of(conn *c, const json_t *msg)
+/* A session frame of an authenticated member: its own, or a service's. */
+static void member_frame(struct agent *a, struct session *s, const json_t *msg)
 {
 	const char *t = proto_type(msg);
 	for (size_t i = 0; i < ARRAY_SIZE(member_frames); i++) {
 		if (strcmp(member_frames[i].type, t) != 0)
 			continue;
 		char why[128];
-		if (proto_check(msg, member_frames[i].fields, why, sizeof why) == 0)
-			return &member_frames[i];
-		log_warn("frame_refused", "type=%s reason=%s peer=%s", t, log_q(why), conn_peer_name(c));
-		control_error(c, msg, "bad_request", "%s: %s", t, why);
-		return NULL;
+		if (proto_check(msg, member_frames[i].fields, why, sizeof why) < 0) {
+			log_warn("frame_refused", "type=%s reason=%s peer=%s", t, log_q(why),
+				 conn_peer_name(s->c));
+			svc_error_to(s->c, msg, "bad_request", "%s: %s", t, why);
+			return;
+		}
+		if (member_frames[i].fn != f_heartbeat)
+			agent_busy(a);
+		member_frames[i].fn(a, s, msg);
+		return;
 	}
-	control_error(c, msg, "unknown_type", "the head does not serve \"%s\"", t);
-	return NULL;
+	agent_busy(a);
+	peers_dispatch(a, s->c, s->node_id, FRAME_TO_HEAD, msg);
 }
 
 static void on_session_frame(conn *c, json_t *msg)
@@ -758,7 +713,7 @@ static void on_session_frame(conn *c, json_t *msg)
 		if (strcmp(t, "join") == 0)
 			handle_join(a, s, msg);
 		else {
-			control_error(c, msg, "unauthenticated",
+			svc_error_to(c, msg, "unauthenticated",
 				      "present a node certificate, or send a join with a token");
 			conn_close(c, 0);
 		}
@@ -766,12 +721,7 @@ static void on_session_frame(conn *c, json_t *msg)
 		return;
 	}
 	s->last_ms = util_now_ms();
-	const struct member_frame *f = member_frame_of(c, msg);
-	if (f) {
-		if (f->fn != f_heartbeat)
-			agent_busy(a);
-		f->fn(a, s, msg);
-	}
+	member_frame(a, s, msg);
 	json_decref(msg);
 }
 
@@ -821,9 +771,10 @@ static void on_session_close(conn *c, int err)
 		db_node_touch(a->db, s->node_id, session_seen(s)); /* see HEAD_SEEN_FLUSH_S */
 	}
 	agent_busy(a);
-	topoval_conn_gone(a, c);
 	session_unlink(a, s);
-	jobs_session_closed(a, s);
+	svc_emit(a, SVC_EV_CONN_GONE, &(struct svc_event_arg){.c = c});
+	if (s->authed && !peers_session(a, s->node_id))
+		svc_emit(a, SVC_EV_NODE_GONE, &(struct svc_event_arg){.node_id = s->node_id});
 	free(s);
 }
 
@@ -1058,7 +1009,7 @@ int head_start(struct agent *a, char *err, size_t errlen)
 	int r;
 	if ((r = load_ca(a, err, errlen)) < 0 || (r = open_db(a, err, errlen)) < 0 ||
 	    (r = upgrade_head_cert(a, err, errlen)) < 0 || (r = head_crl_update(a)) < 0 ||
-	    (r = agent_listen(a, err, errlen)) < 0)
+	    (r = agent_listen(a, head_on_accept, err, errlen)) < 0)
 		return r;
 	/* Our own address may have changed with --listen. */
 	db_node self;
@@ -1082,32 +1033,33 @@ void head_stop(struct agent *a)
 		uv_timer_stop(&a->live_timer); /* closed by main's final walk */
 }
 
-void head_handle_init(struct agent *a, conn *c, const json_t *req)
+void head_init(struct agent *a, const struct svc_req *q)
 {
+	const json_t *req = q->msg;
 	const char *name = proto_str(req, "name");
 	if (!name || !*name)
 		name = "spark";
 	if (!util_valid_name(name)) {
-		control_error(c, req, "bad_name",
+		svc_error(q, "bad_name",
 			      "'%s' is not a valid cluster name (1-63 of a-z, 0-9, '-')", name);
 		return;
 	}
 	int64_t ttl = proto_int(req, "ttl_s", 86400);
 	if (ttl < 0 || ttl > UTIL_TTL_MAX_S) {
-		control_error(c, req, "bad_request", "the token ttl must be 0..%lld s (10 years)",
+		svc_error(q, "bad_request", "the token ttl must be 0..%lld s (10 years)",
 			      (long long)UTIL_TTL_MAX_S);
 		return;
 	}
 	const char *adv = proto_str(req, "advertise");
 	char why[256];
 	if (adv && *adv && util_check_hostport(adv, a->opts.listen_port, why, sizeof why) < 0) {
-		control_error(c, req, "bad_request", "--advertise %s: %s", adv, why);
+		svc_error(q, "bad_request", "--advertise %s: %s", adv, why);
 		return;
 	}
 	char err[512] = "";
 	/* Bind first: if the port is taken, nothing is written. */
-	if (agent_listen(a, err, sizeof err) < 0) {
-		control_error(c, req, "listen_failed", "%s", err);
+	if (agent_listen(a, head_on_accept, err, sizeof err) < 0) {
+		svc_error(q, "listen_failed", "%s", err);
 		return;
 	}
 	identity_wipe(a);
@@ -1200,19 +1152,19 @@ void head_handle_init(struct agent *a, conn *c, const json_t *req)
 		}
 		identity_wipe(a);
 		agent_close_listener(a);
-		control_error(c, req, "init_failed", "could not initialise the cluster: %s",
+		svc_error(q, "init_failed", "could not initialise the cluster: %s",
 			      err[0] ? err : strerror(-r));
 		return;
 	}
 	start_timers(a);
 	agent_busy(a); /* key generation, certificates, a new cluster.db */
 	db_event_add(a->db, util_now(), head.id, "init", cl.name);
-	fabric_publish(a);
+	svc_emit(a, SVC_EV_ROLE, NULL);
 	log_info("cluster_init", "cluster=%s id=%s head=%s addr=%s", cl.name, cl.id, head.name,
 		 head.address);
 	char cmd[400];
 	snprintf(cmd, sizeof cmd, "sparkctl join %s --token %s", head.address, tok);
-	control_reply(c, req,
+	svc_reply(q,
 		      json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:I}", "cluster_id", cl.id,
 				"cluster_name", cl.name, "head", head.name, "head_address",
 				head.address, "token", tok, "token_id", tid, "join_command", cmd,

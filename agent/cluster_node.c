@@ -3,8 +3,9 @@
  * secret, and sends a CSR (the node key never leaves this machine). Afterwards
  * the worker keeps one mutual-TLS session to the head: hello, a heartbeat every
  * second, reconnect with capped exponential backoff and jitter, forever, and it
- * forwards cluster requests from the local CLI over that session. */
-#include "agent.h"
+ * answers the head's session frames (crl, revocation); the services' frames
+ * it dispatches by their tables (peers.c). */
+#include "cluster.h"
 
 #include "log.h"
 #include "pki.h"
@@ -81,7 +82,7 @@ static void join_fail(struct join_op *j, const char *code, const char *fmt, ...)
 	va_end(ap);
 	log_warn("join_failed", "head=%s:%d code=%s reason=%s", j->host, j->port, code, log_q(msg));
 	if (j->cli)
-		control_error(j->cli, j->req, code, "%s", msg);
+		svc_error_to(j->cli, j->req, code, "%s", msg);
 	if (j->c)
 		conn_close(j->c, 0);
 	if (j->a->id.role == ROLE_NONE)
@@ -288,7 +289,7 @@ static void on_join_frame(conn *c, json_t *msg)
 						      a->id.head_addr);
 				a->join_wait = w;
 			} else if (j->cli) {
-				control_error(j->cli, j->req, "internal", "out of memory");
+				svc_error_to(j->cli, j->req, "internal", "out of memory");
 			}
 			j->cli = NULL;
 			conn_close(c, 0);
@@ -362,7 +363,7 @@ static void join_attempt(struct join_op *j)
 void worker_handle_join(struct agent *a, conn *c, const json_t *req)
 {
 	if (a->join) {
-		control_error(c, req, "busy", "a join is already in progress");
+		svc_error_to(c, req, "busy", "a join is already in progress");
 		return;
 	}
 	const char *head = proto_str(req, "head");
@@ -376,27 +377,27 @@ void worker_handle_join(struct agent *a, conn *c, const json_t *req)
 	if (!head || util_split_hostport(head, SPARK_DEFAULT_PORT, j->host, sizeof j->host,
 					 &j->port) < 0) {
 		free(j);
-		control_error(c, req, "bad_request", "bad head address '%s'; use HOST[:PORT]",
+		svc_error_to(c, req, "bad_request", "bad head address '%s'; use HOST[:PORT]",
 			      head ? head : "");
 		return;
 	}
 	if (token_parse(token, &j->tok, err, sizeof err) < 0) {
 		free(j);
-		control_error(c, req, "bad_token", "%s", err);
+		svc_error_to(c, req, "bad_token", "%s", err);
 		return;
 	}
 	util_strlcpy(j->name, name && *name ? name : a->opts.name, sizeof j->name);
 	if (!util_valid_name(j->name)) {
 		free(j);
-		control_error(c, req, "bad_name",
+		svc_error_to(c, req, "bad_name",
 			      "'%s' is not a valid node name (1-63 of a-z, 0-9, '-'); pass --name", name);
 		return;
 	}
 	if (a->id.removed)
 		identity_wipe(a);
-	if (agent_listen(a, err, sizeof err) < 0) {
+	if (agent_listen(a, head_on_accept, err, sizeof err) < 0) {
 		free(j);
-		control_error(c, req, "listen_failed", "%s", err);
+		svc_error_to(c, req, "listen_failed", "%s", err);
 		return;
 	}
 	/* The key is stored before the head is contacted: a join whose answer is
@@ -412,7 +413,7 @@ void worker_handle_join(struct agent *a, conn *c, const json_t *req)
 		if (kr < 0) {
 			EVP_PKEY_free(j->key);
 			free(j);
-			control_error(c, req, "internal",
+			svc_error_to(c, req, "internal",
 				      "cannot store a key in %s: %s; free space or fix its permissions",
 				      a->opts.state_dir, strerror(-kr));
 			return;
@@ -421,7 +422,7 @@ void worker_handle_join(struct agent *a, conn *c, const json_t *req)
 	if (pki_make_csr(j->key, j->name, &j->csr) < 0) {
 		EVP_PKEY_free(j->key);
 		free(j);
-		control_error(c, req, "internal", "cannot make a certificate request");
+		svc_error_to(c, req, "internal", "cannot make a certificate request");
 		return;
 	}
 	j->cli = c;
@@ -485,17 +486,8 @@ static void on_head_frame(conn *c, json_t *msg)
 	json_int_t id = proto_id(msg);
 	a->head_last_ok_ms = util_now_ms();
 	agent_busy(a); /* the head sends nothing unasked but answers and requests */
-	if (jobs_head_frame(a, msg)) { /* groups, jobs, exec (jobs*.c) */
-		json_decref(msg);
-		return;
-	}
-	if (strcmp(t, "topo_req") == 0) { /* the head's topology requests (topo.c) */
-		topoval_on_head_frame(a, msg);
-		json_decref(msg);
-		return;
-	}
-	if (strcmp(t, "crl") == 0) { /* a node was removed: its certificate is revoked */
-		take_crl(a, proto_str(msg, "crl"));
+	if (svc_frame_of(t, FRAME_TO_NODE)) { /* a service's (crl, jobs, topo, ...) */
+		peers_dispatch(a, c, a->id.head_id, FRAME_TO_NODE, msg);
 		json_decref(msg);
 		return;
 	}
@@ -533,8 +525,7 @@ static void on_hello_answer(struct agent *a, conn *cli, json_int_t orig_id, json
 	join_wait_end(a, NULL);
 	uv_timer_start(&a->hb_timer, on_heartbeat, AGENT_HEARTBEAT_MS, AGENT_HEARTBEAT_MS);
 	peers_head_up(a);
-	fabric_publish(a);
-	jobs_head_up(a);
+	svc_emit(a, SVC_EV_HEAD_UP, NULL);
 }
 
 static void on_leave_answer(struct agent *a, conn *cli, json_int_t orig_id, json_t *msg)
@@ -554,7 +545,7 @@ static void on_leave_answer(struct agent *a, conn *cli, json_int_t orig_id, json
 }
 
 /* status on a worker: the head's answer plus how this node reaches the head. */
-static void on_status_answer(struct agent *a, conn *cli, json_int_t orig_id, json_t *msg)
+void cluster_status_answer(struct agent *a, conn *cli, json_int_t orig_id, json_t *msg)
 {
 	if (!cli)
 		return;
@@ -601,6 +592,13 @@ static int check_head(struct agent *a, conn *c, char *why, size_t len)
 }
 
 /* A revocation list from the head: check its signature, store it, reload. */
+/* The head's list changed (a node was removed): its certificate is revoked. */
+void worker_on_crl(struct agent *a, const char *from, const json_t *msg)
+{
+	(void)from;
+	take_crl(a, proto_str(msg, "crl"));
+}
+
 static void take_crl(struct agent *a, const char *pem)
 {
 	if (!pem || !*pem)
@@ -680,7 +678,7 @@ static void on_head_close(conn *c, int err)
 		 a->head_error);
 	join_wait_end(a, why);
 	peers_head_lost(a);
-	jobs_head_lost(a);
+	svc_emit(a, SVC_EV_HEAD_LOST, NULL);
 	if (was_up)
 		log_warn("head_lost", "head=%s reason=%s", a->id.head_addr, log_q(a->head_error));
 	if (!a->stopping && a->id.role == ROLE_WORKER && !a->id.removed)
@@ -766,7 +764,7 @@ void worker_stop(struct agent *a)
 		if (!j->done) {
 			j->done = true;
 			if (j->cli)
-				control_error(j->cli, j->req, "shutdown", "sparkd is shutting down");
+				svc_error_to(j->cli, j->req, "shutdown", "sparkd is shutting down");
 		}
 		if (j->c)
 			conn_close(j->c, 0);
@@ -788,25 +786,15 @@ void worker_stop(struct agent *a)
 	peers_stop(a, "sparkd stopped talking to the head");
 }
 
-void worker_forward(struct agent *a, conn *c, const json_t *req)
-{
-	agent_busy(a);
-	json_t *m = proto_msg("forward", 0);
-	json_object_set(m, "request", (json_t *)req);
-	bool status = strcmp(proto_type(req), "status") == 0;
-	if (peers_request(a, c, proto_id(req), m, 0, status ? on_status_answer : NULL) < 0)
-		control_error(c, req, "internal", "out of memory");
-}
-
 void worker_handle_leave(struct agent *a, conn *c, const json_t *req)
 {
 	if (a->id.removed) {
 		char cluster[64];
 		util_strlcpy(cluster, a->id.cluster_name, sizeof cluster);
 		become_unjoined(a);
-		control_reply(c, req, json_pack("{s:s}", "left", cluster));
+		svc_send_result(c, proto_id(req), json_pack("{s:s}", "left", cluster));
 		return;
 	}
 	if (peers_request(a, c, proto_id(req), proto_msg("leave", 0), 0, on_leave_answer) < 0)
-		control_error(c, req, "internal", "out of memory");
+		svc_error_to(c, req, "internal", "out of memory");
 }

@@ -1,0 +1,54 @@
+/* cluster: the cluster service. Membership (init, join, leave, node rm,
+ * drain), tokens, status and the sessions between agents:
+ *   cluster.c       the service's request table and its local requests
+ *   cluster_head.c  the head: CA and cluster.db, joins, member sessions,
+ *                   heartbeats, liveness, the CRL, the head-served requests
+ *   cluster_node.c  a worker: join, the session to the head with hello,
+ *                   heartbeats and reconnect, the head's crl and revocation */
+#ifndef SPARK_AGENT_CLUSTER_H
+#define SPARK_AGENT_CLUSTER_H
+
+#include "service.h"
+
+extern const struct service cluster_service;
+
+/* cluster_head.c */
+int head_start(struct agent *a, char *err, size_t errlen); /* after identity load */
+void head_stop(struct agent *a);
+void head_on_accept(struct agent *a, uv_stream_t *server);
+void head_init(struct agent *a, const struct svc_req *q); /* the "init" request */
+/* The head-served requests (cluster.c's table). */
+void head_status(struct agent *a, const struct svc_req *q);
+void head_node_ls(struct agent *a, const struct svc_req *q);
+void head_node_show(struct agent *a, const struct svc_req *q);
+void head_node_drain(struct agent *a, const struct svc_req *q);
+void head_node_undrain(struct agent *a, const struct svc_req *q);
+void head_node_rm(struct agent *a, const struct svc_req *q);
+void head_token_create_req(struct agent *a, const struct svc_req *q);
+void head_token_ls(struct agent *a, const struct svc_req *q);
+void head_token_revoke(struct agent *a, const struct svc_req *q);
+/* Remake crl.pem from cluster.db, reload the listener's TLS context and send
+ * the list to every connected worker ({"type":"crl","crl":PEM}). */
+int head_crl_update(struct agent *a);
+char *head_crl_pem(struct agent *a);          /* the list as PEM (caller frees) */
+const char *head_store_error(int r);          /* a db_ error for people */
+/* Mint a token; on success fills the printable token string. */
+int head_token_create(struct agent *a, int64_t ttl, int64_t uses, const char *descr,
+		      char *token_out, size_t len, char *id_out);
+/* Tests only (tests/fuzz/fuzz_session.c): accept the connection pending on a
+ * plain listener as the authenticated session of node node_id, as if it had
+ * presented that node's valid certificate. 0, -ENOENT (no such node, or not
+ * the head), -ENOMEM or -EIO. */
+int head_adopt_session(struct agent *a, uv_stream_t *server, const char *node_id);
+
+/* cluster_node.c */
+int worker_start(struct agent *a);                /* connect to the head (identity known) */
+void worker_stop(struct agent *a);
+void worker_handle_join(struct agent *a, conn *c, const json_t *req);
+void worker_handle_leave(struct agent *a, conn *c, const json_t *req);
+void worker_cli_gone(struct agent *a, conn *c);   /* a CLI closed: forget it */
+void worker_on_crl(struct agent *a, const char *from, const json_t *msg); /* "crl" */
+/* status on a worker: the head's answer plus this node's link to it */
+void cluster_status_answer(struct agent *a, conn *cli, json_int_t orig_id, json_t *msg);
+
+#endif
