@@ -14,6 +14,7 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -1247,4 +1248,83 @@ Test(security, control_request_with_a_mistyped_field_is_refused)
 		     "only init's token and the well-typed one exist");
 	json_decref(j);
 	h_result_free(&r);
+}
+
+/* A member's frames name objects of the cluster: the head acts on one only
+ * when the sender owns it (issue 15). node-3 (its real certificate, its
+ * sparkd stopped) blasts forged output and exits at every tail and job id
+ * while node-1 runs a job on node-1 and node-2: the job's output is its own
+ * and its exit code its own. A frame the head only ever sends (job_start) is
+ * refused with unknown_type, and the session is still served afterwards. */
+struct blast {
+	struct hs_client *c;
+	volatile bool stop;
+	int sent;
+};
+
+static void *blast_run(void *arg)
+{
+	struct blast *b = arg;
+	char f[512];
+	while (!b->stop) {
+		for (int id = 1; id <= 16 && !b->stop; id++) {
+			snprintf(f, sizeof f,
+				 "{\"v\":1,\"type\":\"job_data\",\"id\":0,\"tail_id\":%d,\"offset\":0,"
+				 "\"data\":\"INJECTED-%d\\n\",\"eof\":false}", id, id);
+			if (hs_send_frame(b->c, f) < 0)
+				return NULL;
+			snprintf(f, sizeof f,
+				 "{\"v\":1,\"type\":\"job_exit\",\"id\":0,\"job_id\":%d,\"rank\":%d,"
+				 "\"exit_code\":7,\"signal\":0}", id, id % 2);
+			if (hs_send_frame(b->c, f) < 0)
+				return NULL;
+			b->sent += 2;
+		}
+		usleep(20000);
+	}
+	return NULL;
+}
+
+Test(security, member_frames_act_only_on_what_the_sender_owns, .timeout = 90)
+{
+	cluster(3, 3);
+	struct h_result g = ctl_t(0, 10, "group", "create", "g12", "--nodes", "node-1,node-2", NULL);
+	cr_assert_eq(g.rc, 0, "group create: %s", g.err);
+	h_result_free(&g);
+	h_kill(C, 2, SIGTERM);
+	cr_assert(h_wait_state(C, 0, "node-3", "unreachable", 20000) >= 0,
+		  "node-3 did not become unreachable after its sparkd stopped");
+	struct hs_client *m = hs_connect(C->nodes[0].port, nfile(2, "node.crt"), nfile(2, "node.key"),
+					 5000);
+	cr_assert(m, "cannot connect to the head with node-3's certificate");
+	cr_assert_eq(hs_send_frame(m, "{\"v\":1,\"type\":\"hello\",\"id\":1,\"version\":\"x\"}"), 0);
+	json_t *hello = hs_read_frame(m, 5000);
+	cr_assert(hello && strcmp(json_string_value(json_object_get(hello, "type")) ?: "", "result") == 0,
+		  "the head did not answer node-3's hello");
+	json_decref(hello);
+	/* a frame only the head sends */
+	cr_assert_eq(hs_send_frame(m, "{\"v\":1,\"type\":\"job_start\",\"id\":5,\"job\":{}}"), 0);
+	json_t *e = hs_read_frame(m, 5000);
+	cr_expect(e && strcmp(json_string_value(json_object_get(e, "code")) ?: "", "unknown_type") == 0,
+		  "a member's job_start should be refused as unknown_type");
+	json_decref(e);
+
+	struct blast b = {.c = m};
+	pthread_t th;
+	cr_assert_eq(pthread_create(&th, NULL, blast_run, &b), 0);
+	struct h_result r = ctl_t(0, 40, "run", "--group", "g12", "--", "sh", "-c",
+				  "sleep 2; echo real-$SPARK_RANK; exit 3", NULL);
+	b.stop = true;
+	pthread_join(th, NULL);
+	cr_expect(b.sent > 50, "the forged frames were not sent (%d)", b.sent);
+	cr_expect(strstr(r.out, "real-0") && strstr(r.out, "real-1"),
+		  "the job's own output is missing (a forged job_exit ended it?): %s / %s", r.out,
+		  r.err);
+	cr_expect(!strstr(r.out, "INJECTED") && !strstr(r.err, "INJECTED"),
+		  "node-3 injected output into a job it has no rank of: %s", r.out);
+	cr_expect_eq(r.rc, 3, "the job exits 3 on both ranks: sparkctl run must exit 3, not %d", r.rc);
+	h_result_free(&r);
+	/* the session still works: a heartbeat, then a request */
+	cr_expect_eq(hs_send_frame(m, "{\"v\":1,\"type\":\"heartbeat\",\"id\":0}"), 0);
+	hs_close(m);
 }
