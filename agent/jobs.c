@@ -155,16 +155,21 @@ static void jobs_event(struct agent *a, enum svc_event ev, const struct svc_even
 #define JOB SVC_HEAD, SVC_NAMED_CALLER
 #define STREAM SVC_HEAD, SVC_NAMED_CALLER | SVC_STREAMS
 static const struct svc_request requests[] = {
-	{"group_create", jh_group_create, RIGHT_ADMIN, JOB},
+	{"group_create", jh_group_create, RIGHT_ADMIN, JOB,
+	 {{"name", 'S'}, {"nodes", 'A'}, {"size", 'I'}, {"shared", 'B'}}},
 	{"group_ls", jh_group_ls, RIGHT_USER, JOB},
-	{"group_show", jh_group_show, RIGHT_USER, JOB},
-	{"group_rm", jh_group_rm, RIGHT_ADMIN, JOB},
-	{"job_run", jh_job_run, RIGHT_USER, STREAM},
-	{"job_ls", jh_job_ls, RIGHT_USER, JOB},
-	{"job_show", jh_job_show, RIGHT_USER, JOB},
-	{"job_logs", jh_job_logs, RIGHT_USER, STREAM},
-	{"job_cancel", jh_job_cancel, RIGHT_USER, JOB},
-	{"exec", jh_exec, RIGHT_USER, STREAM},
+	{"group_show", jh_group_show, RIGHT_USER, JOB, {{"name", 'S'}}},
+	{"group_rm", jh_group_rm, RIGHT_ADMIN, JOB, {{"name", 'S'}, {"force", 'B'}}},
+	{"job_run", jh_job_run, RIGHT_USER, STREAM,
+	 {{"group", 'S'}, {"launcher", 'S'}, {"argv", 'A'}, {"env", 'A'}, {"ranks_per_node", 'I'},
+	  {"timeout_s", 'I'}, {"detach", 'B'}, {"name", 'S'}, {"nnodes", 'I'}, {"force", 'B'},
+	  {"workdir", 'S'}, {"cwd", 'S'}, {"path", 'S'}, {"lang", 'S'}}},
+	{"job_ls", jh_job_ls, RIGHT_USER, JOB, {{"running", 'B'}, {"limit", 'I'}}},
+	{"job_show", jh_job_show, RIGHT_USER, JOB, {{"job", 'S'}}},
+	{"job_logs", jh_job_logs, RIGHT_USER, STREAM, {{"job", 'S'}, {"rank", 'I'}, {"follow", 'B'}}},
+	{"job_cancel", jh_job_cancel, RIGHT_USER, JOB, {{"job", 'S'}}},
+	{"exec", jh_exec, RIGHT_USER, STREAM,
+	 {{"node", 'S'}, {"argv", 'A'}, {"env", 'A'}, {"shell", 'B'}, {"job_id", 'I'}}},
 	{NULL},
 };
 #undef JOB

@@ -46,7 +46,7 @@ struct svc_request {
 	enum agent_right right;
 	enum svc_at at;
 	unsigned flags;
-	struct proto_field fields[8]; /* checked before fn: never a default for a bad one */
+	struct proto_field fields[16]; /* checked before fn: never a default for a bad one */
 	peers_answer_fn on_answer;    /* SVC_HEAD on a worker: the head's answer passes
 				       * here on its way to the CLI (NULL: as it is) */
 };
