@@ -70,6 +70,7 @@ struct identity {
 struct agent;
 struct pending; /* peers.c: a request sent to the head, waiting for its answer */
 struct mail;    /* peers.c: the own-node mailbox */
+struct ask;     /* peers.c: a request to a node */
 struct fabric;  /* fabric service: discovery options, last report, watcher */
 struct jobs;    /* jobs service: groups, jobs, exec */
 struct topo_agent; /* topo service: neighbour discovery and topology validation */
@@ -113,6 +114,10 @@ struct agent {
 	struct topo_agent *topo;
 	struct agent_hooks hooks;
 	struct mail *mail_first, *mail_last; /* peers.c: the own-node mailbox */
+	struct ask *asks;         /* peers.c: requests to nodes waiting for answers */
+	json_int_t next_ask_id;
+	uv_timer_t ask_timer;
+	bool ask_timer_on;
 	uv_timer_t mail_timer;
 	bool mail_timer_on;
 	uint64_t busy_ms;         /* last burst of allocations (agent_busy) */
@@ -213,6 +218,22 @@ struct session *peers_session(struct agent *a, const char *node_id);
  * are dispatched, next loop iteration, like a frame from a session. */
 int peers_to_node(struct agent *a, const char *node_id, json_t *msg); /* head side */
 int peers_to_head(struct agent *a, json_t *msg);                      /* node side */
+/* Requests the head sends a node and waits for (the topology runs' state
+ * and probe requests): msg (stolen) gets an id, goes with peers_to_node, and
+ * cb gets the node's answer (the frame with that id, from that node, that a
+ * service hands to peers_node_answer), or NULL and why on a timeout, a
+ * session that closed, or shutdown. owner groups a caller's requests:
+ * peers_ask_pending counts them, peers_ask_forget drops them unanswered.
+ * 0, -ENOTCONN (no session to that node: msg freed, cb not called), -ENOMEM. */
+typedef void (*peers_ask_fn)(struct agent *a, void *owner, int tag, const json_t *reply,
+			     const char *why);
+int peers_ask(struct agent *a, const char *node_id, json_t *msg, unsigned timeout_ms,
+	      peers_ask_fn cb, void *owner, int tag);
+bool peers_node_answer(struct agent *a, const char *from, const json_t *msg); /* ours: used */
+size_t peers_ask_pending(struct agent *a, const void *owner);
+void peers_ask_forget(struct agent *a, const void *owner);
+void peers_session_gone(struct agent *a, conn *c); /* head: fail what was asked through c */
+
 /* Dispatch a frame of another agent (or of the mailbox) by the services'
  * frame tables: its fields checked, then its handler. c: where a bad one
  * is answered (NULL: the mailbox, logged). */

@@ -772,6 +772,7 @@ static void on_session_close(conn *c, int err)
 	}
 	agent_busy(a);
 	session_unlink(a, s);
+	peers_session_gone(a, c);
 	svc_emit(a, SVC_EV_CONN_GONE, &(struct svc_event_arg){.c = c});
 	if (s->authed && !peers_session(a, s->node_id))
 		svc_emit(a, SVC_EV_NODE_GONE, &(struct svc_event_arg){.node_id = s->node_id});

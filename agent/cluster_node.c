@@ -371,8 +371,10 @@ void worker_handle_join(struct agent *a, conn *c, const json_t *req)
 	const char *name = proto_str(req, "name");
 	char err[512];
 	struct join_op *j = calloc(1, sizeof *j);
-	if (!j)
+	if (!j) {
+		svc_error_to(c, req, "internal", "out of memory");
 		return;
+	}
 	j->a = a;
 	if (!head || util_split_hostport(head, SPARK_DEFAULT_PORT, j->host, sizeof j->host,
 					 &j->port) < 0) {

@@ -12,14 +12,17 @@
  * streaming one sends the head a stream_cancel.
  *
  * Also here: the head's session lookup, the one own-node mailbox (the head's
- * services and its own node's talk through it as if over a session), and
- * dispatch of agent-to-agent frames by the services' frame tables. */
+ * services and its own node's talk through it as if over a session), the
+ * requests the head sends nodes and waits for (peers_ask), and dispatch of
+ * agent-to-agent frames by the services' frame tables. */
 #include "service.h"
 
 #include "log.h"
 #include "proto.h"
 #include "util.h"
 
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +44,18 @@ struct mail {
 	struct mail *next;
 	enum agent_frame_dir dir;
 	json_t *msg;
+};
+
+/* A request the head sent a node, waiting for its answer. */
+struct ask {
+	struct ask *next;
+	json_int_t id;
+	char node_id[40];
+	conn *via;               /* the node's session (NULL: the head's own node) */
+	peers_ask_fn cb;
+	void *owner;
+	int tag;
+	uint64_t deadline_ms;
 };
 
 static void pending_unlink(struct agent *a, struct pending *p)
@@ -220,6 +235,13 @@ void peers_stop(struct agent *a, const char *why)
 	a->mail_last = NULL;
 	if (a->mail_timer_on)
 		uv_timer_stop(&a->mail_timer); /* closed by main's final walk */
+	while (a->asks) { /* their owners answered their own callers when they stopped */
+		struct ask *q = a->asks;
+		a->asks = q->next;
+		free(q);
+	}
+	if (a->ask_timer_on)
+		uv_timer_stop(&a->ask_timer);
 	if (a->queue_on)
 		uv_timer_stop(&a->queue_timer); /* closed by main's final walk */
 	while (a->pending) {
@@ -321,6 +343,143 @@ int peers_to_node(struct agent *a, const char *node_id, json_t *msg)
 		return -ENOTCONN;
 	}
 	return conn_send_new(s->c, msg);
+}
+
+/* ---- requests to nodes ------------------------------------------------------------ */
+
+static void ask_timer_arm(struct agent *a);
+
+/* Unlink the asks that match and call them back with why, oldest first;
+ * callbacks may ask again. */
+static void fail_asks(struct agent *a, bool (*match)(const struct ask *q, const void *arg),
+		      const void *arg, const char *why)
+{
+	struct ask *hit = NULL, **tail = &hit;
+	for (struct ask **p = &a->asks; *p;) {
+		struct ask *q = *p;
+		if (match(q, arg)) {
+			*p = q->next;
+			q->next = NULL;
+			*tail = q;
+			tail = &q->next;
+		} else {
+			p = &q->next;
+		}
+	}
+	while (hit) {
+		struct ask *q = hit;
+		hit = q->next;
+		q->cb(a, q->owner, q->tag, NULL, why);
+		free(q);
+	}
+}
+
+static bool ask_expired(const struct ask *q, const void *arg)
+{
+	return q->deadline_ms <= *(const uint64_t *)arg;
+}
+
+static void on_ask_timer(uv_timer_t *t)
+{
+	struct agent *a = t->data;
+	uint64_t now = util_now_ms();
+	fail_asks(a, ask_expired, &now, "no answer in time");
+	ask_timer_arm(a);
+}
+
+/* One timer for the earliest deadline. */
+static void ask_timer_arm(struct agent *a)
+{
+	if (!a->ask_timer_on) {
+		uv_timer_init(a->loop, &a->ask_timer);
+		a->ask_timer.data = a;
+		a->ask_timer_on = true;
+	}
+	uint64_t first = UINT64_MAX, now = util_now_ms();
+	for (struct ask *q = a->asks; q; q = q->next)
+		if (q->deadline_ms < first)
+			first = q->deadline_ms;
+	if (first == UINT64_MAX || a->stopping)
+		uv_timer_stop(&a->ask_timer);
+	else
+		uv_timer_start(&a->ask_timer, on_ask_timer, first > now ? first - now : 0, 0);
+}
+
+int peers_ask(struct agent *a, const char *node_id, json_t *msg, unsigned timeout_ms,
+	      peers_ask_fn cb, void *owner, int tag)
+{
+	bool self = a->id.role == ROLE_HEAD && strcmp(node_id, a->id.node_id) == 0;
+	struct session *s = self ? NULL : peers_session(a, node_id);
+	if (!self && !s) {
+		json_decref(msg);
+		return -ENOTCONN;
+	}
+	struct ask *q = calloc(1, sizeof *q);
+	if (!q) {
+		json_decref(msg);
+		return -ENOMEM;
+	}
+	q->id = ++a->next_ask_id;
+	util_strlcpy(q->node_id, node_id, sizeof q->node_id);
+	q->via = s ? s->c : NULL;
+	q->cb = cb;
+	q->owner = owner;
+	q->tag = tag;
+	q->deadline_ms = util_now_ms() + timeout_ms;
+	json_object_set_new(msg, "id", json_integer(q->id));
+	q->next = a->asks;
+	a->asks = q;
+	peers_to_node(a, node_id, msg);
+	ask_timer_arm(a);
+	return 0;
+}
+
+bool peers_node_answer(struct agent *a, const char *from, const json_t *msg)
+{
+	json_int_t id = proto_id(msg);
+	for (struct ask **p = &a->asks; *p; p = &(*p)->next) {
+		struct ask *q = *p;
+		if (q->id != id || strcmp(q->node_id, from) != 0)
+			continue; /* not ours, or not from the node it was sent to */
+		*p = q->next;
+		q->cb(a, q->owner, q->tag, msg, NULL);
+		free(q);
+		ask_timer_arm(a);
+		return true;
+	}
+	return false;
+}
+
+size_t peers_ask_pending(struct agent *a, const void *owner)
+{
+	size_t n = 0;
+	for (struct ask *q = a->asks; q; q = q->next)
+		n += q->owner == owner;
+	return n;
+}
+
+void peers_ask_forget(struct agent *a, const void *owner)
+{
+	for (struct ask **p = &a->asks; *p;) {
+		struct ask *q = *p;
+		if (q->owner == owner) {
+			*p = q->next;
+			free(q);
+		} else {
+			p = &q->next;
+		}
+	}
+	ask_timer_arm(a);
+}
+
+static bool ask_via(const struct ask *q, const void *arg)
+{
+	return q->via && q->via == (const conn *)arg;
+}
+
+void peers_session_gone(struct agent *a, conn *c)
+{
+	fail_asks(a, ask_via, c, "the node's session to the head closed");
 }
 
 int peers_to_head(struct agent *a, json_t *msg)

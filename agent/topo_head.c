@@ -42,20 +42,6 @@
 #define MAX_ROUNDS 64
 
 struct vrun;
-struct vreq;
-typedef void (*vreq_cb)(struct vrun *r, struct vreq *q, const json_t *reply);
-
-struct vreq {
-	struct vreq *next;
-	json_int_t id;
-	char node_id[40];
-	conn *via;               /* the node's session (NULL: the head's own node) */
-	struct vrun *run;
-	vreq_cb cb;
-	int idx;
-	uint64_t deadline_ms;
-	char err[256];
-};
 
 enum vkind { VK_SHOW, VK_VALIDATE, VK_ADDRESSES };
 
@@ -96,7 +82,6 @@ struct vrun {
 	int64_t started_at;
 	struct vnode nodes[TOPO_MAX_NODES];
 	size_t n;
-	int pending;
 	int gathers;
 	uint64_t wake_ms;
 	json_t *verdict;
@@ -123,8 +108,6 @@ struct thead {
 		bool removed;
 	} gone[GONE_MAX];
 	int ngone;
-	json_int_t next_id;
-	struct vreq *reqs;
 	struct vrun *runs;
 	uv_timer_t timer;
 	bool timer_init, stopped;
@@ -182,15 +165,7 @@ static void finish(struct vrun *r)
 	r->finished = true;
 	if (r->kind == VK_VALIDATE)
 		h->validating = false;
-	for (struct vreq **p = &h->reqs; *p;) {
-		struct vreq *q = *p;
-		if (q->run == r) {
-			*p = q->next;
-			free(q);
-		} else {
-			p = &q->next;
-		}
-	}
+	peers_ask_forget(h->t->a, r);
 	tick_on(h);
 }
 
@@ -212,37 +187,24 @@ static void run_free(struct vrun *r)
 
 /* ---- requests to nodes --------------------------------------------------------------- */
 
-/* Send op (msg, stolen) to node ni of the run. 0, or -ENOTCONN (msg freed). */
-static int send_req(struct vrun *r, size_t ni, json_t *msg, vreq_cb cb, int idx, unsigned timeout_ms)
+/* Send op (msg, stolen) to node ni of the run (peers.c keeps it until its
+ * topo_reply, a timeout or the session's end; cb gets idx back). 0, or
+ * -ENOTCONN (msg freed). */
+static int send_req(struct vrun *r, size_t ni, json_t *msg, peers_ask_fn cb, int idx,
+		    unsigned timeout_ms)
 {
-	struct thead *h = r->h;
-	struct agent *a = h->t->a;
-	struct vnode *n = &r->nodes[ni];
-	struct session *s = n->self ? NULL : peers_session(a, n->id);
-	if (!n->self && !s) {
-		json_decref(msg);
-		return -ENOTCONN;
-	}
-	struct vreq *q = calloc(1, sizeof *q);
-	if (!q) {
-		json_decref(msg);
-		return -ENOMEM;
-	}
-	q->id = ++h->next_id;
-	util_strlcpy(q->node_id, n->id, sizeof q->node_id);
-	q->via = s ? s->c : NULL;
-	q->run = r;
-	q->cb = cb;
-	q->idx = idx;
-	q->deadline_ms = util_now_ms() + timeout_ms;
+	struct agent *a = r->h->t->a;
 	json_object_set_new(msg, "type", json_string("topo_req"));
-	json_object_set_new(msg, "id", json_integer(q->id));
-	q->next = h->reqs;
-	h->reqs = q;
-	r->pending++;
-	peers_to_node(a, n->id, msg); /* the head's own node: through the mailbox */
-	tick_on(h);
-	return 0;
+	int rc = peers_ask(a, r->nodes[ni].id, msg, timeout_ms, cb, r, idx);
+	if (rc == 0)
+		tick_on(r->h);
+	return rc;
+}
+
+/* Requests of the run still waiting for an answer. */
+static size_t pending(struct vrun *r)
+{
+	return peers_ask_pending(r->h->t->a, r);
 }
 
 static json_t *op_msg(const char *op)
@@ -253,10 +215,10 @@ static json_t *op_msg(const char *op)
 }
 
 /* The reply's data, or NULL with why filled (no answer, an error answer). */
-static json_t *reply_data(struct vreq *q, const json_t *m, char *why, size_t len)
+static json_t *reply_data(const char *err, const json_t *m, char *why, size_t len)
 {
 	if (!m) {
-		snprintf(why, len, "%s", q->err[0] ? q->err : "no answer");
+		snprintf(why, len, "%s", err ? err : "no answer");
 		return NULL;
 	}
 	if (!json_is_true(json_object_get(m, "ok"))) {
@@ -267,43 +229,18 @@ static json_t *reply_data(struct vreq *q, const json_t *m, char *why, size_t len
 	return json_is_object(d) ? d : NULL;
 }
 
-static void fail_reqs_if(struct thead *h, bool (*match)(struct vreq *q, const void *arg),
-			 const void *arg, const char *why)
-{
-	struct vreq *hit = NULL, **tail = &hit;
-	for (struct vreq **p = &h->reqs; *p;) {
-		struct vreq *q = *p;
-		if (match(q, arg)) {
-			*p = q->next;
-			q->next = NULL;
-			*tail = q;
-			tail = &q->next;
-		} else {
-			p = &q->next;
-		}
-	}
-	while (hit) {
-		struct vreq *q = hit;
-		hit = q->next;
-		if (!q->run->finished) {
-			q->run->pending--;
-			util_strlcpy(q->err, why, sizeof q->err);
-			q->cb(q->run, q, NULL);
-		}
-		free(q);
-	}
-}
-
 /* ---- gather ------------------------------------------------------------------------------- */
 
 static void gathered(struct vrun *r);
 
-static void on_state(struct vrun *r, struct vreq *q, const json_t *m)
+static void on_state(struct agent *a_, void *owner, int idx, const json_t *m, const char *err)
 {
-	struct vnode *n = &r->nodes[q->idx];
+	struct vrun *r = owner;
+	(void)a_;
+	struct vnode *n = &r->nodes[idx];
 	n->answered = true;
 	char why[384];
-	json_t *d = reply_data(q, m, why, sizeof why);
+	json_t *d = reply_data(err, m, why, sizeof why);
 	if (!d) {
 		snprintf(n->err, sizeof n->err, "%s", why);
 	} else {
@@ -319,7 +256,7 @@ static void on_state(struct vrun *r, struct vreq *q, const json_t *m)
 		n->host_addrs = json_is_array(ha) ? json_incref(ha) : NULL;
 		util_strlcpy(n->l2_err, jstr_or(d, "l2disc_error", ""), sizeof n->l2_err);
 	}
-	if (r->pending == 0)
+	if (pending(r) == 0)
 		gathered(r);
 }
 
@@ -812,11 +749,13 @@ static void probe_fail(struct vrun *r, struct vprobe *p, const char *fmt, ...)
 	probe_done(r, p);
 }
 
-static void on_client(struct vrun *r, struct vreq *q, const json_t *m)
+static void on_client(struct agent *a_, void *owner, int idx, const json_t *m, const char *err)
 {
-	struct vprobe *p = &r->probes[q->idx];
+	struct vrun *r = owner;
+	(void)a_;
+	struct vprobe *p = &r->probes[idx];
 	char why[384];
-	json_t *d = reply_data(q, m, why, sizeof why);
+	json_t *d = reply_data(err, m, why, sizeof why);
 	if (!d) {
 		probe_fail(r, p, "%s", why);
 		return;
@@ -854,11 +793,13 @@ static int probe_addrs(struct vrun *r, struct vprobe *p, char *listen, size_t ll
 	return -EADDRNOTAVAIL;
 }
 
-static void on_serve(struct vrun *r, struct vreq *q, const json_t *m)
+static void on_serve(struct agent *a_, void *owner, int idx, const json_t *m, const char *err)
 {
-	struct vprobe *p = &r->probes[q->idx];
+	struct vrun *r = owner;
+	(void)a_;
+	struct vprobe *p = &r->probes[idx];
 	char why[384];
-	json_t *d = reply_data(q, m, why, sizeof why);
+	json_t *d = reply_data(err, m, why, sizeof why);
 	json_int_t port = d ? proto_int(d, "port", 0) : 0;
 	if (!d || port <= 0 || port > 65535) {
 		probe_fail(r, p, "%s", d ? "the probe server gave no port" : why);
@@ -873,7 +814,7 @@ static void on_serve(struct vrun *r, struct vreq *q, const json_t *m)
 	json_object_set_new(msg, "token", json_string(p->token));
 	json_object_set_new(msg, "params", params_json(r, p));
 	json_object_set_new(msg, "thresholds", thresholds_json(&r->h->t->thr));
-	if (send_req(r, (size_t)p->a, msg, on_client, q->idx, probe_budget_ms(r, p)) < 0)
+	if (send_req(r, (size_t)p->a, msg, on_client, idx, probe_budget_ms(r, p)) < 0)
 		probe_fail(r, p, "sparkd on %s is not connected to the head", r->nodes[p->a].name);
 }
 
@@ -896,18 +837,22 @@ static void start_tcp(struct vrun *r, struct vprobe *p)
 		probe_fail(r, p, "sparkd on %s is not connected to the head", r->nodes[p->b].name);
 }
 
-static void on_rdma_server(struct vrun *r, struct vreq *q, const json_t *m)
+static void on_rdma_server(struct agent *a_, void *owner, int idx, const json_t *m, const char *err)
 {
-	(void)r;
-	(void)q;
+	(void)a_;
+	(void)owner;
+	(void)idx;
+	(void)err;
 	(void)m; /* the client's answer carries the measurement */
 }
 
-static void on_rdma_client(struct vrun *r, struct vreq *q, const json_t *m)
+static void on_rdma_client(struct agent *a_, void *owner, int idx, const json_t *m, const char *err)
 {
-	struct vprobe *p = &r->probes[q->idx];
+	struct vrun *r = owner;
+	(void)a_;
+	struct vprobe *p = &r->probes[idx];
 	char why[384];
-	json_t *d = reply_data(q, m, why, sizeof why);
+	json_t *d = reply_data(err, m, why, sizeof why);
 	json_t *res = d ? json_object_get(d, "result") : NULL;
 	if (d && json_is_object(res) && proto_int(d, "rc", 0) == 0) {
 		p->result = json_incref(res);
@@ -922,10 +867,12 @@ static void on_rdma_client(struct vrun *r, struct vreq *q, const json_t *m)
 	start_tcp(r, p);
 }
 
-static void on_ignore(struct vrun *r, struct vreq *q, const json_t *m)
+static void on_ignore(struct agent *a_, void *owner, int idx, const json_t *m, const char *err)
 {
-	(void)r;
-	(void)q;
+	(void)a_;
+	(void)owner;
+	(void)idx;
+	(void)err;
 	(void)m;
 }
 
@@ -1218,11 +1165,13 @@ static void addresses_done(struct vrun *r)
 	finish(r);
 }
 
-static void on_addr(struct vrun *r, struct vreq *q, const json_t *m)
+static void on_addr(struct agent *a_, void *owner, int idx, const json_t *m, const char *err)
 {
+	struct vrun *r = owner;
+	(void)a_;
 	char why[384];
-	json_t *d = reply_data(q, m, why, sizeof why);
-	json_t *o = json_pack("{s:s, s:I, s:o, s:o}", "node", r->nodes[q->idx].name, "rc",
+	json_t *d = reply_data(err, m, why, sizeof why);
+	json_t *o = json_pack("{s:s, s:I, s:o, s:o}", "node", r->nodes[idx].name, "rc",
 			      d ? proto_int(d, "rc", 0) : (json_int_t)-EIO, "error",
 			      d ? json_incref(json_object_get(d, "error") ? json_object_get(d, "error")
 									  : json_null())
@@ -1231,17 +1180,17 @@ static void on_addr(struct vrun *r, struct vreq *q, const json_t *m)
 			      d && json_is_object(json_object_get(d, "report"))
 				      ? json_incref(json_object_get(d, "report"))
 				      : json_null());
-	json_array_set_new(r->reports, (size_t)q->idx, o);
+	json_array_set_new(r->reports, (size_t)idx, o);
 	/* The node's discovery after applying: stored before --apply answers, so
 	 * a job started right after it is planned with the new addresses. */
 	json_t *disc = d ? json_object_get(d, "discovery") : NULL;
 	if (json_is_object(disc)) {
 		struct agent *ag = r->h->t->a;
-		int fr = ag->hooks.fabric_store ? ag->hooks.fabric_store(ag, r->nodes[q->idx].id, disc) : -ENOSYS;
+		int fr = ag->hooks.fabric_store ? ag->hooks.fabric_store(ag, r->nodes[idx].id, disc) : -ENOSYS;
 		if (fr < 0)
-			log_warn("fabric_store_failed", "node=%s err=%d", r->nodes[q->idx].name, fr);
+			log_warn("fabric_store_failed", "node=%s err=%d", r->nodes[idx].name, fr);
 	}
-	if (r->pending == 0)
+	if (pending(r) == 0)
 		addresses_done(r);
 }
 
@@ -1360,31 +1309,12 @@ void topo_head_on_rdma_ep(struct agent *a, const char *node_id, const json_t *ms
 		relay_endpoint(h, node_id, msg);
 }
 
-/* A node's answer: only to a request of ours, from the node it was sent to. */
+/* A node's answer: only to a request of ours, from the node it was sent to
+ * (peers.c matches both). */
 void topo_head_on_reply(struct agent *a, const char *node_id, const json_t *msg)
 {
-	struct thead *h = a->topo ? a->topo->head : NULL;
-	if (!h)
-		return;
-	json_int_t id = proto_id(msg);
-	for (struct vreq **p = &h->reqs; *p; p = &(*p)->next) {
-		struct vreq *q = *p;
-		if (q->id != id || strcmp(q->node_id, node_id) != 0)
-			continue;
-		*p = q->next;
-		struct vrun *r = q->run;
-		if (!r->finished) {
-			r->pending--;
-			q->cb(r, q, msg);
-		}
-		free(q);
-		return;
-	}
-}
-
-static bool by_conn(struct vreq *q, const void *arg)
-{
-	return q->via && q->via == (const conn *)arg;
+	if (!peers_node_answer(a, node_id, msg))
+		log_debug("topo_reply_unknown", "node_id=%s id=%lld", node_id, (long long)proto_id(msg));
 }
 
 void topo_head_conn_gone(struct agent *a, conn *c)
@@ -1395,19 +1325,12 @@ void topo_head_conn_gone(struct agent *a, conn *c)
 	for (struct vrun *r = h->runs; r; r = r->next)
 		if (r->cli == c)
 			r->cli = NULL;
-	fail_reqs_if(h, by_conn, c, "the node's session to the head closed");
-}
-
-static bool expired(struct vreq *q, const void *arg)
-{
-	return q->deadline_ms <= *(const uint64_t *)arg;
 }
 
 static void on_tick(uv_timer_t *th)
 {
 	struct thead *h = th->data;
 	uint64_t now = util_now_ms();
-	fail_reqs_if(h, expired, &now, "no answer in time");
 	for (struct vrun *r = h->runs; r; r = r->next) {
 		if (r->finished)
 			continue;
@@ -1429,7 +1352,7 @@ static void on_tick(uv_timer_t *th)
 			p = &r->next;
 		}
 	}
-	bool busy = h->runs || h->reqs;
+	bool busy = h->runs != NULL;
 	if (!busy)
 		uv_timer_stop(th);
 }
@@ -1611,11 +1534,6 @@ void topo_head_free(struct agent *a)
 	struct thead *h = a->topo ? a->topo->head : NULL;
 	if (!h)
 		return;
-	while (h->reqs) {
-		struct vreq *q = h->reqs;
-		h->reqs = q->next;
-		free(q);
-	}
 	while (h->runs) {
 		struct vrun *r = h->runs;
 		h->runs = r->next;

@@ -14,7 +14,7 @@
  * which here names a path that does not exist, so no command ever runs.
  *
  * Each input is decoded into frames a member may send (heartbeat, hello,
- * fabric, topo_reply, topo_rdma_ep, job_req with every jobs request, forward
+ * fabric, topo_reply, topo_rdma_ep, forward with every jobs request, forward
  * with every cluster request, job_started/exit/data/sync, exec_data/exit,
  * stream_cancel, leave, crl, join, frames of the head's direction, unknown
  * types, raw and oversized frames) with fuzzed fields. Fields that name the

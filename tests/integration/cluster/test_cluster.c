@@ -251,7 +251,7 @@ static int sql_int(const char *db, const char *q)
 
 /* Heartbeats (one a second per worker) are not each written to cluster.db:
  * status takes a connected node's last_seen from its session, and the exact
- * value is stored when the session ends (agent/head.c HEAD_SEEN_FLUSH_S). */
+ * value is stored when the session ends (agent/cluster_head.c HEAD_SEEN_FLUSH_S). */
 Test(cluster, heartbeats_are_not_each_written_but_last_seen_is_kept)
 {
 	start_pair();

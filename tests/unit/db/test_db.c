@@ -488,7 +488,7 @@ Test(db, node_seen_state_drain)
 	cr_assert_eq(db_node_set_drained(D, "ghost", true), -ENOENT);
 }
 
-/* Heartbeats only move last_seen (agent/head.c HEAD_SEEN_FLUSH_S): never the
+/* Heartbeats only move last_seen (agent/cluster_head.c HEAD_SEEN_FLUSH_S): never the
  * state, never backwards. */
 Test(db, node_touch_only_moves_last_seen_forward)
 {
