@@ -1,6 +1,9 @@
 /* cli: the sparkctl command line. The command table (commands.c) maps
- * "GROUP VERB" to a handler; handlers parse their own flags with getopt_long,
- * talk to the local sparkd with cli_call(), and print through output.h.
+ * "GROUP VERB" to a handler and a text writer; handlers parse their own flags
+ * with getopt_long and build the request (cmd_<area>.c), cli_request() sends
+ * it and prints the answer: the JSON as it came for -o json, else through the
+ * row's text writer (print_<area>.c, declared in print.h). Handlers never
+ * choose between the two themselves.
  * Exit codes: 0 success, 1 the operation failed, 2 bad usage. Every failure
  * prints one line "sparkctl: <what happened>; <what to do next>" on stderr. */
 #ifndef SPARK_CLI_H
@@ -8,6 +11,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 enum cli_output { OUT_TABLE = 0, OUT_JSON = 1 };
 
@@ -22,10 +26,25 @@ struct cli_ctx {
 
 typedef int (*cli_fn)(struct cli_ctx *ctx, int argc, char **argv);
 
+/* What a text writer prints from: the request as it was sent (NULL when there
+ * was none), the answer (exactly what -o json prints), and for a command that
+ * computes its answer here (fit, sim up...) the C view it was made from, of
+ * the type print.h gives for that writer (else NULL). */
+struct cli_answer {
+	const struct cli_ctx *ctx;
+	json_t *req;
+	json_t *data;
+	const void *view;
+};
+/* A command's text writer: prints the answer for people on stdout. */
+typedef void (*cli_writer)(const struct cli_answer *a);
+
 struct cli_cmd {
 	const char *group;   /* "node", "token", "sim"...; NULL for top-level verbs */
 	const char *verb;    /* "ls", "init"... */
 	cli_fn fn;           /* argv[0] is the verb; flags follow */
+	cli_writer print;    /* the text writer of its answer; NULL: the command prints
+			      * no answer (streams, exec, faults) */
 	const char *usage;   /* synopsis lines after "sparkctl " */
 	const char *summary; /* one line */
 	const char *help;    /* option descriptions, may be NULL */
@@ -47,7 +66,12 @@ int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * 30 s. */
 int cli_call(struct cli_ctx *ctx, const char *type, json_t *args, json_t **data,
 	     unsigned timeout_ms);
-/* Same, but returns the error instead of printing: 0, or -1 with *code and
+/* cli_call, then cli_output of the answer with args as the request. 0, or 1
+ * after the error line. With answer non-NULL the answer stays the caller's
+ * (for an exit code or a warning after the output), else it is released. */
+int cli_request(struct cli_ctx *ctx, const char *type, json_t *args, unsigned timeout_ms,
+		json_t **answer);
+/* Same as cli_call, but returns the error instead of printing: 0, or -1 with *code and
  * *message (strdup'd; caller frees) from the error frame. */
 int cli_call_raw(struct cli_ctx *ctx, const char *type, json_t *args, json_t **data,
 		 unsigned timeout_ms, char **code, char **message);
@@ -88,16 +112,21 @@ int cli_next_opt(struct cli_ctx *ctx, int argc, char **argv, const struct option
 const char *cli_jstr(json_t *o, const char *key);
 long long cli_jnum(json_t *o, const char *key);
 
+/* The answer of the running command (ctx->cmd) on stdout (output.c): with
+ * -o json, data as JSON (nothing when data is NULL), else through the
+ * command's text writer with req, data and view (struct cli_answer). */
+void cli_output(struct cli_ctx *ctx, json_t *req, json_t *data, const void *view);
 /* Print JSON to stdout (indented, newline). */
 void cli_print_json(const json_t *j);
 
-/* A discovery object (topology/discover.h) as a table, one row per twin
- * grouped by physical port, then its notes and findings (cmd_discover.c;
- * `discover` and `node show` share it). */
-void cli_print_fabric(json_t *discovery, json_t *findings);
-
-/* status: "Topology: ring(4) PASS 2m ago" from status's "topology" object
- * (or "not validated" when it is null) (cmd_topo.c). */
-void cli_topo_status_line(json_t *topology);
+/* Progress of a long command (output.c). cli_progress: a transient status
+ * line on stderr, only on a terminal with table output (never in pipes nor
+ * with -o json); cli_progress_clear wipes it. cli_steps_file: where step
+ * lines go: stdout with table output (*tty: stdout is a terminal), with
+ * -o json stderr when it is a terminal, else nowhere (NULL). */
+void cli_progress(const struct cli_ctx *ctx, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+void cli_progress_clear(const struct cli_ctx *ctx);
+FILE *cli_steps_file(const struct cli_ctx *ctx, bool *tty);
 
 #endif

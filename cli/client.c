@@ -248,3 +248,20 @@ int cli_call(struct cli_ctx *ctx, const char *type, json_t *args, json_t **data,
 	}
 	return 0;
 }
+
+int cli_request(struct cli_ctx *ctx, const char *type, json_t *args, unsigned timeout_ms,
+		json_t **answer)
+{
+	json_t *req = args ? json_incref(args) : NULL, *d = NULL;
+	if (answer)
+		*answer = NULL;
+	int r = cli_call(ctx, type, args, &d, timeout_ms);
+	if (r == 0)
+		cli_output(ctx, req, d, NULL);
+	json_decref(req);
+	if (answer && r == 0)
+		*answer = d;
+	else
+		json_decref(d);
+	return r;
+}

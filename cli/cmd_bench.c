@@ -1,8 +1,7 @@
 /* Benchmarks run as jobs on a group (docs/runtime.md, docs/inference.md):
  * bench allreduce (spark-bench) and bench decode (spark-decode), through the
- * job runner of cmd_jobs.c. */
+ * job runner of cmd_jobs.c; bench decode's table is in print_jobs.c. */
 #include "cli.h"
-#include "output.h"
 
 #include "proto.h"
 #include "util.h"
@@ -286,43 +285,10 @@ int cmd_bench_decode(struct cli_ctx *ctx, int argc, char **argv)
 		json_decref(rep);
 	}
 	json_decref(first_tokens);
-	if (ctx->out == OUT_JSON) {
-		json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:I, s:b, s:o}", "group", group, "model", model,
-				      "layers", (int)layers, "algo", algo, "tokens", (json_int_t)tokens,
-				      "same_tokens", same, "rows", rows);
-		cli_print_json(o);
-		json_decref(o);
-	} else {
-		char ls[32] = "";
-		if (layers > 0)
-			snprintf(ls, sizeof ls, " (%ld layers)", layers);
-		printf("spark-decode %s%s on group %s, %ld tokens, --algo %s\n", model, ls, group, tokens,
-		       algo);
-		static const char *const hdr[] = {"WORLD", "TOKENS/S", "SPEED-UP", "COMM SHARE", "P50 MS",
-						  "ALGORITHM"};
-		out_table *t = out_table_new(6, hdr);
-		size_t i;
-		json_t *r;
-		json_array_foreach(rows, i, r) {
-			char w[16], tp[32], su[32], cs[16], p50[32];
-			snprintf(w, sizeof w, "%lld", cli_jnum(r, "world_size"));
-			snprintf(tp, sizeof tp, "%.2f", json_number_value(json_object_get(r, "tokens_per_s")));
-			json_t *s = json_object_get(r, "speedup");
-			if (json_is_number(s))
-				snprintf(su, sizeof su, "%.2fx", json_number_value(s));
-			else
-				snprintf(su, sizeof su, "-");
-			snprintf(cs, sizeof cs, "%.0f%%",
-				 100 * json_number_value(json_object_get(r, "comm_share")));
-			snprintf(p50, sizeof p50, "%.2f", json_number_value(json_object_get(r, "p50_ms")));
-			const char *row[] = {w, tp, su, cs, p50, cli_jstr(r, "algo")};
-			out_table_row(t, row);
-		}
-		out_table_print(t, stdout);
-		out_table_free(t);
-		if (!same)
-			printf("warning: the world sizes generated different tokens\n");
-		json_decref(rows);
-	}
+	json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:I, s:b, s:o}", "group", group, "model", model,
+			      "layers", (int)layers, "algo", algo, "tokens", (json_int_t)tokens,
+			      "same_tokens", same, "rows", rows);
+	cli_output(ctx, NULL, o, NULL);
+	json_decref(o);
 	return same ? 0 : 1;
 }

@@ -1,7 +1,7 @@
 /* Cluster formation and membership: init, join, leave, status, version,
- * node ls/show/drain/undrain/rm, token create/ls/revoke. */
+ * node ls/show/drain/undrain/rm, token create/ls/revoke: arguments and
+ * requests (the text writers are in print_cluster.c). */
 #include "cli.h"
-#include "output.h"
 
 #include "spark_config.h"
 #include "token.h"
@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define OPT_END CLI_OPT_END
 
@@ -36,18 +35,6 @@ static int no_args(struct cli_ctx *ctx, int argc, char **argv)
 	if (argc > 1)
 		return cli_usage(ctx, "unexpected argument '%s'", argv[1]);
 	return 0;
-}
-
-static void fmt_time(long long ts, char *buf, size_t len)
-{
-	if (ts <= 0) {
-		snprintf(buf, len, "never");
-		return;
-	}
-	time_t t = (time_t)ts;
-	struct tm tm;
-	gmtime_r(&t, &tm);
-	strftime(buf, len, "%Y-%m-%d %H:%M:%SZ", &tm);
 }
 
 /* ---- init / join / leave ---------------------------------------------- */
@@ -87,22 +74,7 @@ int cmd_init(struct cli_ctx *ctx, int argc, char **argv)
 		json_object_set_new(args, "name", json_string(name));
 	if (adv)
 		json_object_set_new(args, "advertise", json_string(adv));
-	json_t *d;
-	if (cli_call(ctx, "init", args, &d, 60000))
-		return 1;
-	if (ctx->out == OUT_JSON) {
-		cli_print_json(d);
-	} else {
-		printf("Cluster %s initialised; this node (%s) is its head at %s.\n\n"
-		       "To add a node, run on it:\n\n  %s\n\n"
-		       "The token is valid for %s. Make more with 'sparkctl token create'.\n",
-		       cli_jstr(d, "cluster_name"), cli_jstr(d, "head"), cli_jstr(d, "head_address"),
-		       cli_jstr(d, "join_command"),
-		       cli_jnum(d, "token_expires_at") ? "a limited time (see 'sparkctl token ls')"
-						  : "ever (no expiry)");
-	}
-	json_decref(d);
-	return 0;
+	return cli_request(ctx, "init", args, 60000, NULL);
 }
 
 int cmd_join(struct cli_ctx *ctx, int argc, char **argv)
@@ -150,16 +122,7 @@ int cmd_join(struct cli_ctx *ctx, int argc, char **argv)
 				 "timeout_s", (json_int_t)timeout);
 	if (name)
 		json_object_set_new(args, "name", json_string(name));
-	json_t *d;
-	if (cli_call(ctx, "join", args, &d, (unsigned)(timeout + 20) * 1000))
-		return 1;
-	if (ctx->out == OUT_JSON)
-		cli_print_json(d);
-	else
-		printf("Joined cluster %s as %s (head %s).\n", cli_jstr(d, "cluster_name"),
-		       cli_jstr(d, "node_name"), cli_jstr(d, "head_address"));
-	json_decref(d);
-	return 0;
+	return cli_request(ctx, "join", args, (unsigned)(timeout + 20) * 1000, NULL);
 }
 
 int cmd_leave(struct cli_ctx *ctx, int argc, char **argv)
@@ -167,119 +130,21 @@ int cmd_leave(struct cli_ctx *ctx, int argc, char **argv)
 	int r = no_args(ctx, argc, argv);
 	if (r)
 		return r;
-	json_t *d;
-	if (cli_call(ctx, "leave", NULL, &d, 0))
-		return 1;
-	if (ctx->out == OUT_JSON)
-		cli_print_json(d);
-	else
-		printf("Left cluster %s; this node's certificate is revoked.\n", cli_jstr(d, "left"));
-	json_decref(d);
-	return 0;
+	return cli_request(ctx, "leave", NULL, 0, NULL);
 }
 
 /* ---- status / nodes ------------------------------------------------------ */
-
-static void fmt_gbps(long long mbps, char *buf, size_t len)
-{
-	if (mbps % 1000 == 0)
-		snprintf(buf, len, "%lldG", mbps / 1000);
-	else
-		snprintf(buf, len, "%.1fG", (double)mbps / 1000.0);
-}
-
-/* A node's fabric summary in a few words: "2/2 up 200G mtu9000", "-" when the
- * node never reported. */
-static void fmt_fabric(json_t *f, char *buf, size_t len)
-{
-	if (!json_is_object(f)) {
-		snprintf(buf, len, "-");
-		return;
-	}
-	if (cli_jnum(f, "ports_total") == 0) {
-		snprintf(buf, len, "no ports");
-		return;
-	}
-	char sp[24] = "", mtu[32] = "";
-	json_t *s = json_object_get(f, "speed_mbps"), *m = json_object_get(f, "mtu"),
-	       *mx = json_object_get(f, "mtu_max");
-	if (json_is_integer(s)) {
-		sp[0] = ' ';
-		fmt_gbps((long long)json_integer_value(s), sp + 1, sizeof sp - 1);
-	}
-	if (json_is_integer(m) && json_is_integer(mx) &&
-	    json_integer_value(mx) != json_integer_value(m))
-		snprintf(mtu, sizeof mtu, " mtu%lld-%lld", (long long)json_integer_value(m),
-			 (long long)json_integer_value(mx));
-	else if (json_is_integer(m))
-		snprintf(mtu, sizeof mtu, " mtu%lld", (long long)json_integer_value(m));
-	snprintf(buf, len, "%lld/%lld up%s%s", cli_jnum(f, "ports_up"), cli_jnum(f, "ports_total"), sp, mtu);
-}
-
-static void print_nodes(json_t *nodes)
-{
-	static const char *const hdr[] = {"NAME", "STATE",  "ROLE",     "ADDRESS", "LAST SEEN",
-					  "AGE",  "FABRIC", "FINDINGS", "GROUP",   "VERSION"};
-	out_table *t = out_table_new(10, hdr);
-	size_t i;
-	json_t *n;
-	json_array_foreach(nodes, i, n) {
-		char name[80], seen[32], age[32];
-		snprintf(name, sizeof name, "%s%s", cli_jstr(n, "name"),
-			 json_is_true(json_object_get(n, "local")) ? "*" : "");
-		if (strcmp(cli_jstr(n, "role"), "head") == 0)
-			snprintf(seen, sizeof seen, "-");
-		else {
-			util_fmt_age(cli_jnum(n, "last_seen_ago_s"), seen, sizeof seen);
-			strncat(seen, " ago", sizeof seen - strlen(seen) - 1);
-		}
-		util_fmt_age(cli_jnum(n, "age_s"), age, sizeof age);
-		json_t *f = json_object_get(n, "fabric");
-		char fab[64], nf[16] = "-";
-		fmt_fabric(f, fab, sizeof fab);
-		if (json_is_object(f))
-			snprintf(nf, sizeof nf, "%lld", cli_jnum(f, "findings"));
-		/* groups (issue 6): "a,b", "-" when in none */
-		char grp[128] = "";
-		size_t gi;
-		json_t *gv;
-		json_array_foreach(json_object_get(n, "groups"), gi, gv)
-			snprintf(grp + strlen(grp), sizeof grp - strlen(grp), "%s%s", gi ? "," : "",
-				 json_string_value(gv) ?: "");
-		const char *row[] = {name, cli_jstr(n, "state"), cli_jstr(n, "role"), cli_jstr(n, "address"), seen, age,
-				     fab,  nf, grp[0] ? grp : "-", cli_jstr(n, "version")};
-		out_table_row(t, row);
-	}
-	out_table_print(t, stdout);
-	out_table_free(t);
-}
 
 int cmd_status(struct cli_ctx *ctx, int argc, char **argv)
 {
 	int r = no_args(ctx, argc, argv);
 	if (r)
 		return r;
-	json_t *d;
-	if (cli_call(ctx, "status", NULL, &d, 0))
-		return 1;
-	if (ctx->out == OUT_JSON) {
-		cli_print_json(d);
-	} else {
-		json_t *cl = json_object_get(d, "cluster"), *head = json_object_get(d, "head");
-		printf("Cluster:  %s (%s)\n", cli_jstr(cl, "name"), cli_jstr(cl, "id"));
-		printf("Head:     %s at %s\n", cli_jstr(head, "name"), cli_jstr(head, "address"));
-		json_t *link = json_object_get(d, "head_link"); /* on a worker: how it reaches the head */
-		if (json_is_object(link) && strcmp(cli_jstr(link, "address"), cli_jstr(head, "address")))
-			printf("Reached:  at %s (%s)\n", cli_jstr(link, "address"), cli_jstr(link, "source"));
-		printf("Nodes:    %lld, %lld ready\n", cli_jnum(d, "node_count"), cli_jnum(d, "ready_count"));
-		cli_topo_status_line(json_object_get(d, "topology"));
-		printf("\n");
-		print_nodes(json_object_get(d, "nodes"));
-	}
-	json_decref(d);
-	return 0;
+	return cli_request(ctx, "status", NULL, 0, NULL);
 }
 
+/* The answer is sparkctl's own version, then the local sparkd's answer, or
+ * why it gave none (exit 0 either way). */
 int cmd_version(struct cli_ctx *ctx, int argc, char **argv)
 {
 	int r = no_args(ctx, argc, argv);
@@ -288,21 +153,13 @@ int cmd_version(struct cli_ctx *ctx, int argc, char **argv)
 	char *code = NULL, *msg = NULL;
 	json_t *d = NULL;
 	int rc = cli_call_raw(ctx, "version", NULL, &d, 5000, &code, &msg);
-	if (ctx->out == OUT_JSON) {
-		json_t *o = json_pack("{s:s}", "sparkctl_version", SPARK_VERSION);
-		if (rc == 0)
-			json_object_update(o, d);
-		else
-			json_object_set_new(o, "sparkd_error", json_string(msg));
-		cli_print_json(o);
-		json_decref(o);
-	} else {
-		printf("sparkctl %s\n", SPARK_VERSION);
-		if (rc == 0)
-			printf("sparkd   %s (role %s)\n", cli_jstr(d, "sparkd_version"), cli_jstr(d, "role"));
-		else
-			printf("sparkd   unavailable: %s\n", msg);
-	}
+	json_t *o = json_pack("{s:s}", "sparkctl_version", SPARK_VERSION);
+	if (rc == 0)
+		json_object_update(o, d);
+	else
+		json_object_set_new(o, "sparkd_error", json_string(msg));
+	cli_output(ctx, NULL, o, NULL);
+	json_decref(o);
 	json_decref(d);
 	free(code);
 	free(msg);
@@ -314,15 +171,7 @@ int cmd_node_ls(struct cli_ctx *ctx, int argc, char **argv)
 	int r = no_args(ctx, argc, argv);
 	if (r)
 		return r;
-	json_t *d;
-	if (cli_call(ctx, "node_ls", NULL, &d, 0))
-		return 1;
-	if (ctx->out == OUT_JSON)
-		cli_print_json(d);
-	else
-		print_nodes(json_object_get(d, "nodes"));
-	json_decref(d);
-	return 0;
+	return cli_request(ctx, "node_ls", NULL, 0, NULL);
 }
 
 static int node_arg(struct cli_ctx *ctx, int argc, char **argv, const char **node)
@@ -335,94 +184,38 @@ static int node_arg(struct cli_ctx *ctx, int argc, char **argv, const char **nod
 	return 0;
 }
 
-/* node show: the summary line, the twins grouped by port, the findings. */
-static void print_fabric_report(json_t *d)
-{
-	json_t *f = json_object_get(d, "fabric"), *rep = json_object_get(d, "fabric_report");
-	if (!json_is_object(f) || !json_is_object(rep)) {
-		printf("Fabric:      not reported yet\n");
-		return;
-	}
-	char sum[64], ago[32];
-	fmt_fabric(f, sum, sizeof sum);
-	long long age = (long long)time(NULL) - cli_jnum(rep, "updated_at");
-	util_fmt_age(age > 0 ? age : 0, ago, sizeof ago);
-	printf("Fabric:      %s, %lld finding%s (reported %s ago)\n\n", sum, cli_jnum(f, "findings"),
-	       cli_jnum(f, "findings") == 1 ? "" : "s", ago);
-	cli_print_fabric(json_object_get(rep, "discovery"), json_object_get(rep, "findings"));
-}
-
 int cmd_node_show(struct cli_ctx *ctx, int argc, char **argv)
 {
 	const char *node = NULL;
 	int r = node_arg(ctx, argc, argv, &node);
 	if (r)
 		return r;
-	json_t *d;
-	if (cli_call(ctx, "node_show", json_pack("{s:s}", "node", node), &d, 0))
-		return 1;
-	if (ctx->out == OUT_JSON) {
-		cli_print_json(d);
-	} else {
-		char joined[64], seen[64];
-		fmt_time(cli_jnum(d, "joined_at"), joined, sizeof joined);
-		fmt_time(cli_jnum(d, "last_seen"), seen, sizeof seen);
-		printf("Name:        %s\nID:          %s\nState:       %s\nRole:        %s\n"
-		       "Address:     %s\nVersion:     %s\nJoined:      %s\nLast seen:   %s\n"
-		       "Connected:   %s\nCertificate: serial %s\n",
-		       cli_jstr(d, "name"), cli_jstr(d, "id"), cli_jstr(d, "state"), cli_jstr(d, "role"), cli_jstr(d, "address"),
-		       cli_jstr(d, "version"), joined, seen,
-		       json_is_true(json_object_get(d, "connected")) ? "yes" : "no",
-		       cli_jstr(d, "cert_serial"));
-		print_fabric_report(d);
-		json_t *ev = json_object_get(d, "events");
-		if (json_array_size(ev)) {
-			printf("\nRecent events:\n");
-			size_t i;
-			json_t *e;
-			json_array_foreach(ev, i, e) {
-				char ts[64];
-				fmt_time(cli_jnum(e, "ts"), ts, sizeof ts);
-				printf("  %s  %-12s %s\n", ts, cli_jstr(e, "kind"), cli_jstr(e, "detail"));
-			}
-		}
-	}
-	json_decref(d);
-	return 0;
+	return cli_request(ctx, "node_show", json_pack("{s:s}", "node", node), 0, NULL);
 }
 
-static int node_simple(struct cli_ctx *ctx, int argc, char **argv, const char *type,
-		       const char *done_fmt)
+/* drain, undrain, rm: NODE as {"node": NODE}. */
+static int node_simple(struct cli_ctx *ctx, int argc, char **argv, const char *type)
 {
 	const char *node = NULL;
 	int r = node_arg(ctx, argc, argv, &node);
 	if (r)
 		return r;
-	json_t *d;
-	if (cli_call(ctx, type, json_pack("{s:s}", "node", node), &d, 0))
-		return 1;
-	if (ctx->out == OUT_JSON)
-		cli_print_json(d);
-	else
-		printf(done_fmt, cli_jstr(d, "name"));
-	json_decref(d);
-	return 0;
+	return cli_request(ctx, type, json_pack("{s:s}", "node", node), 0, NULL);
 }
 
 int cmd_node_drain(struct cli_ctx *ctx, int argc, char **argv)
 {
-	return node_simple(ctx, argc, argv, "node_drain", "Node %s is draining: no new jobs go to it.\n");
+	return node_simple(ctx, argc, argv, "node_drain");
 }
 
 int cmd_node_undrain(struct cli_ctx *ctx, int argc, char **argv)
 {
-	return node_simple(ctx, argc, argv, "node_undrain", "Node %s takes jobs again.\n");
+	return node_simple(ctx, argc, argv, "node_undrain");
 }
 
 int cmd_node_rm(struct cli_ctx *ctx, int argc, char **argv)
 {
-	return node_simple(ctx, argc, argv, "node_rm",
-			   "Node %s removed; its certificate is revoked and cannot reconnect.\n");
+	return node_simple(ctx, argc, argv, "node_rm");
 }
 
 /* ---- tokens ---------------------------------------------------------------- */
@@ -455,22 +248,10 @@ int cmd_token_create(struct cli_ctx *ctx, int argc, char **argv)
 	}
 	if (optind < argc)
 		return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
-	json_t *d;
-	if (cli_call(ctx, "token_create",
-		     json_pack("{s:I, s:I, s:s}", "ttl_s", (json_int_t)ttl, "uses", (json_int_t)uses,
-			       "description", descr),
-		     &d, 0))
-		return 1;
-	if (ctx->out == OUT_JSON) {
-		cli_print_json(d);
-	} else {
-		char exp[64];
-		fmt_time(cli_jnum(d, "expires_at"), exp, sizeof exp);
-		printf("Token %s (expires %s, %s).\nOn the new node run:\n\n  %s\n", cli_jstr(d, "id"), exp,
-		       uses ? "limited uses" : "unlimited uses", cli_jstr(d, "join_command"));
-	}
-	json_decref(d);
-	return 0;
+	return cli_request(ctx, "token_create",
+			   json_pack("{s:I, s:I, s:s}", "ttl_s", (json_int_t)ttl, "uses",
+				     (json_int_t)uses, "description", descr),
+			   0, NULL);
 }
 
 int cmd_token_ls(struct cli_ctx *ctx, int argc, char **argv)
@@ -478,34 +259,7 @@ int cmd_token_ls(struct cli_ctx *ctx, int argc, char **argv)
 	int r = no_args(ctx, argc, argv);
 	if (r)
 		return r;
-	json_t *d;
-	if (cli_call(ctx, "token_ls", NULL, &d, 0))
-		return 1;
-	if (ctx->out == OUT_JSON) {
-		cli_print_json(d);
-	} else {
-		static const char *const hdr[] = {"ID", "STATE", "USES", "USES LEFT", "EXPIRES",
-						  "DESCRIPTION"};
-		out_table *t = out_table_new(6, hdr);
-		size_t i;
-		json_t *k;
-		json_array_foreach(json_object_get(d, "tokens"), i, k) {
-			char uses[32], left[32], exp[64];
-			snprintf(uses, sizeof uses, "%lld", cli_jnum(k, "uses"));
-			if (cli_jnum(k, "uses_left") < 0)
-				snprintf(left, sizeof left, "unlimited");
-			else
-				snprintf(left, sizeof left, "%lld", cli_jnum(k, "uses_left"));
-			fmt_time(cli_jnum(k, "expires_at"), exp, sizeof exp);
-			const char *row[] = {cli_jstr(k, "id"), cli_jstr(k, "state"), uses, left, exp,
-					     cli_jstr(k, "description")};
-			out_table_row(t, row);
-		}
-		out_table_print(t, stdout);
-		out_table_free(t);
-	}
-	json_decref(d);
-	return 0;
+	return cli_request(ctx, "token_ls", NULL, 0, NULL);
 }
 
 int cmd_token_revoke(struct cli_ctx *ctx, int argc, char **argv)
@@ -514,13 +268,5 @@ int cmd_token_revoke(struct cli_ctx *ctx, int argc, char **argv)
 		return cli_usage(ctx, "missing token ID (see 'sparkctl token ls')");
 	if (argc > 2)
 		return cli_usage(ctx, "unexpected argument '%s'", argv[2]);
-	json_t *d;
-	if (cli_call(ctx, "token_revoke", json_pack("{s:s}", "token_id", argv[1]), &d, 0))
-		return 1;
-	if (ctx->out == OUT_JSON)
-		cli_print_json(d);
-	else
-		printf("Token %s revoked.\n", cli_jstr(d, "id"));
-	json_decref(d);
-	return 0;
+	return cli_request(ctx, "token_revoke", json_pack("{s:s}", "token_id", argv[1]), 0, NULL);
 }

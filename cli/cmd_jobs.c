@@ -1,8 +1,9 @@
 /* Groups, jobs and exec (issue 6, docs/jobs.md): group create/ls/show/rm,
- * run, exec, job ls/show/logs/cancel. Requests that stream (run in the
- * foreground, logs, exec) read "stream" frames until the final result. */
+ * run, exec, job ls/show/logs/cancel: arguments and requests (the text
+ * writers of their answers are in print_jobs.c). Requests that stream (run in
+ * the foreground, logs, exec) read "stream" frames until the final result and
+ * print them as they come. */
 #include "cli.h"
-#include "output.h"
 
 #include "proto.h"
 #include "util.h"
@@ -13,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #define OPT_END CLI_OPT_END
@@ -239,22 +239,6 @@ static json_t *split_list(const char *s)
 	return arr;
 }
 
-static void join_names(json_t *arr, char *buf, size_t len)
-{
-	buf[0] = '\0';
-	size_t i;
-	json_t *v;
-	json_array_foreach(arr, i, v) {
-		size_t u = strlen(buf);
-		if (json_is_string(v))
-			snprintf(buf + u, len - u, "%s%s", i ? "," : "", json_string_value(v));
-		else
-			snprintf(buf + u, len - u, "%s%lld", i ? "," : "", (long long)json_integer_value(v));
-	}
-	if (!buf[0])
-		snprintf(buf, len, "-");
-}
-
 /* NAME may come before the flags: take argv[1] when it is not a flag and
  * shift it out, so that getopt sees the verb and then the flags. */
 static const char *leading_arg(int *argc, char ***argv)
@@ -283,35 +267,16 @@ static int trailing_arg(struct cli_ctx *ctx, int argc, char **argv, const char *
 	return 0;
 }
 
-/* `VERB ARG`: send {key: ARG} as a `type` request. 0 with *d (caller
- * decrefs), or the exit code (2 bad usage, 1 failed). */
-static int call_one_arg(struct cli_ctx *ctx, int argc, char **argv, const char *what,
-			const char *type, const char *key, unsigned timeout_ms, json_t **d)
+/* `VERB ARG`: send {key: ARG} as a `type` request and print the answer.
+ * The exit code (2 bad usage, 1 failed). */
+static int request_one_arg(struct cli_ctx *ctx, int argc, char **argv, const char *what,
+			   const char *type, const char *key, unsigned timeout_ms)
 {
 	if (argc < 2)
 		return cli_usage(ctx, "missing %s", what);
 	if (argc > 2)
 		return cli_usage(ctx, "unexpected argument '%s'", argv[2]);
-	return cli_call(ctx, type, json_pack("{s:s}", key, argv[1]), d, timeout_ms);
-}
-
-/* -o json: print d and release it; true when that was all there was to do. */
-static bool json_done(struct cli_ctx *ctx, json_t *d)
-{
-	if (ctx->out != OUT_JSON)
-		return false;
-	cli_print_json(d);
-	json_decref(d);
-	return true;
-}
-
-/* The end of a text answer: print its table, release the table and the reply. */
-static int table_done(out_table *t, json_t *d)
-{
-	out_table_print(t, stdout);
-	out_table_free(t);
-	json_decref(d);
-	return 0;
+	return cli_request(ctx, type, json_pack("{s:s}", key, argv[1]), timeout_ms, NULL);
 }
 
 void cli_add_caller_env(json_t *args)
@@ -361,18 +326,8 @@ int cmd_group_create(struct cli_ctx *ctx, int argc, char **argv)
 	else
 		json_object_set_new(args, "size", json_integer(size));
 	json_t *d;
-	if (cli_call(ctx, "group_create", args, &d, 0))
+	if (cli_request(ctx, "group_create", args, 0, &d))
 		return 1;
-	if (ctx->out == OUT_JSON) {
-		cli_print_json(d);
-	} else {
-		char names[512];
-		join_names(json_object_get(d, "nodes"), names, sizeof names);
-		printf("Group %s: %s (%s%s, ranks in this order).\n", cli_jstr(d, "name"), names, cli_jstr(d, "shape"),
-		       json_is_true(json_object_get(d, "shared")) ? ", shared" : "");
-		if (*cli_jstr(d, "note") && strcmp(cli_jstr(d, "note"), "-") != 0)
-			printf("Note: %s.\n", cli_jstr(d, "note"));
-	}
 	if (json_is_string(json_object_get(d, "warning")))
 		fprintf(stderr, "sparkctl: warning: %s; jobs on this group are refused until the cabling "
 				"validates (or run with --force)\n", cli_jstr(d, "warning"));
@@ -384,58 +339,12 @@ int cmd_group_ls(struct cli_ctx *ctx, int argc, char **argv)
 {
 	if (argc > 1)
 		return cli_usage(ctx, "unexpected argument '%s'", argv[1]);
-	json_t *d;
-	if (cli_call(ctx, "group_ls", NULL, &d, 0))
-		return 1;
-	if (json_done(ctx, d))
-		return 0;
-	static const char *const hdr[] = {"NAME", "NODES", "SHAPE", "SHARED", "JOBS", "MEMBERS"};
-	out_table *t = out_table_new(6, hdr);
-	size_t i;
-	json_t *g;
-	json_array_foreach(json_object_get(d, "groups"), i, g) {
-		char n[16], names[512], jobs[128];
-		snprintf(n, sizeof n, "%zu", json_array_size(json_object_get(g, "nodes")));
-		join_names(json_object_get(g, "nodes"), names, sizeof names);
-		join_names(json_object_get(g, "jobs"), jobs, sizeof jobs);
-		const char *row[] = {cli_jstr(g, "name"), n, cli_jstr(g, "shape"),
-				     json_is_true(json_object_get(g, "builtin"))  ? "built-in"
-				     : json_is_true(json_object_get(g, "shared")) ? "yes"
-										  : "no",
-				     jobs, names};
-		out_table_row(t, row);
-	}
-	return table_done(t, d);
+	return cli_request(ctx, "group_ls", NULL, 0, NULL);
 }
 
 int cmd_group_show(struct cli_ctx *ctx, int argc, char **argv)
 {
-	json_t *d;
-	int r = call_one_arg(ctx, argc, argv, "the group NAME", "group_show", "name", 0, &d);
-	if (r)
-		return r;
-	if (json_done(ctx, d))
-		return 0;
-	char jobs[256];
-	join_names(json_object_get(d, "jobs"), jobs, sizeof jobs);
-	printf("Group:    %s%s\n", cli_jstr(d, "name"),
-	       json_is_true(json_object_get(d, "builtin")) ? " (built-in: every node)" : "");
-	printf("Shape:    %s (cluster topology %s)%s\n", cli_jstr(d, "shape"), cli_jstr(d, "topology"),
-	       json_is_true(json_object_get(d, "shared")) ? ", shared" : "");
-	if (*cli_jstr(d, "note"))
-		printf("Note:     %s\n", cli_jstr(d, "note"));
-	printf("Jobs:     %s\n\n", jobs);
-	static const char *const hdr[] = {"INDEX", "NODE", "STATE", "ADDRESS"};
-	out_table *t = out_table_new(4, hdr);
-	size_t i;
-	json_t *m;
-	json_array_foreach(json_object_get(d, "members"), i, m) {
-		char idx[16];
-		snprintf(idx, sizeof idx, "%lld", cli_jnum(m, "index"));
-		const char *row[] = {idx, cli_jstr(m, "name"), cli_jstr(m, "state"), cli_jstr(m, "address")};
-		out_table_row(t, row);
-	}
-	return table_done(t, d);
+	return request_one_arg(ctx, argc, argv, "the group NAME", "group_show", "name", 0);
 }
 
 int cmd_group_rm(struct cli_ctx *ctx, int argc, char **argv)
@@ -452,20 +361,8 @@ int cmd_group_rm(struct cli_ctx *ctx, int argc, char **argv)
 	}
 	if ((rc = trailing_arg(ctx, argc, argv, "the group NAME", &name)))
 		return rc;
-	json_t *d;
-	if (cli_call(ctx, "group_rm", json_pack("{s:s, s:b}", "name", name, "force", force), &d, 0))
-		return 1;
-	if (ctx->out == OUT_JSON) {
-		cli_print_json(d);
-	} else {
-		char jobs[256];
-		join_names(json_object_get(d, "cancelled_jobs"), jobs, sizeof jobs);
-		printf("Group %s removed%s%s.\n", name,
-		       json_array_size(json_object_get(d, "cancelled_jobs")) ? "; cancelled job(s) " : "",
-		       json_array_size(json_object_get(d, "cancelled_jobs")) ? jobs : "");
-	}
-	json_decref(d);
-	return 0;
+	return cli_request(ctx, "group_rm", json_pack("{s:s, s:b}", "name", name, "force", force), 0,
+			   NULL);
 }
 
 /* ---- run ------------------------------------------------------------------------ */
@@ -515,15 +412,18 @@ static int run_job(struct cli_ctx *ctx, json_t *args, int only, struct linebuf *
 {
 	struct printer p = {.only = only, .capture = capture};
 	long long job_id = 0;
-	json_t *d = NULL;
+	json_t *d = NULL, *req = json_incref(args);
 	struct stream_opts so = {.on_event = on_job_event, .arg = &p, .ctrl_c_cancels = true,
 				 .job_id = &job_id};
 	int r = stream_call(ctx, "job_run", args, &d, &so);
 	printer_free(&p);
-	if (r)
+	if (r) {
+		json_decref(req);
 		return r;
-	if (ctx->out == OUT_JSON && only < 0 && !capture)
-		cli_print_json(d);
+	}
+	if (only < 0 && !capture) /* run's own answer; a bench prints its own */
+		cli_output(ctx, req, d, NULL);
+	json_decref(req);
 	say_job_end(d);
 	r = job_exit_code(d);
 	json_decref(d);
@@ -623,17 +523,8 @@ int cmd_run(struct cli_ctx *ctx, int argc, char **argv)
 	cli_add_caller_env(args);
 	if (getenv("LANG"))
 		json_object_set_new(args, "lang", json_string(getenv("LANG")));
-	json_t *d = NULL;
-	if (detach) {
-		if (cli_call(ctx, "job_run", args, &d, 60000))
-			return 1;
-		if (ctx->out == OUT_JSON)
-			cli_print_json(d);
-		else
-			printf("%lld\n", cli_jnum(d, "job_id"));
-		json_decref(d);
-		return 0;
-	}
+	if (detach)
+		return cli_request(ctx, "job_run", args, 60000, NULL);
 	return cli_run_foreground(ctx, args, -1);
 }
 
@@ -692,27 +583,6 @@ int cmd_exec(struct cli_ctx *ctx, int argc, char **argv)
 
 /* ---- job ------------------------------------------------------------------------ */
 
-static void fmt_ts(long long ts, char *buf, size_t len)
-{
-	if (ts <= 0) {
-		snprintf(buf, len, "-");
-		return;
-	}
-	time_t t = (time_t)ts;
-	struct tm tm;
-	gmtime_r(&t, &tm);
-	strftime(buf, len, "%Y-%m-%d %H:%M:%SZ", &tm);
-}
-
-static void fmt_exit(json_t *j, char *buf, size_t len)
-{
-	json_t *e = json_object_get(j, "exit_code");
-	if (json_is_integer(e))
-		snprintf(buf, len, "%lld", (long long)json_integer_value(e));
-	else
-		snprintf(buf, len, "-");
-}
-
 int cmd_job_ls(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const struct option lo[] = {{"running", no_argument, NULL, 'r'},
@@ -736,75 +606,13 @@ int cmd_job_ls(struct cli_ctx *ctx, int argc, char **argv)
 	}
 	if (optind < argc)
 		return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
-	json_t *d;
-	if (cli_call(ctx, "job_ls", json_pack("{s:b, s:i}", "running", running, "limit", (int)limit), &d,
-		     0))
-		return 1;
-	if (json_done(ctx, d))
-		return 0;
-	static const char *const hdr[] = {"ID",	   "NAME", "GROUP",    "USER",   "LAUNCHER",
-					  "RANKS", "STATE", "EXIT", "DURATION", "COMMAND"};
-	out_table *t = out_table_new(10, hdr);
-	size_t i;
-	json_t *j;
-	json_array_foreach(json_object_get(d, "jobs"), i, j) {
-		char id[24], ranks[16], ex[16], dur[24], cmd[64];
-		snprintf(id, sizeof id, "%lld", cli_jnum(j, "id"));
-		snprintf(ranks, sizeof ranks, "%lld", cli_jnum(j, "world_size"));
-		fmt_exit(j, ex, sizeof ex);
-		util_fmt_age(cli_jnum(j, "duration_s"), dur, sizeof dur);
-		snprintf(cmd, sizeof cmd, "%.60s", cli_jstr(j, "command"));
-		const char *row[] = {id, cli_jstr(j, "name"), cli_jstr(j, "group"), cli_jstr(j, "user"), cli_jstr(j, "launcher"),
-				     ranks, cli_jstr(j, "state"), ex, dur, cmd};
-		out_table_row(t, row);
-	}
-	return table_done(t, d);
+	return cli_request(ctx, "job_ls", json_pack("{s:b, s:i}", "running", running, "limit", (int)limit),
+			   0, NULL);
 }
 
 int cmd_job_show(struct cli_ctx *ctx, int argc, char **argv)
 {
-	json_t *d;
-	int r = call_one_arg(ctx, argc, argv, "the JOB (id or name)", "job_show", "job", 0, &d);
-	if (r)
-		return r;
-	if (json_done(ctx, d))
-		return 0;
-	char c[40], s[40], e[40], ex[16], env[1024];
-	fmt_ts(cli_jnum(d, "created_at"), c, sizeof c);
-	fmt_ts(cli_jnum(d, "started_at"), s, sizeof s);
-	fmt_ts(cli_jnum(d, "ended_at"), e, sizeof e);
-	fmt_exit(d, ex, sizeof ex);
-	join_names(json_object_get(d, "env"), env, sizeof env);
-	printf("Job:        %lld (%s)\n", cli_jnum(d, "id"), cli_jstr(d, "name"));
-	printf("User:       %s\n", cli_jstr(d, "user"));
-	printf("Group:      %s (%s, topology %s)\n", cli_jstr(d, "group"), cli_jstr(d, "shape"), cli_jstr(d, "topology"));
-	printf("Launcher:   %s, %lld rank(s), %lld per node\n", cli_jstr(d, "launcher"), cli_jnum(d, "world_size"),
-	       cli_jnum(d, "ranks_per_node"));
-	printf("Command:    %s\n", cli_jstr(d, "command"));
-	printf("State:      %s%s%s (exit %s)\n", cli_jstr(d, "state"), *cli_jstr(d, "reason") ? ": " : "",
-	       cli_jstr(d, "reason"), ex);
-	printf("Network:    %s, MASTER_ADDR %s:%lld\n", cli_jstr(d, "net"), cli_jstr(d, "master_addr"),
-	       cli_jnum(d, "master_port"));
-	if (*cli_jstr(d, "net_why") && strcmp(cli_jstr(d, "net_why"), "-") != 0)
-		printf("            (%s)\n", cli_jstr(d, "net_why"));
-	printf("Env:        %s\n", env);
-	printf("Created:    %s\nStarted:    %s\nEnded:      %s\n\n", c, s, e);
-	static const char *const hdr[] = {"RANK", "NODE", "LOCAL", "PID", "STATE", "EXIT", "SIGNAL"};
-	out_table *t = out_table_new(7, hdr);
-	size_t i;
-	json_t *rk;
-	json_array_foreach(json_object_get(d, "ranks"), i, rk) {
-		char rank[16], loc[16], pid[24], x[16], sig[16];
-		snprintf(rank, sizeof rank, "%lld", cli_jnum(rk, "rank"));
-		snprintf(loc, sizeof loc, "%lld", cli_jnum(rk, "local_rank"));
-		snprintf(pid, sizeof pid, "%lld", cli_jnum(rk, "pid"));
-		fmt_exit(rk, x, sizeof x);
-		snprintf(sig, sizeof sig, "%lld", cli_jnum(rk, "signal"));
-		const char *row[] = {rank, cli_jstr(rk, "node"), loc, pid, cli_jstr(rk, "state"), x,
-				     cli_jnum(rk, "signal") ? sig : "-"};
-		out_table_row(t, row);
-	}
-	return table_done(t, d);
+	return request_one_arg(ctx, argc, argv, "the JOB (id or name)", "job_show", "job", 0);
 }
 
 int cmd_job_logs(struct cli_ctx *ctx, int argc, char **argv)
@@ -845,17 +653,5 @@ int cmd_job_logs(struct cli_ctx *ctx, int argc, char **argv)
 
 int cmd_job_cancel(struct cli_ctx *ctx, int argc, char **argv)
 {
-	json_t *d;
-	int r = call_one_arg(ctx, argc, argv, "the JOB (id or name)", "job_cancel", "job", 30000, &d);
-	if (r)
-		return r;
-	if (ctx->out == OUT_JSON) {
-		cli_print_json(d);
-	} else if (json_is_string(json_object_get(d, "note"))) {
-		printf("Job %lld: %s (%s).\n", cli_jnum(d, "id"), cli_jstr(d, "note"), cli_jstr(d, "state"));
-	} else {
-		printf("Job %lld %s.\n", cli_jnum(d, "id"), cli_jstr(d, "state"));
-	}
-	json_decref(d);
-	return 0;
+	return request_one_arg(ctx, argc, argv, "the JOB (id or name)", "job_cancel", "job", 30000);
 }

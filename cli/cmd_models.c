@@ -1,10 +1,10 @@
 /* sparkctl fit / fit --catalog / plan decode: the model planner (models/).
  * Everything but --group works without a cluster: the shapes come from the
- * compiled-in catalog or a config.json, the arithmetic from models/. Output
- * writers (table, JSON) are apart from the logic that fills model_fit_t and
- * model_decode_row_t. JSON keys: docs/planner.md. */
+ * compiled-in catalog or a config.json, the arithmetic from models/. This
+ * file fills model_fit_t and model_decode_row_t and makes the JSON answers
+ * (keys: docs/planner.md); the text writers are in print_models.c. */
 #include "cli.h"
-#include "output.h"
+#include "print.h"
 
 #include "model.h"
 
@@ -262,33 +262,6 @@ static double gib(double b)
 	return b / GIB;
 }
 
-static void human_params(double p, char *buf, size_t len)
-{
-	if (p >= 1e12)
-		snprintf(buf, len, "%.2fT", p / 1e12);
-	else if (p >= 1e9)
-		snprintf(buf, len, "%.1fB", p / 1e9);
-	else
-		snprintf(buf, len, "%.0fM", p / 1e6);
-}
-
-static void human_tokens(int64_t t, char *buf, size_t len)
-{
-	if (t >= 1024 && t % 1024 == 0)
-		snprintf(buf, len, "%lldK", (long long)(t / 1024));
-	else
-		snprintf(buf, len, "%lld", (long long)t);
-}
-
-static const char *rule_text(const char *rule)
-{
-	if (strcmp(rule, "all") == 0)
-		return "every tensor at this type";
-	if (strcmp(rule, "experts") == 0)
-		return "only MoE experts at this type; attention, router, embeddings, LM head bf16";
-	return "block matrices at this type; embeddings, LM head, norms, routers bf16";
-}
-
 /* vLLM flags the fit implies: argv-style words into a JSON array. */
 static json_t *vllm_args(const model_fit_t *f)
 {
@@ -387,86 +360,6 @@ static json_t *fit_json(const model_shape_t *s, const model_params_t *p, const m
 	return o;
 }
 
-static void fit_table(const model_shape_t *s, const model_params_t *p, const model_fit_t *f,
-		      int fewest, const model_fit_t *ff)
-{
-	char tot[32], act[32], ctx[32];
-	human_params(p->total, tot, sizeof tot);
-	human_params(p->active, act, sizeof act);
-	if (!s->shape_known && !s->published_active)
-		snprintf(act, sizeof act, "unpublished");
-	printf("Model:    %s (%s%s, %s parameters, %s active per token)\n", s->display,
-	       s->shape_known ? s->arch : "announced", s->shape_known ? "" : ", shape not public",
-	       tot, act);
-	printf("Source:   %s\n", s->source);
-	printf("Storage:  %s, rule %s (%s); KV cache %s\n", f->dtype, f->rule, rule_text(f->rule),
-	       f->kv_dtype);
-	printf("Layout:   TP %d x PP %d on %d node%s\n", f->tp, f->pp, f->nodes, f->nodes > 1 ? "s" : "");
-	if (f->kv_known) {
-		printf("Context:  %lld tokens x batch %lld\n", (long long)f->context, (long long)f->batch);
-		char kvnote[160];
-		if (s->attn == MODEL_ATTN_MLA)
-			snprintf(kvnote, sizeof kvnote, "MLA latent %lld+%lld per layer, whole on every rank",
-				 (long long)s->kv_lora_rank, (long long)s->qk_rope);
-		else
-			snprintf(kvnote, sizeof kvnote, "%lld of %lld KV heads per rank%s",
-				 (long long)f->kv_heads_per_rank, (long long)s->kv_heads,
-				 f->kv_replicated ? ", copied: TP exceeds the KV heads" : "");
-		printf("KV:       %.1f KiB per token per node (%s)", f->kv_per_token_b / 1024, kvnote);
-		if (f->window)
-			printf("; %lld sliding layers hold at most %lld tokens", (long long)s->sliding_layers,
-			       (long long)f->window);
-		printf("\n");
-	} else {
-		printf("KV:       not estimated: the shape is not public (weights and overhead only)\n");
-	}
-	printf("\n");
-	static const char *const hdr[] = {"PER NODE", "GIB"};
-	out_table *t = out_table_new(2, hdr);
-	char b[6][32];
-	const char *rows[][2] = {
-	    {"weights", out_fmt(b[0], 32, "%.1f", gib(f->weights_b))},
-	    {"kv cache", out_fmt(b[1], 32, "%.1f", gib(f->kv_b))},
-	    {"overhead", out_fmt(b[2], 32, "%.1f", gib(f->overhead_b))},
-	    {"total", out_fmt(b[3], 32, "%.1f", gib(f->weights_b + f->kv_b + f->overhead_b))},
-	    {"usable", out_fmt(b[4], 32, "%.1f", f->usable_gib)},
-	    {"left", out_fmt(b[5], 32, "%.1f", gib(f->left_b))},
-	};
-	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
-		out_table_row(t, rows[i]);
-	out_table_print(t, stdout);
-	out_table_free(t);
-	printf("\n");
-	if (f->fits)
-		printf("Verdict:  FITS on %d node%s", f->nodes, f->nodes > 1 ? "s" : "");
-	else
-		printf("Verdict:  DOES NOT FIT on %d node%s: %s", f->nodes, f->nodes > 1 ? "s" : "", f->why);
-	if (f->kv_known && f->max_context > 0) {
-		human_tokens(f->max_context, ctx, sizeof ctx);
-		printf("; the largest context at batch %lld is %s%s", (long long)f->batch, ctx,
-		       f->max_context_capped ? " (the model's maximum)" : "");
-	}
-	printf("\n");
-	if (fewest)
-		printf("Fewest:   %d node%s (TP %d x PP %d) at this type, context and batch\n", fewest,
-		       fewest > 1 ? "s" : "", ff->tp, ff->pp);
-	else
-		printf("Fewest:   none of 1..%d nodes at this type, context and batch\n", MODEL_MAX_NODES);
-	if (f->fits) {
-		json_t *a = vllm_args(f);
-		size_t i;
-		json_t *w;
-		printf("vLLM:     vllm serve MODEL");
-		json_array_foreach(a, i, w)
-			printf(" %s", json_string_value(w));
-		printf("\n");
-		if (f->kv_known)
-			printf("          (or pin the KV budget: --kv-cache-memory-bytes %lld)\n",
-			       kv_cache_bytes(f));
-		json_decref(a);
-	}
-}
-
 static model_fit_opts_t fit_opts(const struct plan_args *a, int nodes)
 {
 	model_fit_opts_t o = {.tp = a->tp, .pp = a->pp, .nodes = nodes, .dtype = a->dtype,
@@ -497,11 +390,6 @@ static int fit_catalog(struct cli_ctx *ctx, const struct plan_args *a, const mod
 		nl = 1;
 	}
 	json_t *out = json_array();
-	out_table *t = NULL;
-	static const char *const hdr[] = {"MODEL", "PARAMS", "ACTIVE", "KV/TOKEN", "BF16", "FP8",
-					  "NVFP4", "NATIVE"};
-	if (ctx->out == OUT_TABLE)
-		t = out_table_new(8, hdr);
 	for (size_t i = 0; i < cat->n; i++) {
 		const model_shape_t *s = &cat->shapes[i];
 		model_params_t p;
@@ -510,11 +398,9 @@ static int fit_catalog(struct cli_ctx *ctx, const struct plan_args *a, const mod
 					s->display, "status", s->status, "total", p.total, "active",
 					p.active);
 		json_t *per = json_object();
-		char cells[4][48], tot[32], act[32], kvb[32] = "-";
 		if (s->shape_known) {
 			double full, win;
 			model_kv_per_token(s, 1, s->layers, 2, &full, &win);
-			snprintf(kvb, sizeof kvb, "%.1f KiB", (full + win) / 1024);
 			json_object_set_new(row, "kv_bytes_per_token", json_real(full + win));
 		}
 		for (int k = 0; k < 4; k++) {
@@ -534,18 +420,7 @@ static int fit_catalog(struct cli_ctx *ctx, const struct plan_args *a, const mod
 				}
 			}
 			const char *key = k < 3 ? dt : "native";
-			snprintf(cells[k], sizeof cells[k], "-");
 			if (found) {
-				char c[32];
-				human_tokens(best.max_context, c, sizeof c);
-				if (best.kv_known)
-					snprintf(cells[k], sizeof cells[k], "%d (%s%s)", found, c,
-						 best.max_context_capped ? " max" : "");
-				else
-					snprintf(cells[k], sizeof cells[k], "%d (weights)", found);
-				if (k == 3)
-					snprintf(cells[k] + strlen(cells[k]), sizeof cells[k] - strlen(cells[k]),
-						 " %s", best.dtype);
 				json_object_set_new(per, key,
 						    json_pack("{s:i, s:i, s:i, s:s, s:o, s:b}", "nodes", found,
 							      "tp", best.tp, "pp", best.pp, "dtype", best.dtype,
@@ -557,45 +432,17 @@ static int fit_catalog(struct cli_ctx *ctx, const struct plan_args *a, const mod
 		}
 		json_object_set_new(row, "fewest_nodes", per);
 		json_array_append_new(out, row);
-		if (t) {
-			human_params(p.total, tot, sizeof tot);
-			human_params(p.active, act, sizeof act);
-			if (!s->shape_known && !s->published_active)
-				snprintf(act, sizeof act, "-");
-			char name[112];
-			snprintf(name, sizeof name, "%s%s", s->display,
-				 strcmp(s->status, "announced") == 0 ? " (announced)" : "");
-			const char *r[] = {name, tot, act, kvb, cells[0], cells[1], cells[2], cells[3]};
-			out_table_row(t, r);
-		}
 	}
-	if (t) {
-		char ctxs[32];
-		human_tokens(a->context ? a->context : MODEL_DEFAULT_CONTEXT, ctxs, sizeof ctxs);
-		printf("Fewest nodes (of");
-		for (int j = 0; j < nl; j++)
-			printf("%s%d", j ? "," : " ", list[j]);
-		printf(") per storage type, at %s tokens x batch %lld, %.0f GiB usable per node%s%s\n"
-		       "cells: nodes (largest context at batch %lld on that many nodes)\n\n",
-		       a->context ? ctxs : "32K (or the model's maximum)", a->batch ? a->batch : 1,
-		       a->usable_gib, a->group ? ", group " : "", a->group ? a->group : "",
-		       a->batch ? a->batch : 1);
-		out_table_print(t, stdout);
-		out_table_free(t);
-		printf("\nKV/TOKEN: bf16 KV cache of one token over the whole model. '-': does not fit\n"
-		       "on the listed node counts. NATIVE: the published weights' own type.\n");
-	} else {
-		json_t *o = json_pack("{s:o, s:I, s:I, s:f, s:o}", "nodes", json_array(), "context",
-				      (json_int_t)(a->context ? a->context : MODEL_DEFAULT_CONTEXT),
-				      "batch", (json_int_t)(a->batch ? a->batch : 1), "usable_gib",
-				      a->usable_gib, "models", out);
-		for (int j = 0; j < nl; j++)
-			json_array_append_new(json_object_get(o, "nodes"), json_integer(list[j]));
-		cli_print_json(o);
-		json_decref(o);
-		return 0;
-	}
-	json_decref(out);
+	json_t *o = json_pack("{s:o, s:I, s:I, s:f, s:o}", "nodes", json_array(), "context",
+			      (json_int_t)(a->context ? a->context : MODEL_DEFAULT_CONTEXT),
+			      "batch", (json_int_t)(a->batch ? a->batch : 1), "usable_gib",
+			      a->usable_gib, "models", out);
+	for (int j = 0; j < nl; j++)
+		json_array_append_new(json_object_get(o, "nodes"), json_integer(list[j]));
+	struct cli_fit_view view = {.catalog = true, .cat = cat, .context = a->context,
+				    .group = a->group};
+	cli_output(ctx, NULL, o, &view);
+	json_decref(o);
 	return 0;
 }
 
@@ -646,13 +493,11 @@ int cmd_fit(struct cli_ctx *ctx, int argc, char **argv)
 	int fewest = model_fewest_nodes(&s, &o, MODEL_MAX_NODES, &ff);
 	model_params_t p;
 	model_params(&s, &p);
-	if (ctx->out == OUT_JSON) {
-		json_t *j = fit_json(&s, &p, &f, fewest, &ff);
-		cli_print_json(j);
-		json_decref(j);
-	} else {
-		fit_table(&s, &p, &f, fewest, &ff);
-	}
+	json_t *j = fit_json(&s, &p, &f, fewest, &ff);
+	struct cli_fit_view view = {.shape = &s, .params = &p, .fit = &f, .fewest = fewest,
+				    .fewest_fit = &ff};
+	cli_output(ctx, NULL, j, &view);
+	json_decref(j);
 	if (!f.fits) {
 		if (fewest)
 			return cli_fail("%s does not fit on %d node%s; it fits on %d (--nodes %d)",
@@ -665,53 +510,6 @@ int cmd_fit(struct cli_ctx *ctx, int argc, char **argv)
 }
 
 /* ---- plan decode --------------------------------------------------------- */
-
-static void decode_table(const model_shape_t *s, const model_decode_opts_t *o,
-			 const model_calib_t *c, const model_decode_row_t *rows, int n,
-			 const char *eff_note)
-{
-	printf("Model:    %s, %s weights, batch 1, %lld tokens of context\n", s->display,
-	       o->dtype ? o->dtype : s->native_dtype, (long long)o->context);
-	printf("Network:  %s, all-reduce %s; %s\n", o->topo == MODEL_TOPO_RING ? "ring" : "switch",
-	       model_algo_name(o->algo), c->source);
-	printf("Compute:  %.1f GB/s x %.2f efficiency per rank%s\n\n", c->mem_gbs, c->efficiency,
-	       eff_note);
-	static const char *const hdr[] = {"NODES", "TOK/S", "SPEED-UP", "MS/TOKEN", "COMPUTE",
-					  "COMM",  "FIXED", "ALGO",     "ALLREDUCE US", "GB/RANK"};
-	out_table *t = out_table_new(10, hdr);
-	for (int i = 0; i < n; i++) {
-		const model_decode_row_t *r = &rows[i];
-		char b[10][32];
-		if (!r->possible)
-			continue;
-		const char *row[] = {
-		    out_fmt(b[0], 32, "%d", r->tp),
-		    out_fmt(b[1], 32, "%.1f", r->tok_s),
-		    out_fmt(b[2], 32, "%.2fx", r->speedup),
-		    out_fmt(b[3], 32, "%.2f", r->token_s * 1e3),
-		    out_fmt(b[4], 32, "%.2f", r->compute_s * 1e3),
-		    out_fmt(b[5], 32, "%.2f", r->comm_s * 1e3),
-		    out_fmt(b[6], 32, "%.2f", r->fixed_s * 1e3),
-		    model_algo_name(r->algo),
-		    r->tp > 1 ? out_fmt(b[8], 32, "%.1f", r->allreduce_s * 1e6) : "-",
-		    out_fmt(b[9], 32, "%.2f", r->bytes_per_rank / 1e9),
-		};
-		out_table_row(t, row);
-	}
-	out_table_print(t, stdout);
-	out_table_free(t);
-	const model_decode_row_t *last = NULL;
-	for (int i = n - 1; i >= 0 && !last; i--)
-		if (rows[i].possible)
-			last = &rows[i];
-	if (last && last->tp > 1)
-		printf("\nAt %d nodes a token is %.0f%% compute, %.0f%% communication (%d all-reduces "
-		       "of %.0f B, %.1f us each), %.0f%% fixed.\n",
-		       last->tp, 100 * last->compute_s / last->token_s, 100 * last->comm_s / last->token_s,
-		       last->allreduces, last->allreduce_bytes, last->allreduce_s * 1e6,
-		       100 * last->fixed_s / last->token_s);
-	printf("Times in ms per token; node counts whose TP does not split the heads are left out.\n");
-}
 
 static json_t *decode_json(const model_shape_t *s, const model_decode_opts_t *o,
 			   const model_calib_t *c, const model_decode_row_t *rows, int n)
@@ -815,13 +613,11 @@ int cmd_plan_decode(struct cli_ctx *ctx, int argc, char **argv)
 		free(rows);
 		return cli_usage(ctx, "%s", err);
 	}
-	if (ctx->out == OUT_JSON) {
-		json_t *j = decode_json(&s, &o, &c, rows, o.nodes);
-		cli_print_json(j);
-		json_decref(j);
-	} else {
-		decode_table(&s, &o, &c, rows, o.nodes, note);
-	}
+	json_t *j = decode_json(&s, &o, &c, rows, o.nodes);
+	struct cli_plan_decode_view view = {.shape = &s, .opts = &o, .calib = &c, .rows = rows,
+					    .n = o.nodes, .eff_note = note};
+	cli_output(ctx, NULL, j, &view);
+	json_decref(j);
 	free(rows);
 	return 0;
 }

@@ -4,6 +4,7 @@
  * table (or JSON) at the end, one "sparkctl: HOST: ..." line per failed host. */
 #include "cli.h"
 #include "output.h"
+#include "print.h"
 #include "prov.h"
 
 #include "spark_config.h"
@@ -125,15 +126,6 @@ static void ui_close_line(struct ui *u)
 	}
 }
 
-static void fmt_ms(uint64_t ms, char *buf, size_t len)
-{
-	if (ms < 60000)
-		snprintf(buf, len, "%.1fs", (double)ms / 1000.0);
-	else
-		snprintf(buf, len, "%llum%02llus", (unsigned long long)(ms / 60000),
-			 (unsigned long long)(ms / 1000 % 60));
-}
-
 static void on_event(void *arg, const struct prov_event *ev)
 {
 	struct ui *u = arg;
@@ -167,7 +159,7 @@ static void on_event(void *arg, const struct prov_event *ev)
 			ui_close_line(u);
 		}
 		char t[32];
-		fmt_ms(ev->res->ms, t, sizeof t);
+		out_fmt_ms(ev->res->ms, t, sizeof t);
 		fprintf(u->f, "%-*s  %-8s %-12s %6s  %s\n", u->hostw, ev->host, prov_step_name(ev->step),
 			prov_status_name(ev->res->status), t, ev->res->detail);
 		break;
@@ -177,35 +169,6 @@ static void on_event(void *arg, const struct prov_event *ev)
 }
 
 /* ---- results ---------------------------------------------------------------------- */
-
-static const char *host_result(const struct prov_result *r, bool dry)
-{
-	if (r->failed)
-		return "failed";
-	if (dry) {
-		for (int s = 0; s < PROV_NSTEPS; s++)
-			if (r->steps[s].status == PROV_PLANNED)
-				return "would change";
-		return "unchanged";
-	}
-	return r->changed ? "provisioned" : "unchanged";
-}
-
-static void print_table(const struct prov_result *res, size_t n, bool dry)
-{
-	static const char *const hdr[] = {"HOST", "RESULT", "STEPS DONE", "TIME", "ERROR"};
-	out_table *t = out_table_new(5, hdr);
-	for (size_t i = 0; i < n; i++) {
-		char steps[32], tm[32];
-		snprintf(steps, sizeof steps, "%d/%d", res[i].steps_done, PROV_NSTEPS);
-		fmt_ms(res[i].ms, tm, sizeof tm);
-		const char *row[] = {res[i].host, host_result(&res[i], dry), steps, tm,
-				     res[i].failed ? res[i].error : NULL};
-		out_table_row(t, row);
-	}
-	out_table_print(t, stdout);
-	out_table_free(t);
-}
 
 static json_t *results_json(const struct prov_opts *o, const struct prov_result *res, size_t n,
 			    int failed)
@@ -221,7 +184,7 @@ static json_t *results_json(const struct prov_opts *o, const struct prov_result 
 						 (json_int_t)res[i].steps[s].ms));
 		json_t *h = json_pack("{s:s, s:s, s:s, s:i, s:i, s:I, s:o, s:o}", "host", res[i].host,
 				      "node", res[i].node, "result",
-				      host_result(&res[i], o->dry_run), "steps_done",
+				      cli_prov_host_result(&res[i], o->dry_run), "steps_done",
 				      res[i].steps_done, "steps_total", PROV_NSTEPS, "time_ms",
 				      (json_int_t)res[i].ms, "error",
 				      res[i].failed ? json_string(res[i].error) : json_null(),
@@ -439,13 +402,7 @@ int cmd_provision(struct cli_ctx *ctx, int argc, char **argv)
 	o.interactive = isatty(STDIN_FILENO);
 
 	struct ui u = {.open_host = -1};
-	if (ctx->out == OUT_JSON) {
-		u.f = isatty(STDERR_FILENO) ? stderr : NULL;
-		u.tty = u.f != NULL;
-	} else {
-		u.f = stdout;
-		u.tty = ctx->tty;
-	}
+	u.f = cli_steps_file(ctx, &u.tty);
 	for (size_t i = 0; i < n; i++) {
 		int l = (int)strlen(argv[optind + i]);
 		if (l > u.hostw)
@@ -468,15 +425,10 @@ int cmd_provision(struct cli_ctx *ctx, int argc, char **argv)
 		fflush(u.f);
 	}
 
-	if (ctx->out == OUT_JSON) {
-		json_t *j = results_json(&o, res, n, failed);
-		cli_print_json(j);
-		json_decref(j);
-	} else {
-		if (u.f)
-			fputc('\n', stdout);
-		print_table(res, n, o.dry_run);
-	}
+	json_t *j = results_json(&o, res, n, failed);
+	struct cli_provision_view view = {.res = res, .n = n, .dry_run = o.dry_run};
+	cli_output(ctx, NULL, j, &view);
+	json_decref(j);
 	fflush(stdout);
 	for (size_t i = 0; i < n; i++)
 		if (res[i].failed)

@@ -1,6 +1,7 @@
-/* sparkctl sim up|down|ls|exec|fault: the simulated cluster (sim/sim.h). */
+/* sparkctl sim up|down|ls|exec|fault: the simulated cluster (sim/sim.h);
+ * the text writers of up and ls are in print_sim.c. */
 #include "cli.h"
-#include "output.h"
+#include "print.h"
 #include "sim.h"
 
 #include <errno.h>
@@ -94,30 +95,14 @@ int cmd_sim_up(struct cli_ctx *ctx, int argc, char **argv)
 	sigprocmask(SIG_SETMASK, &old, NULL);
 	if (r < 0)
 		return sim_fail(ctx, r, err);
-	if (ctx->out == OUT_JSON) {
-		json_t *j = NULL;
-		if (sim_describe(prefix, &j, err, sizeof err) == 0) {
-			cli_print_json(j);
-			json_decref(j);
-		}
-		return 0;
-	}
-	int total = o.nodes + o.bare;
-	if (o.bare == 0)
-		printf("sim %s is up: %d nodes, %s, %s\n", prefix, total, sim_topo_name(o.topo),
-		       o.no_agents ? "no agents" : "a sparkd on each node");
-	else if (o.bare == 1)
-		printf("sim %s is up: %d nodes, %s, %s; %s-%d is bare (no sparkd)\n", prefix, total,
-		       sim_topo_name(o.topo), o.no_agents ? "no agents" : "a sparkd on the others",
-		       prefix, total);
-	else
-		printf("sim %s is up: %d nodes, %s, %s; %s-%d to %s-%d are bare (no sparkd)\n",
-		       prefix, total, sim_topo_name(o.topo),
-		       o.no_agents ? "no agents" : "a sparkd on the others", prefix, o.nodes + 1,
-		       prefix, total);
-	printf("Next: sparkctl sim ls --name %s; sparkctl sim exec %s-1 -- sparkctl status; "
-	       "sparkctl sim down --name %s\n",
-	       prefix, prefix, prefix);
+	/* -o json: the sim's description (nothing when it cannot be read back) */
+	json_t *j = NULL;
+	if (sim_describe(prefix, &j, err, sizeof err) < 0)
+		j = NULL;
+	struct cli_sim_up_view view = {.prefix = prefix, .topology = sim_topo_name(o.topo),
+				       .nodes = o.nodes, .bare = o.bare, .no_agents = o.no_agents};
+	cli_output(ctx, NULL, j, &view);
+	json_decref(j);
 	return 0;
 }
 
@@ -194,33 +179,6 @@ int cmd_sim_down(struct cli_ctx *ctx, int argc, char **argv)
 	return rc;
 }
 
-static void ls_links(const json_t *d, out_table *t)
-{
-	size_t i;
-	json_t *l;
-	json_array_foreach(json_object_get(d, "links"), i, l) {
-		char a[96], b[96], mtu[32], delay[32];
-		const json_t *ea = json_object_get(l, "a"), *eb = json_object_get(l, "b");
-		out_fmt(a, sizeof a, "%s:%s", json_string_value(json_object_get(ea, "namespace")),
-			json_string_value(json_object_get(ea, "ifname")));
-		out_fmt(b, sizeof b, "%s:%s", json_string_value(json_object_get(eb, "namespace")),
-			json_string_value(json_object_get(eb, "ifname")));
-		long long ma = json_integer_value(json_object_get(ea, "mtu"));
-		long long mb = json_integer_value(json_object_get(eb, "mtu"));
-		if (ma == mb)
-			out_fmt(mtu, sizeof mtu, "%lld", ma);
-		else
-			out_fmt(mtu, sizeof mtu, "%lld/%lld", ma, mb);
-		long long da = json_integer_value(json_object_get(ea, "delay_ms"));
-		long long db = json_integer_value(json_object_get(eb, "delay_ms"));
-		out_fmt(delay, sizeof delay, "%lld/%lld", da, db);
-		const char *cells[] = {a, b, json_string_value(json_object_get(l, "kind")),
-				       json_string_value(json_object_get(l, "state")), mtu,
-				       da || db ? delay : NULL};
-		out_table_row(t, cells);
-	}
-}
-
 int cmd_sim_ls(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const struct option opts[] = {{"name", required_argument, NULL, 'N'},
@@ -284,35 +242,8 @@ int cmd_sim_ls(struct cli_ctx *ctx, int argc, char **argv)
 		json_decref(descs);
 		return rc;
 	}
-	if (ctx->out == OUT_JSON) {
-		cli_print_json(links ? descs : rows);
-	} else if (json_array_size(descs) == 0) {
-		fprintf(stderr, "no sim is running; start one with 'sparkctl sim up --nodes 4 --topology ring'\n");
-	} else if (links) {
-		static const char *const hdr[] = {"END A", "END B", "KIND", "STATE", "MTU", "DELAY MS"};
-		out_table *t = out_table_new(6, hdr);
-		json_array_foreach(descs, i, v)
-			ls_links(v, t);
-		out_table_print(t, stdout);
-		out_table_free(t);
-	} else {
-		static const char *const hdr[] = {"NODE", "NAMESPACE", "AGENT PID", "AGENT", "ADDRESS"};
-		out_table *t = out_table_new(5, hdr);
-		json_array_foreach(rows, i, v) {
-			char pid[32];
-			json_t *p = json_object_get(v, "agent_pid");
-			const char *cells[] = {json_string_value(json_object_get(v, "name")),
-					       json_string_value(json_object_get(v, "namespace")),
-					       json_is_integer(p) ? out_fmt(pid, sizeof pid, "%lld",
-									    json_integer_value(p))
-								  : NULL,
-					       json_string_value(json_object_get(v, "state")),
-					       json_string_value(json_object_get(v, "address"))};
-			out_table_row(t, cells);
-		}
-		out_table_print(t, stdout);
-		out_table_free(t);
-	}
+	struct cli_sim_ls_view view = {.links = links, .descs = descs};
+	cli_output(ctx, NULL, links ? descs : rows, &view);
 	json_decref(rows);
 	json_decref(descs);
 	return 0;

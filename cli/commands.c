@@ -1,6 +1,8 @@
-/* The command table: every sparkctl command, its handler and its help.
- * Handlers live in cmd_<area>.c. Keep groups together; order is help order. */
+/* The command table: every sparkctl command, its handler, the text writer of
+ * its answer and its help. Handlers live in cmd_<area>.c, writers in
+ * print_<area>.c (print.h). Keep groups together; order is help order. */
 #include "cli.h"
+#include "print.h"
 
 #include <stddef.h>
 
@@ -50,37 +52,37 @@ int cmd_plan_decode(struct cli_ctx *, int, char **);
 /* @@extern-decls: areas add their handler declarations above this line */
 
 const struct cli_cmd cli_commands[] = {
-	{NULL, "init", cmd_init, "init [--name CLUSTER] [--advertise ADDR[:PORT]] [--ttl D]",
+	{NULL, "init", cmd_init, cli_text_init, "init [--name CLUSTER] [--advertise ADDR[:PORT]] [--ttl D]",
 	 "make the local sparkd the head of a new cluster and print the join command",
 	 "  --name CLUSTER        cluster name (default: spark)\n"
 	 "  --advertise ADDR:PORT address workers use to reach this head (default: the listen address)\n"
 	 "  --ttl D               lifetime of the first join token (default 24h, at most 3650d)\n"},
-	{NULL, "join", cmd_join, "join HEAD[:PORT] --token TOKEN [--name NODE]",
+	{NULL, "join", cmd_join, cli_text_join, "join HEAD[:PORT] --token TOKEN [--name NODE]",
 	 "join the local sparkd to the cluster whose head is HEAD",
 	 "  --token TOKEN   the token printed by 'sparkctl init' or 'sparkctl token create'\n"
 	 "  --name NODE     this node's name in the cluster (default: the host name)\n"},
-	{NULL, "leave", cmd_leave, "leave", "leave the cluster (a worker); its certificate is revoked",
+	{NULL, "leave", cmd_leave, cli_text_leave, "leave", "leave the cluster (a worker); its certificate is revoked",
 	 NULL},
-	{NULL, "status", cmd_status, "status [-o table|json]",
+	{NULL, "status", cmd_status, cli_text_status, "status [-o table|json]",
 	 "the cluster, its head and every node with its state", NULL},
-	{NULL, "version", cmd_version, "version [-o table|json]",
+	{NULL, "version", cmd_version, cli_text_version, "version [-o table|json]",
 	 "versions of sparkctl and of the local sparkd", NULL},
-	{"node", "ls", cmd_node_ls, "node ls [-o table|json]", "list the cluster's nodes", NULL},
-	{"node", "show", cmd_node_show, "node show NODE [-o table|json]", "one node in detail", NULL},
-	{"node", "drain", cmd_node_drain, "node drain NODE", "take a node out of scheduling", NULL},
-	{"node", "undrain", cmd_node_undrain, "node undrain NODE", "put a drained node back",
+	{"node", "ls", cmd_node_ls, cli_text_node_ls, "node ls [-o table|json]", "list the cluster's nodes", NULL},
+	{"node", "show", cmd_node_show, cli_text_node_show, "node show NODE [-o table|json]", "one node in detail", NULL},
+	{"node", "drain", cmd_node_drain, cli_text_node_drain, "node drain NODE", "take a node out of scheduling", NULL},
+	{"node", "undrain", cmd_node_undrain, cli_text_node_undrain, "node undrain NODE", "put a drained node back",
 	 NULL},
-	{"node", "rm", cmd_node_rm, "node rm NODE",
+	{"node", "rm", cmd_node_rm, cli_text_node_rm, "node rm NODE",
 	 "remove a node from the cluster and revoke its certificate", NULL},
-	{"token", "create", cmd_token_create, "token create [--ttl D] [--uses N] [--description TEXT]",
+	{"token", "create", cmd_token_create, cli_text_token_create, "token create [--ttl D] [--uses N] [--description TEXT]",
 	 "make a join token and print the join command",
 	 "  --ttl D        lifetime: 30m, 24h, 7d (at most 3650d), or 0 for no expiry (default 24h)\n"
 	 "  --uses N       how many joins it allows (default: unlimited)\n"
 	 "  --description  a note shown by 'token ls'\n"},
-	{"token", "ls", cmd_token_ls, "token ls [-o table|json]", "list join tokens (never their secrets)",
+	{"token", "ls", cmd_token_ls, cli_text_token_ls, "token ls [-o table|json]", "list join tokens (never their secrets)",
 	 NULL},
-	{"token", "revoke", cmd_token_revoke, "token revoke ID", "revoke a join token", NULL},
-	{"sim", "up", cmd_sim_up,
+	{"token", "revoke", cmd_token_revoke, cli_text_token_revoke, "token revoke ID", "revoke a join token", NULL},
+	{"sim", "up", cmd_sim_up, cli_text_sim_up,
 	 "sim up [--nodes N] [--topology pair|ring|switch] [--name PREFIX] [OPTIONS]",
 	 "start a simulated cluster: one network namespace and one sparkd per node",
 	 "  --nodes N          2 to 8 (default 4)\n"
@@ -94,21 +96,21 @@ const struct cli_cmd cli_commands[] = {
 	 "  --bare K           K more nodes (PREFIX-N+1..N+K), wired like the others, without\n"
 	 "                     sparkd: fresh machines to provision ('sim fault start' adds one)\n"
 	 "Needs root. sparkd is found by env SPARKD, next to sparkctl, in ../agent/, or on PATH.\n"},
-	{"sim", "down", cmd_sim_down, "sim down [--name PREFIX | --all] [--root DIR]",
+	{"sim", "down", cmd_sim_down, NULL, "sim down [--name PREFIX | --all] [--root DIR]",
 	 "remove a simulated cluster: processes, namespaces, bridges, dirs (safe to repeat)",
 	 "  --name PREFIX   the sim to remove (default: spark)\n"
 	 "  --all           remove every sim registered under /run/sparkctl-sim\n"
 	 "  --root DIR      its root, if it was made with --root and lost its registration\n"},
-	{"sim", "ls", cmd_sim_ls, "sim ls [--name PREFIX] [--links] [-o table|json]",
+	{"sim", "ls", cmd_sim_ls, cli_text_sim_ls, "sim ls [--name PREFIX] [--links] [-o table|json]",
 	 "list simulated nodes (namespace, agent pid and state, management address)",
 	 "  --name PREFIX   only this sim (default: every sim)\n"
 	 "  --links         list the cabling instead: veth ends, kind, state, MTU, delay\n"},
-	{"sim", "exec", cmd_sim_exec, "sim exec NODE [--name PREFIX] -- CMD [ARGS...]",
+	{"sim", "exec", cmd_sim_exec, NULL, "sim exec NODE [--name PREFIX] -- CMD [ARGS...]",
 	 "run CMD inside a simulated node, talking to that node's sparkd",
 	 "  NODE            PREFIX-K (e.g. spark-2), K with --name, or PREFIX-mgmt / PREFIX-switch\n"
 	 "CMD runs in the node's network namespace with its own /sys and SPARKCTL_SOCKET set;\n"
 	 "the exit code is CMD's.\n"},
-	{"sim", "fault", cmd_sim_fault,
+	{"sim", "fault", cmd_sim_fault, NULL,
 	 "sim fault cut|restore|mtu|swap|delay|kill|start|down|up TARGET [VALUE] [--name PREFIX]",
 	 "inject a fault into a simulated cluster",
 	 "  cut NODE:PORT | NODE:IFNAME, restore (same)\n"
@@ -124,14 +126,14 @@ const struct cli_cmd cli_commands[] = {
 	 "  delay           add MS of latency to frames leaving IFNAME (netem); 0 removes it\n"
 	 "  kill/start      stop or start the node's sparkd\n"
 	 "  --name PREFIX   sim of bare node numbers (default: spark)\n"},
-	{NULL, "discover", cmd_discover, "discover [--sysfs-root DIR] [--config FILE] [--mtu N] [-o table|json]",
+	{NULL, "discover", cmd_discover, cli_text_discover, "discover [--sysfs-root DIR] [--config FILE] [--mtu N] [-o table|json]",
 	 "this machine's fabric ports, twins, RDMA devices and health findings (no sparkd needed)",
 	 "  --sysfs-root DIR  read a copy of /sys there instead of this machine (netlink and verbs off)\n"
 	 "  --config FILE     fabric.interfaces / fabric.ports / fabric.mtu from FILE (default\n"
 	 "                    /etc/sparkctl/sparkd.yaml, if present)\n"
 	 "  --mtu N           the cluster's MTU: report fabric netdevs with another (fabric.mtu)\n"
 	 "Exit 0 even when there are findings; 1 when discovery cannot run.\n"},
-	{NULL, "provision", cmd_provision,
+	{NULL, "provision", cmd_provision, cli_text_provision,
 	 "provision HOST... [--user U] [--port P] [--identity FILE] [--accept-new-host-key]\n"
 	 "         [--known-hosts FILE] [--dry-run] [--prefix DIR] [--parallel N] [--head ADDR:PORT]\n"
 	 "         [--package DIR]",
@@ -154,7 +156,7 @@ const struct cli_cmd cli_commands[] = {
 	 "Steps: check, upload, install, netplan, start, token, join; each says changed, unchanged\n"
 	 "or skipped, so a second run changes nothing. A failed host gets this run's steps undone.\n"
 	 "Exit 1 if any host failed. See docs/provision.md.\n"},
-	{"group", "create", cmd_group_create,
+	{"group", "create", cmd_group_create, cli_text_group_create,
 	 "group create NAME (--nodes A,B,C | --size N) [--shared] [-o table|json]",
 	 "make a group of nodes for jobs (one model per group, training beside serving...)",
 	 "  --nodes A,B,C   these nodes (on a ring, ranks follow ring order)\n"
@@ -163,14 +165,14 @@ const struct cli_cmd cli_commands[] = {
 	 "  --shared        the nodes may also be in other shared groups\n"
 	 "A node is in at most one group unless every group holding it is shared.\n"
 	 "'all' is a built-in group of every node. See docs/jobs.md.\n"},
-	{"group", "ls", cmd_group_ls, "group ls [-o table|json]", "list groups and their running jobs",
+	{"group", "ls", cmd_group_ls, cli_text_group_ls, "group ls [-o table|json]", "list groups and their running jobs",
 	 NULL},
-	{"group", "show", cmd_group_show, "group show NAME [-o table|json]",
+	{"group", "show", cmd_group_show, cli_text_group_show, "group show NAME [-o table|json]",
 	 "one group: its nodes in rank order, shape and jobs", NULL},
-	{"group", "rm", cmd_group_rm, "group rm NAME [--force]",
+	{"group", "rm", cmd_group_rm, cli_text_group_rm, "group rm NAME [--force]",
 	 "remove a group (refused while a job runs on it)",
 	 "  --force   cancel the group's running jobs first\n"},
-	{NULL, "run", cmd_run,
+	{NULL, "run", cmd_run, cli_text_run,
 	 "run --group G [--name N] [--launcher native|torchrun|mpi] [--ranks-per-node K]\n"
 	 "         [--env K=V]... [--workdir DIR] [--timeout D] [--detach] [--force] -- CMD [ARGS...]",
 	 "run a job on a group, each rank with the environment of its own node's fabric",
@@ -192,24 +194,24 @@ const struct cli_cmd cli_commands[] = {
 	 "failing rank's (128+N for signal N). Ctrl-C cancels the job; closing the terminal\n"
 	 "does not. Ranks run as you (the same user name on every node). Environment: see\n"
 	 "docs/jobs.md (SPARK_*, RANK, MASTER_ADDR, NCCL_*, GLOO_SOCKET_IFNAME...).\n"},
-	{NULL, "exec", cmd_exec, "exec NODE [--shell] -- CMD [ARGS...]",
+	{NULL, "exec", cmd_exec, NULL, "exec NODE [--shell] -- CMD [ARGS...]",
 	 "run one command on one node, stream its output and return its exit code",
 	 "  NODE      a node name, or one of its addresses (agent or fabric)\n"
 	 "  --shell   join the words and run them with /bin/sh -c (Open MPI's remote launcher)\n"
 	 "Inside a job (SPARK_JOB_ID set) the command gets that node's job environment.\n"},
-	{"job", "ls", cmd_job_ls, "job ls [--running] [--limit N] [-o table|json]",
+	{"job", "ls", cmd_job_ls, cli_text_job_ls, "job ls [--running] [--limit N] [-o table|json]",
 	 "your jobs, newest first (root: everyone's)",
 	 "  --running   only jobs still starting or running\n"
 	 "  --limit N   at most N jobs (default 50, 0 = all)\n"},
-	{"job", "show", cmd_job_show, "job show JOB [-o table|json]",
+	{"job", "show", cmd_job_show, cli_text_job_show, "job show JOB [-o table|json]",
 	 "one job: state, reason, network, every rank with its node, pid and exit code", NULL},
-	{"job", "logs", cmd_job_logs, "job logs JOB [-f] [--rank R]",
+	{"job", "logs", cmd_job_logs, NULL, "job logs JOB [-f] [--rank R]",
 	 "a job's output, kept on each rank's node",
 	 "  -f, --follow   keep streaming until the job ends\n"
 	 "  --rank R       only rank R (without a prefix)\n"},
-	{"job", "cancel", cmd_job_cancel, "job cancel JOB",
+	{"job", "cancel", cmd_job_cancel, cli_text_job_cancel, "job cancel JOB",
 	 "stop a job: SIGTERM to every rank, SIGKILL after 3 s", NULL},
-	{"bench", "allreduce", cmd_bench_allreduce,
+	{"bench", "allreduce", cmd_bench_allreduce, NULL,
 	 "bench allreduce --group G [--ranks-per-node K] [--timeout D] [SPARK-BENCH OPTIONS]",
 	 "all-reduce bandwidth and latency of a group: spark-bench (libsparkcoll) as a job",
 	 "  --group G            the group to measure (or all)\n"
@@ -218,24 +220,24 @@ const struct cli_cmd cli_commands[] = {
 	 "Other options go to 'spark-bench allreduce' (-b 8 -e 64M -f 2, --algo all, -o json...);\n"
 	 "rank 0's table is printed. spark-bench is found by env SPARK_BENCH, next to sparkctl,\n"
 	 "in ../runtime/, or on PATH, at the same path on every node.\n"},
-	{"topo", "show", cmd_topo_show, "topo show [-o table|json]",
+	{"topo", "show", cmd_topo_show, cli_text_topo_show, "topo show [-o table|json]",
 	 "the fabric's cable map as found now: a table and a picture of the ring or switch",
 	 "Asks every node for its neighbours (no probes; nothing is stored).\n"},
-	{"topo", "validate", cmd_topo_validate,
+	{"topo", "validate", cmd_topo_validate, cli_text_topo_validate,
 	 "topo validate [--expect pair|ring|switch] [--quick] [-o table|json]",
 	 "check the cabling and probe every cable: PASS, WARN or FAIL with each finding and its fix",
 	 "  --expect CLASS  fail unless the fabric is this: pair, ring or switch\n"
 	 "  --quick         short probes (switch: each node with its neighbour only)\n"
 	 "Exit 0 only on PASS. The run is stored; 'sparkctl status' shows the last one.\n"
 	 "See docs/topology.md for every finding and fix.\n"},
-	{"topo", "addresses", cmd_topo_addresses,
+	{"topo", "addresses", cmd_topo_addresses, cli_text_topo_addresses,
 	 "topo addresses [--apply] [--netplan FILE] [-o table|json]",
 	 "the fabric's IPv4 plan (one subnet per twin); --apply sets it on every node",
 	 "  --apply         add the missing addresses on every node (netlink; a second run\n"
 	 "                  with the same cabling changes nothing)\n"
 	 "  --netplan FILE  also write this node's netplan file (e.g. /etc/netplan/40-sparkctl.yaml)\n"
 	 "Pool and subnet size: fabric.pool (default 10.77.0.0/16) and fabric.prefix in sparkd.yaml.\n"},
-	{"bench", "decode", cmd_bench_decode,
+	{"bench", "decode", cmd_bench_decode, cli_text_bench_decode,
 	 "bench decode --group G --model SHAPE [--layers N] [--algo auto|oneshot|ring|relay|doubling] [--tokens N]"
 	 " [--timeout D] [-o table|json]",
 	 "tensor-parallel decode speed-up of a group: spark-decode as a job at 1, 2, 4 ... N nodes",
@@ -248,7 +250,7 @@ const struct cli_cmd cli_commands[] = {
 	 "Prints world size, tokens/s, speed-up over one rank, communication share and the\n"
 	 "algorithm; exit 1 if the world sizes generate different tokens. spark-decode is\n"
 	 "found by env SPARK_DECODE, next to sparkctl, in ../runtime/decode/, or on PATH.\n"},
-	{NULL, "fit", cmd_fit,
+	{NULL, "fit", cmd_fit, cli_text_fit,
 	 "fit MODEL [--nodes N | --tp N --pp N] [--dtype D] [--rule R] [--kv-dtype bf16|fp8]\n"
 	 "         [--context L] [--batch B] [--usable-gib G] [--overhead-gib G] [-o table|json]\n"
 	 "       fit --catalog [--nodes 1,2,4,8 | --group G] [--context L] [--batch B] [-o table|json]",
@@ -274,7 +276,7 @@ const struct cli_cmd cli_commands[] = {
 	 "  --group G        use the size of group G (needs the cluster)\n"
 	 "Exit 0 when it fits, 1 when it does not (the line on stderr says on how many nodes it\n"
 	 "would), 2 on bad usage. See docs/planner.md.\n"},
-	{"plan", "decode", cmd_plan_decode,
+	{"plan", "decode", cmd_plan_decode, cli_text_plan_decode,
 	 "plan decode MODEL --nodes N [--topology ring|switch] [--algo auto|oneshot|ring]\n"
 	 "         [--dtype D] [--context L] [--calibration FILE] [-o table|json]",
 	 "predicted batch-1 decode tok/s and speed-up on 1..N nodes, and where the time goes",
@@ -292,5 +294,5 @@ const struct cli_cmd cli_commands[] = {
 	 "libsparkcoll's alpha-beta model (200G RoCE: 1.5 us, 24 GB/s); plus a fixed cost.\n"
 	 "See docs/planner.md.\n"},
 	/* @@table-entries: areas add their rows above this line */
-	{NULL, NULL, NULL, NULL, NULL, NULL},
+	{NULL, NULL, NULL, NULL, NULL, NULL, NULL},
 };

@@ -100,12 +100,6 @@ long long cli_jnum(json_t *o, const char *key)
 	return (long long)json_integer_value(json_object_get(o, key));
 }
 
-void cli_print_json(const json_t *j)
-{
-	json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-	fputc('\n', stdout);
-}
-
 /* Pull global options out of argv (up to a "--"), compacting the rest. */
 static int take_globals(struct cli_ctx *ctx, int *argc, char **argv)
 {

@@ -1,8 +1,57 @@
+/* output: the one place that chooses between JSON and text (cli_output),
+ * progress lines, and the plain-text table writer the text writers use. */
 #include "output.h"
+#include "cli.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+void cli_print_json(const json_t *j)
+{
+	json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	fputc('\n', stdout);
+}
+
+void cli_output(struct cli_ctx *ctx, json_t *req, json_t *data, const void *view)
+{
+	if (ctx->out == OUT_JSON) {
+		if (data)
+			cli_print_json(data);
+		return;
+	}
+	if (ctx->cmd && ctx->cmd->print) {
+		struct cli_answer a = {.ctx = ctx, .req = req, .data = data, .view = view};
+		ctx->cmd->print(&a);
+	}
+}
+
+void cli_progress(const struct cli_ctx *ctx, const char *fmt, ...)
+{
+	if (!ctx->tty || ctx->out != OUT_TABLE)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+}
+
+void cli_progress_clear(const struct cli_ctx *ctx)
+{
+	cli_progress(ctx, "%40s\r", "");
+}
+
+FILE *cli_steps_file(const struct cli_ctx *ctx, bool *tty)
+{
+	if (ctx->out == OUT_TABLE) {
+		*tty = ctx->tty;
+		return stdout;
+	}
+	FILE *f = isatty(STDERR_FILENO) ? stderr : NULL;
+	*tty = f != NULL;
+	return f;
+}
 
 struct out_table {
 	int ncols;
@@ -48,6 +97,23 @@ const char *out_fmt(char *buf, size_t len, const char *fmt, ...)
 	vsnprintf(buf, len, fmt, ap);
 	va_end(ap);
 	return buf;
+}
+
+const char *out_fmt_ms(unsigned long long ms, char *buf, size_t len)
+{
+	if (ms < 60000)
+		snprintf(buf, len, "%.1fs", (double)ms / 1000.0);
+	else
+		snprintf(buf, len, "%llum%02llus", ms / 60000, ms / 1000 % 60);
+	return buf;
+}
+
+void out_upper(const char *s, char *out, size_t len)
+{
+	size_t i = 0;
+	for (; s && s[i] && i + 1 < len; i++)
+		out[i] = (char)(s[i] >= 'a' && s[i] <= 'z' ? s[i] - 'a' + 'A' : s[i]);
+	out[i] = '\0';
 }
 
 void out_table_print(out_table *t, FILE *f)

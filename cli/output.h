@@ -13,6 +13,10 @@ void out_table_row(out_table *t, const char *const cells[]);
 /* printf-style single-cell helper for building rows. */
 const char *out_fmt(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void out_table_print(out_table *t, FILE *f);
+/* A duration for people: "2.5s" under a minute, else "3m07s". */
+const char *out_fmt_ms(unsigned long long ms, char *buf, size_t len);
+/* s in upper case into out (ASCII letters; "pass" -> "PASS"), truncated to len. */
+void out_upper(const char *s, char *out, size_t len);
 void out_table_free(out_table *t);
 
 #endif
