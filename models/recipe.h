@@ -108,6 +108,7 @@ typedef struct recipe_member {
 	char addr[64];      /* the address every other member reaches this one at */
 	char mgmt_addr[64]; /* its management (agent) address */
 	char ifname[32];    /* netdev carrying addr ("" unknown) */
+	char ifnames[128];  /* NCCL/UCX socket netdevs, ifname first ("" = ifname) */
 	char hcas[256];     /* RDMA devices, comma list ("" none) */
 } recipe_member_t;
 

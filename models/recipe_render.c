@@ -156,10 +156,12 @@ static json_t *member_env(const struct rctx *c, int rank)
 	seti(env, "MASTER_PORT", c->r->master_port);
 	if (c->r->runtime == RECIPE_VLLM)
 		set(env, "VLLM_HOST_IP", m->addr);
-	set(env, "NCCL_SOCKET_IFNAME", m->ifname);
+	/* NCCL and UCX take every addressed twin; Gloo and TP one netdev */
+	const char *list = m->ifnames[0] ? m->ifnames : m->ifname;
+	set(env, "NCCL_SOCKET_IFNAME", list);
 	set(env, "GLOO_SOCKET_IFNAME", m->ifname);
 	set(env, "TP_SOCKET_IFNAME", m->ifname);
-	set(env, "UCX_NET_DEVICES", m->ifname);
+	set(env, "UCX_NET_DEVICES", list);
 	set(env, "NCCL_IB_HCA", m->hcas);
 	if (c->nnodes > 1)
 		set(env, "NCCL_IB_SUBNET_AWARE_ROUTING", "1");

@@ -216,8 +216,13 @@ static const char *role_of(json_t *plan, size_t i)
 Test(render, vllm_pair)
 {
 	recipe_layout_t l = layout(2, "switch");
+	snprintf(l.m[1].ifnames, sizeof l.m[1].ifnames, "enp1s0f0np0,enP2p1s0f0np0");
 	json_t *p = render("vllm", NULL, 0, &l);
 	cr_assert_eq(json_array_size(json_object_get(p, "ranks")), 2);
+	/* NCCL and UCX get every addressed twin, Gloo one netdev */
+	cr_assert_str_eq(env_of(p, 1, "NCCL_SOCKET_IFNAME"), "enp1s0f0np0,enP2p1s0f0np0");
+	cr_assert_str_eq(env_of(p, 1, "UCX_NET_DEVICES"), "enp1s0f0np0,enP2p1s0f0np0");
+	cr_assert_str_eq(env_of(p, 0, "NCCL_SOCKET_IFNAME"), "enp1s0f1np1");
 	cr_assert_str_eq(argv_of(p, 0),
 			 "vllm serve meta-llama/Llama-3.3-70B-Instruct --tensor-parallel-size 2 "
 			 "--nnodes 2 --node-rank 0 --master-addr 169.254.10.1 --master-port 29500 "
