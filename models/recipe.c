@@ -2,6 +2,7 @@
 #include "recipe.h"
 
 #include "cfg.h"
+#include "model.h"
 #include "util.h"
 
 #include <ctype.h>
@@ -517,6 +518,9 @@ static int validate(const struct ctx *c, json_t *root, recipe_t *r)
 	}
 	if ((rc = get_str(c, root, "dtype", r->dtype, sizeof r->dtype, false)) < 0)
 		return rc;
+	if (r->dtype[0] && !model_dtype_find(r->dtype))
+		return fail(c, "dtype", "unknown storage type \"%s\" (bf16, fp8, nvfp4, mxfp4, int4, "
+					"q4_k_m...; sparkctl fit --help)", r->dtype);
 	int ctxk = 0;
 	if ((rc = get_int(c, root, "context", 1, 100000000, &ctxk)) < 0)
 		return rc;

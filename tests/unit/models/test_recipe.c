@@ -122,6 +122,8 @@ Test(recipe, layout_and_runtime_rules)
 		    "t.yaml:5:3: env.9X: not a variable name");
 	parse_fails("name: m\nruntime: vllm\nmodel: x\nmemory: lots\n", NULL, 0,
 		    "t.yaml:4:1: memory: expected auto or GiB");
+	parse_fails("name: m\nruntime: vllm\nmodel: x\ndtype: fp3\n", NULL, 0,
+		    "t.yaml:4:1: dtype: unknown storage type \"fp3\"");
 	parse_fails("name: m\nruntime: vllm\nmodel: x\nhealth:\n  path: health\n", NULL, 0,
 		    "health.path: an HTTP path starting with '/'");
 }
