@@ -49,6 +49,10 @@ int cmd_topo_addresses(struct cli_ctx *, int, char **);
 /* cmd_models.c */
 int cmd_fit(struct cli_ctx *, int, char **);
 int cmd_plan_decode(struct cli_ctx *, int, char **);
+/* cmd_serve.c */
+int cmd_recipe_ls(struct cli_ctx *, int, char **);
+int cmd_recipe_show(struct cli_ctx *, int, char **);
+int cmd_serve(struct cli_ctx *, int, char **);
 /* @@extern-decls: areas add their handler declarations above this line */
 
 const struct cli_cmd cli_commands[] = {
@@ -293,6 +297,37 @@ const struct cli_cmd cli_commands[] = {
 	 "published single-node figures); communication = 2 all-reduces per layer priced by\n"
 	 "libsparkcoll's alpha-beta model (200G RoCE: 1.5 us, 24 GB/s); plus a fixed cost.\n"
 	 "See docs/planner.md.\n"},
+	{"recipe", "ls", cmd_recipe_ls, cli_text_recipe_ls, "recipe ls [--recipe-dir DIR] [-o table|json]",
+	 "the recipes 'sparkctl serve' can start: built-in ones and yours",
+	 "  --recipe-dir DIR  your recipes (*.yaml) are there (default: $SPARKCTL_RECIPE_DIR, else\n"
+	 "                    ~/.config/sparkctl/recipes and /etc/sparkctl/recipes); one of yours\n"
+	 "                    named like a built-in replaces it\n"
+	 "Exit 1 if a recipe file does not parse (each is named on stderr with its line).\n"},
+	{"recipe", "show", cmd_recipe_show, cli_text_recipe_show,
+	 "recipe show RECIPE [--set KEY=VALUE]... [--yaml] [--recipe-dir DIR] [-o table|json]",
+	 "one recipe with every default filled in",
+	 "  RECIPE          a name ('sparkctl recipe ls') or a recipe file\n"
+	 "  --set KEY=VALUE override a key first (tp=2, model=org/name, env.HF_HOME=/d, ...)\n"
+	 "  --yaml          print the recipe file itself (a start for your own)\n"
+	 "See docs/serve.md for the keys.\n"},
+	{NULL, "serve", cmd_serve, cli_text_serve,
+	 "serve RECIPE --group G --dry-run [--set KEY=VALUE]... [--port P] [--name N] [--force]\n"
+	 "         [--recipe-dir DIR] [--layout FILE] [-o table|json]",
+	 "every node's command and environment for serving a model on a group, and its memory fit",
+	 "  RECIPE          a name ('sparkctl recipe ls') or a recipe file\n"
+	 "  --group G       the group to serve on; ranks follow its order ('sparkctl group show')\n"
+	 "  --dry-run       print the plan and start nothing (required: supervised services are\n"
+	 "                  not built yet)\n"
+	 "  --set KEY=VALUE override a recipe key (tp=2, pp=2, nodes=2, model=org/name, args=...,\n"
+	 "                  env.NAME=V, health.path=/v1/models, restart.limit=3), repeatable\n"
+	 "  --port P        rank 0's HTTP port (same as --set port=P)\n"
+	 "  --name N        the service's name (default: the recipe's)\n"
+	 "  --force         exit 0 even when the planner says the model does not fit\n"
+	 "  --layout FILE   render for a group described in FILE (JSON, docs/serve.md) instead\n"
+	 "                  of asking sparkd\n"
+	 "Sockets use the fabric address each node has in a subnet every other node has, else\n"
+	 "the management addresses (a ring of 4+). Exit 1 when the model does not fit per node\n"
+	 "(the line says on how many nodes it would). See docs/serve.md.\n"},
 	/* @@table-entries: areas add their rows above this line */
 	{NULL, NULL, NULL, NULL, NULL, NULL, NULL},
 };

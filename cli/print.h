@@ -104,4 +104,9 @@ struct cli_plan_decode_view {
 };
 void cli_text_plan_decode(const struct cli_answer *a);
 
+/* ---- print_serve.c: recipe ls|show, serve --dry-run ---- */
+void cli_text_recipe_ls(const struct cli_answer *a);
+void cli_text_recipe_show(const struct cli_answer *a);
+void cli_text_serve(const struct cli_answer *a);
+
 #endif
