@@ -243,6 +243,7 @@ void jobs_stop(struct agent *a);             /* shutdown: exec sessions end, ran
 void jobs_free(struct agent *a);             /* after the loop has ended */
 bool jobs_control(struct agent *a, conn *c, const json_t *req); /* control.c: true if handled */
 void jobs_cli_gone(struct agent *a, conn *c);                   /* control.c: CLI closed */
+void jobs_env_request(struct agent *a, conn *c, const json_t *req); /* jobs_env.c: job_env */
 bool jobs_session_frame(struct agent *a, struct session *s, const json_t *msg); /* head.c */
 void jobs_session_closed(struct agent *a, struct session *s);                   /* head.c */
 bool jobs_head_frame(struct agent *a, const json_t *msg); /* worker.c, before forwards */

@@ -210,6 +210,8 @@ static const struct ctl_handler handlers[] = {
 	{"job_logs", h_jobs, RIGHT_USER},
 	{"job_cancel", h_jobs, RIGHT_USER},
 	{"exec", h_jobs, RIGHT_USER},
+	{"job_env", jobs_env_request, RIGHT_USER,
+	 {{"nodes", 'a'}, {"job_id", 'I'}, {"rank", 'I'}, {"local_rank", 'I'}, {"group", 'S'}}},
 	{NULL, NULL, RIGHT_ADMIN, {{NULL, 0}}},
 };
 

@@ -81,6 +81,9 @@ int jh_start(struct agent *a);
 void jh_stop(struct agent *a);
 void jh_free(struct agent *a);
 json_t *jh_node_groups(struct agent *a, const char *node_id);
+/* enum plan_topo of the cluster's nodes (reordered to ring order on a ring) */
+int jh_cluster_topology(struct agent *a, db_node *nodes, size_t n);
+void jh_job_env(struct agent *a, conn *dest, json_int_t id, const json_t *req); /* jobs_env.c */
 
 /* jobs_node.c */
 bool jn_on_head_msg(struct agent *a, const json_t *msg); /* false: not a job frame */
@@ -90,6 +93,9 @@ void jn_head_lost(struct agent *a);
 int jn_start(struct agent *a);
 void jn_stop(struct agent *a);
 void jn_free(struct agent *a);
+/* a rank's environment from a job spec and this node's live discovery */
+json_t *jn_rank_env(struct agent *a, const json_t *job, int node_rank, const char *socket_addr,
+		    int rank, int local_rank, const char *launcher);
 
 /* jobs.c (the mailbox and shared helpers) */
 void jobs_mail(struct agent *a, bool to_head, json_t *msg); /* steals msg */

@@ -347,6 +347,11 @@ static enum plan_topo cluster_topology(struct agent *a, db_node *nodes, size_t n
 	return guess_topology(a, nodes, n);
 }
 
+int jh_cluster_topology(struct agent *a, db_node *nodes, size_t n)
+{
+	return (int)cluster_topology(a, nodes, n);
+}
+
 static enum plan_topo guess_topology(struct agent *a, const db_node *nodes, size_t n)
 {
 	if (n < 2)
@@ -1669,6 +1674,7 @@ void jh_request(struct agent *a, conn *dest, json_int_t id, const json_t *req)
 		{"job_run", r_job_run},           {"job_ls", r_job_ls},
 		{"job_show", r_job_show},         {"job_logs", r_job_logs},
 		{"job_cancel", r_job_cancel},     {"exec", r_exec},
+		{"job_env", jh_job_env}, /* jobs_env.c */
 	};
 	/* Who asks is the caller the asking node's control socket saw (the rights
 	 * check above read it too): its uid and user name are the job's owner,
