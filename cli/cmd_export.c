@@ -167,7 +167,7 @@ int cmd_export_slurm(struct cli_ctx *ctx, int argc, char **argv)
 		case 'd': dir = optarg; break;
 		case 'v': ver = optarg; break;
 		case 'f': force = true; break;
-		case 'g': gpu = strcmp(optarg, "none") == 0 ? "" : optarg; break;
+		case 'g': gpu = optarg; break;
 		case 'p': prolog = optarg; break;
 		case 's': sock = optarg; break;
 		case 'c': self = optarg; break;

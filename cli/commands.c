@@ -295,13 +295,13 @@ const struct cli_cmd cli_commands[] = {
 	 "libsparkcoll's alpha-beta model (200G RoCE: 1.5 us, 24 GB/s); plus a fixed cost.\n"
 	 "See docs/planner.md.\n"},
 	{"export", "slurm", cmd_export_slurm,
-	 "export slurm [--out DIR] [--slurm-version V] [--force] [--gpu-device PATH|none]\n"
+	 "export slurm [--out DIR] [--slurm-version V] [--force] [--gpu-device PATH]\n"
 	 "         [--task-prolog PATH] [--prolog-socket PATH] [--sparkctl PATH] [-o files|json]",
 	 "write slurm.conf, gres.conf, topology.conf and a TaskProlog for this cluster",
 	 "  --out DIR            where the files go (default: .); -o json prints them instead\n"
 	 "  --slurm-version V    the Slurm release they are for (default 22.05, Debian 12's)\n"
 	 "  --force              export even when the latest topology validation failed\n"
-	 "  --gpu-device PATH    gres.conf's File= (default /dev/nvidia0; none: Count=1 only)\n"
+	 "  --gpu-device PATH    gres.conf's File= (default /dev/nvidia0)\n"
 	 "  --task-prolog PATH   where the TaskProlog is installed (default\n"
 	 "                       /etc/slurm/sparkctl-task-prolog.sh)\n"
 	 "  --prolog-socket PATH the sparkd socket the TaskProlog asks (default: this one; %n is\n"

@@ -226,11 +226,7 @@ static void render_gres(json_t *m, json_t **order, size_t n, FILE *f)
 		   "# queries as \"Not Supported\" (see docs/slurm.md), so AutoDetect=nvml is not used.\n");
 	fprintf(f, "NodeName=");
 	node_list(f, order, n, NULL, NULL);
-	if (*dev)
-		fprintf(f, " Name=gpu File=%s\n", dev);
-	else
-		fprintf(f, " Name=gpu Count=1\n# Count only (export --gpu-device none): Slurm binds no "
-			   "device file to jobs.\n");
+	fprintf(f, " Name=gpu File=%s\n", dev);
 }
 
 static void render_topology(json_t *m, json_t **order, size_t n, FILE *f)
@@ -331,8 +327,8 @@ int slurm_render(json_t *m, struct slurm_files *out, char *err, size_t errlen)
 			return -EINVAL;
 		}
 	const char *dev = str(m, "gpu_device", "/dev/nvidia0");
-	if (*dev && !path_ok(dev)) {
-		snprintf(err, errlen, "--gpu-device '%s' must be an absolute path or none", dev);
+	if (!path_ok(dev)) {
+		snprintf(err, errlen, "--gpu-device '%s' must be an absolute path", dev);
 		return -EINVAL;
 	}
 	json_t *order[64];

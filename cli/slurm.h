@@ -13,7 +13,7 @@
  *              "drained":BOOL}],
  *    "groups":[{"name":S, "nodes":[names]}],
  *    "task_prolog":PATH, "sparkctl":PATH, "socket":PATH (may hold %n),
- *    "gpu_device":PATH or "" (no File= line: no device binding)}
+ *    "gpu_device":PATH (gres.conf File=; Slurm 22.05 drops a GPU without one)}
  *
  * Files: slurm.conf (a fragment to Include), gres.conf, topology.conf (only
  * when the fabric is one switch or reaches any-to-any; otherwise NULL and
