@@ -6,7 +6,9 @@
 # -N its name); slurmctld's log has no error or warning about the files;
 # sinfo shows the partitions and every node idle; srun of a group's partition
 # gives each task the engine variables `sparkctl run` gives that node's rank;
-# an sbatch of 2 nodes completes. Every Slurm client runs inside a namespace.
+# an sbatch of 2 nodes completes; on the ring, a drain shows in a re-export
+# (one line) and in Slurm, and a failed validation is refused unless --force.
+# Every Slurm client runs inside a namespace.
 # Everything is stopped and removed on any exit (trap). Needs root and
 # slurm-wlm + munge (scripts/deps.sh --test); exits 77 (skip) otherwise.
 set -euo pipefail
@@ -133,8 +135,9 @@ EOF
   for k in 1 2 3 4; do
     nsenter --net="/run/netns/$P-$k" /usr/sbin/slurmd -f "$SLURM_CONF" -N "$P-$k"
   done
+  local want=${1:-4}
   for _ in $(seq 100); do
-    [ "$(in1 sinfo -h -N -p all -o '%t' | grep -c '^idle$')" = 4 ] && return 0
+    [ "$(in1 sinfo -h -N -p all -o '%t' | grep -c '^idle$')" = "$want" ] && return 0
     sleep 0.1
   done
   in1 sinfo || true
@@ -180,12 +183,48 @@ sbatch_completes() {
   [ "$(wc -l <"$D/batch-$id.out")" = 2 ] || fail "sbatch job $id printed: $(cat "$D/batch-$id.out")"
 }
 
+export_to() {
+  ctl 1 export slurm --out "$1" --gpu-device /dev/null \
+    --task-prolog "$D/etc/sparkctl-task-prolog.sh" \
+    --prolog-socket "/run/sparkctl-sim/$P/%n/sparkd.sock" "${@:2}"
+}
+
+# After a change in sparkctl: a re-export differs only where the change is,
+# Slurm takes a drained node as drained, and a cabling that fails validation
+# is refused unless --force.
+ring_changes() {
+  cp -r "$D/etc" "$D/before"
+  ctl 1 node drain "$P-4" >/dev/null
+  sleep 1.1 # a new "Exported:" second
+  export_to "$D/etc" >/dev/null
+  local changed
+  changed=$(diff "$D/before/sparkctl.conf" "$D/etc/sparkctl.conf" | grep '^[<>]' | grep -v '^[<>] # Exported:' || true)
+  [ "$(echo "$changed" | wc -l)" = 2 ] || fail "re-export after a drain changed more than node 4's line: $changed"
+  echo "$changed" | grep -q "^> NodeName=$P-4 .*State=DRAIN Reason=\"drained in sparkctl\"" ||
+    fail "re-export after a drain: $changed"
+  slurm_stop
+  slurm_up 3
+  check_ctld_log
+  local st
+  st=$(in1 sinfo -h -N -n "$P-4" -p all -o '%t|%E')
+  [ "$st" = "drain|drained in sparkctl" ] || fail "node 4 in Slurm after the drain: $st"
+  ctl 1 node undrain "$P-4" >/dev/null
+  # node 1 re-cabled port to same port: validation fails, the export refuses
+  "$SPARKCTL" sim fault swap "$P-1:0" "$P-1:1" >/dev/null
+  ! ctl 1 topo validate --quick >/dev/null 2>&1 || fail "a same-port ring passed validation"
+  local out rc=0
+  out=$(export_to "$D/refused" 2>&1) || rc=$?
+  [ $rc = 1 ] || fail "export of a failed validation exited $rc: $out"
+  echo "$out" | grep -q "failed" || fail "the refusal does not say why: $out"
+  [ ! -e "$D/refused/sparkctl.conf" ] || fail "a refused export wrote files"
+  export_to "$D/forced" --force >/dev/null || fail "export --force"
+  grep -q "validation fail" "$D/forced/sparkctl.conf" || fail "a forced export's header hides the failure"
+}
+
 scenario() {
   local topo=$1 t0=$SECONDS
   cluster_up "slu$$${topo:0:1}" "$topo"
-  ctl 1 export slurm --out "$D/etc" --gpu-device /dev/null \
-    --task-prolog "$D/etc/sparkctl-task-prolog.sh" \
-    --prolog-socket "/run/sparkctl-sim/$P/%n/sparkd.sock" >/dev/null
+  export_to "$D/etc" >/dev/null
   grep -q "^# Cluster: slurmtest$" "$D/etc/sparkctl.conf" || fail "no header in sparkctl.conf"
   slurm_up
   check_ctld_log
@@ -206,6 +245,7 @@ scenario() {
     [ ! -e "$D/etc/topology.conf" ] || fail "a ring of 4 got a topology.conf"
   fi
   sbatch_completes g1
+  [ "$topo" = ring ] && ring_changes
   slurm_stop
   "$SPARKCTL" sim down --name "$P" >/dev/null
   P=""
