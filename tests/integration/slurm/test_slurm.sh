@@ -59,6 +59,7 @@ cleanup() {
   rm -rf "$D"
 }
 trap cleanup EXIT
+trap "exit 143" INT TERM
 
 # One munged for every namespace (its socket is a file path).
 mkdir -p "$D/munge" "$D/etc"
