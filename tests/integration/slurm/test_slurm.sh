@@ -78,6 +78,7 @@ cluster_up() {
   local tok
   tok=$(ctl 1 token create -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])')
   for k in 2 3 4; do ctl "$k" join 169.254.100.1:7300 --token "$tok" >/dev/null; done
+  local want=()
   if [ "$2" = switch ]; then
     # node 3 on port 0, the others on port 1; a fabric subnet per twin rail
     "$SPARKCTL" sim fault swap "$P-3:1" "$P-3:0" >/dev/null
@@ -85,17 +86,28 @@ cluster_up() {
       local p=1; [ $k = 3 ] && p=0
       ip netns exec "$P-$k" ip addr add "169.254.20.$k/24" dev "enp1s0f${p}np${p}"
       ip netns exec "$P-$k" ip addr add "169.254.21.$k/24" dev "enP2p1s0f${p}np${p}"
+      want[$k]="169.254.21.$k/24"
     done
-    for _ in $(seq 100); do
-      local ok=0
-      for k in 1 2 3 4; do
-        ctl 1 node show "$P-$k" -o json | grep -q "169.254.21.$k/24" && ok=$((ok + 1))
-      done
-      [ $ok = 4 ] && break
-      sleep 0.1
+  else
+    # a subnet per twin of each cable c (node c port 0 - node c+1 port 1)
+    for c in 1 2 3 4; do
+      local nx=$((c % 4 + 1))
+      ip netns exec "$P-$c" ip addr add "169.254.$((30 + c)).1/24" dev enp1s0f0np0
+      ip netns exec "$P-$c" ip addr add "169.254.$((40 + c)).1/24" dev enP2p1s0f0np0
+      ip netns exec "$P-$nx" ip addr add "169.254.$((30 + c)).2/24" dev enp1s0f1np1
+      ip netns exec "$P-$nx" ip addr add "169.254.$((40 + c)).2/24" dev enP2p1s0f1np1
+      want[$nx]="169.254.$((40 + c)).2/24"
     done
-    [ $ok = 4 ] || fail "the head did not get the fabric addresses"
   fi
+  for _ in $(seq 100); do
+    local ok=0
+    for k in 1 2 3 4; do
+      ctl 1 node show "$P-$k" -o json | grep -q "${want[$k]}" && ok=$((ok + 1))
+    done
+    [ $ok = 4 ] && break
+    sleep 0.1
+  done
+  [ $ok = 4 ] || fail "the head did not get the fabric addresses"
   for _ in $(seq 50); do
     [ "$(ctl 1 status -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["ready_count"])')" = 4 ] && break
     sleep 0.1
@@ -241,6 +253,11 @@ scenario() {
       fail "node 4's NCCL_SOCKET_IFNAME: $(cat "$D/srun.txt")"
     grep -q '^SwitchName=cx7switch Nodes=' "$D/etc/topology.conf" || fail "no switch in topology.conf"
   else
+    # g2 = nodes 3 and 4 on one cable: node 3's socket on its port 0, node 4's on port 1
+    grep -q "^$P-3 .*GLOO_SOCKET_IFNAME=enp1s0f0np0 .*SPARK_NET=fabric " "$D/srun.txt" ||
+      fail "node 3's GLOO_SOCKET_IFNAME: $(cat "$D/srun.txt")"
+    grep -q "^$P-4 .*GLOO_SOCKET_IFNAME=enp1s0f1np1 .*SPARK_NET=fabric " "$D/srun.txt" ||
+      fail "node 4's GLOO_SOCKET_IFNAME: $(cat "$D/srun.txt")"
     compare_run all 4
     grep -q 'NCCL_ALGO=Ring ' "$D/srun.txt" || fail "ring of 4 without NCCL_ALGO=Ring"
     [ ! -e "$D/etc/topology.conf" ] || fail "a ring of 4 got a topology.conf"
