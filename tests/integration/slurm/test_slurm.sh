@@ -239,6 +239,17 @@ scenario() {
   cluster_up "slu$$${topo:0:1}" "$topo"
   export_to "$D/etc" >/dev/null
   grep -q "^# Cluster: slurmtest$" "$D/etc/sparkctl.conf" || fail "no header in sparkctl.conf"
+  ctl 2 export slurm -o json --gpu-device /dev/null | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["cluster"] == "slurmtest", d["cluster"]
+assert "NodeName=" in d["files"]["sparkctl.conf"] and "Name=gpu" in d["files"]["gres.conf"], d["files"].keys()
+' || fail "export -o json"
+  ctl 4 env --node-list "$P-[3-4]" -o json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["node"].endswith("-4") and d["node_rank"] == 1 and d["env"]["SPARK_NODE"] == d["node"], d
+' || fail "env -o json on node 4"
   slurm_up
   check_ctld_log
   local parts
