@@ -170,6 +170,11 @@ static const struct svc_request requests[] = {
 	{"job_cancel", jh_job_cancel, RIGHT_USER, JOB, {{"job", 'S'}}},
 	{"exec", jh_exec, RIGHT_USER, STREAM,
 	 {{"node", 'S'}, {"argv", 'A'}, {"env", 'A'}, {"shell", 'B'}, {"job_id", 'I'}}},
+	/* `sparkctl env` (Slurm's TaskProlog): the head plans, the asking node fills in */
+	{"job_env", jh_job_env, RIGHT_USER, SVC_HEAD, 0,
+	 {{"nodes", 'a'}, {"job_id", 'I'}, {"job_name", 'S'}, {"group", 'S'}, {"rank", 'I'},
+	  {"local_rank", 'I'}, {"ranks_per_node", 'I'}},
+	 jobs_env_answer},
 	{NULL},
 };
 #undef JOB

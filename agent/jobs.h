@@ -85,6 +85,12 @@ void jh_node_session_gone(struct agent *a, const char *node_id);
 int jh_start(struct agent *a);
 void jh_stop(struct agent *a);
 void jh_free(struct agent *a);
+/* jobs_head.c: enum plan_topo of the cluster's nodes (reordered to ring order on a ring) */
+int jh_cluster_topology(struct agent *a, db_node *nodes, size_t n);
+/* jobs_env.c: job_env, the environment a rank of `sparkctl run` would get on the
+ * asking node (the head plans; the asking node fills it from its own ports) */
+void jh_job_env(struct agent *a, const struct svc_req *q);
+void jobs_env_answer(struct agent *a, conn *cli, json_int_t orig_id, json_t *msg);
 
 /* jobs_node.c: the head's frames (from: the head's node id) */
 void jn_job_start(struct agent *a, const char *from, const json_t *msg);
@@ -99,6 +105,9 @@ void jn_head_lost(struct agent *a);
 int jn_start(struct agent *a);
 void jn_stop(struct agent *a);
 void jn_free(struct agent *a);
+/* a rank's environment from a job spec and this node's live discovery */
+json_t *jn_rank_env(struct agent *a, const json_t *job, int node_rank, const char *socket_addr,
+		    int rank, int local_rank, const char *launcher);
 
 /* Bytes of a log as JSON-safe text: NUL and invalid UTF-8 become '?'. A UTF-8
  * sequence cut at the end is left out (*used tells how many bytes were taken)

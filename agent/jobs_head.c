@@ -351,6 +351,11 @@ static enum plan_topo cluster_topology(struct agent *a, db_node *nodes, size_t n
 	return guess_topology(a, nodes, n);
 }
 
+int jh_cluster_topology(struct agent *a, db_node *nodes, size_t n)
+{
+	return (int)cluster_topology(a, nodes, n);
+}
+
 static enum plan_topo guess_topology(struct agent *a, const db_node *nodes, size_t n)
 {
 	if (n < 2)

@@ -246,6 +246,12 @@ static json_t *rank_env(struct agent *a, const json_t *job, int node_rank, const
 	return env;
 }
 
+json_t *jn_rank_env(struct agent *a, const json_t *job, int node_rank, const char *socket_addr,
+		    int rank, int local_rank, const char *launcher)
+{
+	return rank_env(a, job, node_rank, socket_addr, rank, local_rank, launcher);
+}
+
 /* Where sparkctl is, for Open MPI's remote launcher. */
 static void find_sparkctl(struct agent *a, char *out, size_t len)
 {

@@ -53,6 +53,9 @@ int cmd_plan_decode(struct cli_ctx *, int, char **);
 int cmd_recipe_ls(struct cli_ctx *, int, char **);
 int cmd_recipe_show(struct cli_ctx *, int, char **);
 int cmd_serve(struct cli_ctx *, int, char **);
+/* cmd_export.c */
+int cmd_export_slurm(struct cli_ctx *, int, char **);
+int cmd_env(struct cli_ctx *, int, char **);
 /* @@extern-decls: areas add their handler declarations above this line */
 
 const struct cli_cmd cli_commands[] = {
@@ -328,6 +331,35 @@ const struct cli_cmd cli_commands[] = {
 	 "Sockets use the fabric address each node has in a subnet every other node has, else\n"
 	 "the management addresses (a ring of 4+). Exit 1 when the model does not fit per node\n"
 	 "(the line says on how many nodes it would). See docs/serve.md.\n"},
+	{"export", "slurm", cmd_export_slurm, cli_text_export_slurm,
+	 "export slurm [--out DIR] [--slurm-version V] [--force] [--gpu-device PATH]\n"
+	 "         [--task-prolog PATH] [--prolog-socket PATH] [--sparkctl PATH] [-o files|json]",
+	 "write slurm.conf, gres.conf, topology.conf and a TaskProlog for this cluster",
+	 "  --out DIR            where the files go (default: .); -o json prints them instead\n"
+	 "  --slurm-version V    the Slurm release they are for (default 22.05, Debian 12's)\n"
+	 "  --force              export even when the latest topology validation failed\n"
+	 "  --gpu-device PATH    gres.conf's File= (default /dev/nvidia0)\n"
+	 "  --task-prolog PATH   where the TaskProlog is installed (default\n"
+	 "                       /etc/slurm/sparkctl-task-prolog.sh)\n"
+	 "  --prolog-socket PATH the sparkd socket the TaskProlog asks (default: this one; %n is\n"
+	 "                       replaced by the Slurm node name)\n"
+	 "  --sparkctl PATH      the sparkctl the TaskProlog runs (default: this one)\n"
+	 "Nodes come from the nodes' reports (CPUs, memory less 10%), partitions from the groups\n"
+	 "(plus 'all'), features and topology from the latest 'sparkctl topo validate'.\n"
+	 "Exit 0 written, 1 refused or failed, 2 bad usage. See docs/slurm.md.\n"},
+	{NULL, "env", cmd_env, cli_text_env,
+	 "env --node-list NODELIST [--job-id N] [--rank R] [--local-rank L] [--group G] [--slurm]\n"
+	 "         [-o table|json]",
+	 "this node's job environment (as 'sparkctl run' gives a rank) for a job on NODELIST",
+	 "  --node-list L   Slurm host list of the job's nodes, e.g. spark-[1-2],spark-4\n"
+	 "  --job-id N      the job's id (MASTER_PORT follows it; default 0)\n"
+	 "  --rank R, --local-rank L  RANK and LOCAL_RANK (default: unset)\n"
+	 "  --group G       SPARK_GROUP\n"
+	 "  --slurm         take what is not given from SLURM_STEP_NODELIST (or\n"
+	 "                  SLURM_JOB_NODELIST), SLURM_JOB_ID, SLURM_PROCID, SLURM_LOCALID and\n"
+	 "                  SLURM_JOB_PARTITION (the exported TaskProlog runs this)\n"
+	 "Prints \"export NAME=value\" lines (a TaskProlog's format), or JSON with -o json.\n"
+	 "This node must be in the list. See docs/slurm.md.\n"},
 	/* @@table-entries: areas add their rows above this line */
 	{NULL, NULL, NULL, NULL, NULL, NULL, NULL},
 };

@@ -131,7 +131,7 @@ static int take_globals(struct cli_ctx *ctx, int *argc, char **argv)
 			ctx->socket = val;
 		} else if (strcmp(val, "json") == 0) {
 			ctx->out = OUT_JSON;
-		} else if (strcmp(val, "table") == 0) {
+		} else if (strcmp(val, "table") == 0 || strcmp(val, "files") == 0) {
 			ctx->out = OUT_TABLE;
 		} else {
 			return cli_usage(NULL, "unknown output format '%s' (use table or json)", val);

@@ -109,4 +109,8 @@ void cli_text_recipe_ls(const struct cli_answer *a);
 void cli_text_recipe_show(const struct cli_answer *a);
 void cli_text_serve(const struct cli_answer *a);
 
+/* ---- print_export.c: export slurm, env ---- */
+void cli_text_export_slurm(const struct cli_answer *a);
+void cli_text_env(const struct cli_answer *a);
+
 #endif

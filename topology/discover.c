@@ -491,6 +491,59 @@ static json_t *netdev_json(const struct disc *d, const struct topo_nd *nd, bool 
 	return o;
 }
 
+/* The machine's CPUs and memory as a scheduler sees them (Slurm's NodeName
+ * CPUs and RealMemory): sys/devices/system/cpu/online ("0-19" -> 20) and
+ * proc/meminfo MemTotal, both under the root. NULL when neither is there (a
+ * fixture tree without them). */
+static json_t *host_json(const char *root)
+{
+	char path[4096], line[256];
+	long long cpus = -1, mem_kib = -1;
+	FILE *f;
+	if (topo_sysfs_path(root, "sys/devices/system/cpu/online", path, sizeof path) == 0 &&
+	    (f = fopen(path, "re"))) {
+		if (fgets(line, sizeof line, f)) {
+			cpus = 0;
+			for (char *p = line; *p && *p != '\n';) {
+				char *e;
+				long a = strtol(p, &e, 10), b = a;
+				if (e == p || a < 0) {
+					cpus = -1;
+					break;
+				}
+				p = e;
+				if (*p == '-') {
+					b = strtol(p + 1, &e, 10);
+					if (e == p + 1 || b < a) {
+						cpus = -1;
+						break;
+					}
+					p = e;
+				}
+				cpus += b - a + 1;
+				if (*p == ',')
+					p++;
+				else if (*p && *p != '\n') {
+					cpus = -1;
+					break;
+				}
+			}
+		}
+		fclose(f);
+	}
+	if (topo_sysfs_path(root, "proc/meminfo", path, sizeof path) == 0 &&
+	    (f = fopen(path, "re"))) {
+		while (fgets(line, sizeof line, f))
+			if (sscanf(line, "MemTotal: %lld kB", &mem_kib) == 1)
+				break;
+		fclose(f);
+	}
+	if (cpus <= 0 && mem_kib <= 0)
+		return NULL;
+	return json_pack("{s:o,s:o}", "cpus", cpus > 0 ? json_integer(cpus) : json_null(),
+			 "memory_mib", mem_kib > 0 ? json_integer(mem_kib / 1024) : json_null());
+}
+
 static json_t *build_json(struct disc *d, json_t *selection, bool netlink, bool verbs_used)
 {
 	json_t *root = json_object();
@@ -535,6 +588,9 @@ static json_t *build_json(struct disc *d, json_t *selection, bool netlink, bool 
 						       "driver", str_or_null(nd->driver)));
 	}
 	json_object_set_new(root, "other_nics", other);
+	json_t *host = host_json(d->root);
+	if (host)
+		json_object_set_new(root, "host", host);
 	return root;
 }
 

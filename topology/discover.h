@@ -34,7 +34,9 @@
  *             "phys_state":"link_up","rate":"200 Gb/sec (4X HDR)",
  *             "rocev2_gid_index":3,"gids":[...],"source":"sysfs"},
  *     "sources":{"mtu":"sysfs",...}}, ...]}],
- *  "other_nics":[{"netdev":"enP7s7","pci_address":..,"vendor_id":..,...}]}
+ *  "other_nics":[{"netdev":"enP7s7","pci_address":..,"vendor_id":..,...}],
+ *  "host":{"cpus":20,"memory_mib":124536}}   (CPUs online and MemTotal; absent
+ *  when the root has neither sys/devices/system/cpu/online nor proc/meminfo)
  */
 #ifndef SPARK_TOPO_DISCOVER_H
 #define SPARK_TOPO_DISCOVER_H

@@ -1329,3 +1329,60 @@ Test(security, member_frames_act_only_on_what_the_sender_owns, .timeout = 90)
 	cr_expect_eq(hs_send_frame(m, "{\"v\":1,\"type\":\"heartbeat\",\"id\":0}"), 0);
 	hs_close(m);
 }
+
+/* job_env (issue 21, `sparkctl env --node-list`): a caller on a node's control
+ * socket gets bad_request for every mistyped or out-of-range field, on the
+ * head and through a worker (whose relay the head checks again: node names
+ * that are not strings, too many of them, ranks out of range pass the
+ * worker's type check and must stop at the head), not_found for a name not in
+ * the cluster and not_in_list when the asking node is not listed; and a
+ * well-formed one works from both. */
+Test(security, job_env_hostile_requests_are_refused, .timeout = 90)
+{
+	cluster(2, 2);
+	char many[4096];
+	size_t o = (size_t)snprintf(many, sizeof many, "{\"v\":1,\"type\":\"job_env\",\"id\":1,\"nodes\":[");
+	for (int i = 0; i < 65; i++)
+		o += (size_t)snprintf(many + o, sizeof many - o, "%s\"%s\"", i ? "," : "", C->nodes[0].name);
+	snprintf(many + o, sizeof many - o, "]}");
+	const char *bad[] = {
+		"{\"v\":1,\"type\":\"job_env\",\"id\":1}",
+		"{\"v\":1,\"type\":\"job_env\",\"id\":1,\"nodes\":\"n1\"}",
+		"{\"v\":1,\"type\":\"job_env\",\"id\":1,\"nodes\":[1,2]}",
+		"{\"v\":1,\"type\":\"job_env\",\"id\":1,\"nodes\":[]}",
+		"{\"v\":1,\"type\":\"job_env\",\"id\":1,\"nodes\":[\"\"]}",
+		"{\"v\":1,\"type\":\"job_env\",\"id\":1,\"nodes\":[\"x\"],\"rank\":\"0\"}",
+		"{\"v\":1,\"type\":\"job_env\",\"id\":1,\"nodes\":[\"x\"],\"job_id\":-5}",
+		"{\"v\":1,\"type\":\"job_env\",\"id\":1,\"nodes\":[\"x\"],\"local_rank\":1000000}",
+		"{\"v\":1,\"type\":\"job_env\",\"id\":1,\"nodes\":[\"x\"],\"ranks_per_node\":0}",
+		"{\"v\":1,\"type\":\"job_env\",\"id\":1,\"nodes\":[\"x\"],\"group\":[]}",
+		many,
+	};
+	for (int i = 0; i < 2; i++)
+		for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+			char *code = ctl_code(C->nodes[i].sock, bad[k], NULL);
+			cr_expect_str_eq(code, "bad_request", "node %d: %.120s was answered %s", i, bad[k],
+					 code);
+			free(code);
+		}
+	char req[512];
+	for (int i = 0; i < 2; i++) {
+		snprintf(req, sizeof req, "{\"v\":1,\"type\":\"job_env\",\"id\":1,\"nodes\":[\"%s\",\"nonode\"]}",
+			 C->nodes[i].name);
+		char *code = ctl_code(C->nodes[i].sock, req, NULL);
+		cr_expect_str_eq(code, "not_found", "node %d: an unknown name was answered %s", i, code);
+		free(code);
+		snprintf(req, sizeof req, "{\"v\":1,\"type\":\"job_env\",\"id\":1,\"nodes\":[\"%s\"]}",
+			 C->nodes[1 - i].name);
+		code = ctl_code(C->nodes[i].sock, req, NULL);
+		cr_expect_str_eq(code, "not_in_list", "node %d: a list without it was answered %s", i,
+				 code);
+		free(code);
+		snprintf(req, sizeof req,
+			 "{\"v\":1,\"type\":\"job_env\",\"id\":1,\"nodes\":[\"%s\",\"%s\"],\"rank\":%d}",
+			 C->nodes[0].name, C->nodes[1].name, i);
+		code = ctl_code(C->nodes[i].sock, req, NULL);
+		cr_expect_str_eq(code, "ok", "node %d: a well-formed job_env was answered %s", i, code);
+		free(code);
+	}
+}
