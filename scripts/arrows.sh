@@ -27,8 +27,7 @@
 #      stem, and only that service's files include it: S.h or S_*.h may be included
 #      by agent/S.c, agent/S_*.c, agent/S.h, agent/S_*.h. Today that means jobs.h only
 #      in jobs*.c, topo.h only in topo*.c. When the redesign of issue 15 lands, add
-#      peers.h and control.h (and any header below the services) to AGENT_CORE, and
-#      remove plan.h from AGENT_SHARED once plan.c has moved to topology/.
+#      peers.h and control.h (and any header below the services) to AGENT_CORE.
 #   6. every other arrow is one DESIGN.md names ("cli -> common, topology, provision,
 #      sim, models; agent -> topology, db, models, common; router -> common"), with
 #      common/ (utils, logging, framing) allowed to every folder but runtime/, and
@@ -44,10 +43,9 @@ cd "$SRC" || { echo "arrows: cannot enter source dir $SRC" >&2; exit 2; }
 FOLDERS="common db topology provision sim models agent cli router runtime"
 # Headers below the services in agent/: anyone in agent/ may include them.
 AGENT_CORE="agent.h"
-# Pure helpers shared by services (no service state): plan.h is the partition
-# planner that issue 15 moves to topology/; jobenv.h is the job environment builder
-# used by the jobs head and node sides.
-AGENT_SHARED="plan.h jobenv.h"
+# Pure helpers shared by services (no service state): jobenv.h is the job
+# environment builder used by the jobs head and node sides.
+AGENT_SHARED="jobenv.h"
 
 present=""
 for f in $FOLDERS; do [ -d "$f" ] && present="$present $f"; done
