@@ -1,11 +1,12 @@
 /* The netlink helper (topology/nl.h) and its three users (discovery, the
- * watcher, the address plan), in a network namespace this test makes (a
- * forked child: unshare(CLONE_NEWNET | CLONE_NEWNS), a private sysfs mount,
- * one veth pair). Addresses only from 169.254.0.0/16 and fd00::/8. What is
- * checked is what an operator sees: the dump has this namespace's links and
- * addresses, an idle watcher holds one netlink socket and nothing else leaves
- * one open, errors say "netlink: ...", and a watcher whose events overflowed
- * its socket re-reads the state and loses no address change. */
+ * watcher, the address plan), in a network namespace of the test's own (one
+ * node of nsharness.h, one veth pair). Addresses only from 169.254.0.0/16 and
+ * fd00::/8. What is checked is what an operator sees: the dump has this
+ * namespace's links and addresses, an idle watcher holds one netlink socket
+ * and nothing else leaves one open, errors say "netlink: ...", and a watcher
+ * whose events overflowed its socket re-reads the state and loses no address
+ * change. */
+#include "../topology_validate/nsharness.h"
 #include "nl.h"
 #include "topo_internal.h"
 #include "topology/addrplan.h"
@@ -13,43 +14,29 @@
 
 #include <criterion/criterion.h>
 #include <dirent.h>
-#include <errno.h>
 #include <net/if.h>
 #include <netlink/cache.h>
 #include <netlink/route/addr.h>
 #include <netlink/route/link.h>
-#include <sched.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mount.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#define SKIP_CODE 77
-
-#define FAIL(...)                                                                                   \
-	do {                                                                                        \
-		fprintf(stderr, "nl child: " __VA_ARGS__);                                          \
-		fputc('\n', stderr);                                                                \
-		return 1;                                                                           \
-	} while (0)
-
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
+/* Inside a node: stop with {"error": "..."} for the test to print. */
+#define FAIL(...) return fail_json(__VA_ARGS__)
+static json_t *fail_json(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static json_t *fail_json(const char *fmt, ...)
 {
-	char cmd[4096];
+	char msg[512];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof cmd, fmt, ap);
+	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	int r = system(cmd);
-	if (r != 0)
-		fprintf(stderr, "nl child: '%s' failed (%d)\n", cmd, r);
-	return r;
+	return json_pack("{s:s}", "error", msg);
 }
+
+#define NS_SETUP                                                                                    \
+	"ip link set lo up && ip link add nl0 type veth peer name nl1 && "                          \
+	"ip addr add 169.254.9.1/24 dev nl0 && ip addr add fd00::9/64 dev nl0 nodad && "            \
+	"ip link set nl0 up && ip link set nl1 up"
 
 /* Open AF_NETLINK sockets of this process. */
 static int netlink_fds(void)
@@ -71,25 +58,6 @@ static int netlink_fds(void)
 	return n;
 }
 
-/* A fresh namespace with lo up and the veth pair nl0/nl1 (nl0: 169.254.9.1/24,
- * fd00::9/64). 0, SKIP_CODE, or 1. */
-static int make_ns(void)
-{
-	if (unshare(CLONE_NEWNET | CLONE_NEWNS) < 0)
-		return errno == EPERM ? SKIP_CODE : (perror("unshare"), 1);
-	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
-	    mount("sysfs", "/sys", "sysfs", 0, NULL) < 0)
-		FAIL("cannot mount a private sysfs: %s", strerror(errno));
-	if (system("ip -V >/dev/null 2>&1") != 0)
-		return SKIP_CODE;
-	if (sh("ip link set lo up") || sh("ip link add nl0 type veth peer name nl1") ||
-	    sh("ip addr add 169.254.9.1/24 dev nl0") ||
-	    sh("ip addr add fd00::9/64 dev nl0 nodad") || sh("ip link set nl0 up") ||
-	    sh("ip link set nl1 up"))
-		return 1;
-	return 0;
-}
-
 static bool has_addr(struct nl_cache *addrs, int ifindex, const char *want, int want_family)
 {
 	for (struct nl_object *o = nl_cache_get_first(addrs); o; o = nl_cache_get_next(o)) {
@@ -104,11 +72,9 @@ static bool has_addr(struct nl_cache *addrs, int ifindex, const char *want, int 
 	return false;
 }
 
-static int dump_child(void)
+static json_t *dump_node(void *arg)
 {
-	int r = make_ns();
-	if (r)
-		return r;
+	(void)arg;
 	if (netlink_fds() != 0)
 		FAIL("%d netlink sockets open before the test", netlink_fds());
 	int nl0 = (int)if_nametoindex("nl0");
@@ -195,7 +161,7 @@ static int dump_child(void)
 	topo_watch_close(w);
 	if (netlink_fds() != 0)
 		FAIL("a closed watcher left %d netlink sockets", netlink_fds());
-	return 0;
+	return json_pack("{s:b}", "ok", 1);
 }
 
 /* Addresses the watcher reported on nl0 (added minus removed), and whether
@@ -242,14 +208,13 @@ static int addr_batch(const char *verb, int from, int to)
 		o += (size_t)snprintf(cmd + o, sizeof cmd - o, "address %s 169.254.9.%d/24 dev nl0\\n",
 				      verb, k);
 	snprintf(cmd + o, sizeof cmd - o, "' | ip -batch -");
-	return sh("%s", cmd);
+	return ns_sh("%s", cmd);
 }
 
-static int overflow_child(void)
+static json_t *overflow_node(void *arg)
 {
-	int r = make_ns();
-	if (r)
-		return r;
+	(void)arg;
+	int r;
 	struct seen s = {0};
 	char err[256] = "";
 	struct topo_watch *w = NULL;
@@ -262,7 +227,7 @@ static int overflow_child(void)
 	if (setsockopt(topo_watch_fd(w), SOL_SOCKET, SO_RCVBUFFORCE, &one, sizeof one) < 0)
 		FAIL("SO_RCVBUFFORCE: %s", strerror(errno));
 	if (addr_batch("add", 10, 29)) /* 20 addresses */
-		return 1;
+		FAIL("ip -batch failed");
 	if ((r = topo_watch_process(w)) < 0)
 		FAIL("process after adding: %d", r);
 	if (!s.resyncs)
@@ -279,7 +244,7 @@ static int overflow_child(void)
 	}
 	unsigned before = s.resyncs;
 	if (addr_batch("del", 10, 24)) /* 15 of them go */
-		return 1;
+		FAIL("ip -batch failed");
 	if ((r = topo_watch_process(w)) < 0)
 		FAIL("process after removing: %d", r);
 	if (s.n != 5 || !seen_has(&s, "169.254.9.25/24") || !seen_has(&s, "169.254.9.29/24") ||
@@ -287,29 +252,29 @@ static int overflow_child(void)
 		FAIL("after removing 15 the watcher reports %zu addresses, not the last 5", s.n);
 	if (s.resyncs == before)
 		FAIL("15 removals did not overflow the buffer: no removal came from a resync");
-	fprintf(stderr, "nl: %u events, %u from resyncs\n", s.events, s.resyncs);
 	if (netlink_fds() != 1)
 		FAIL("after resyncs the watcher holds %d netlink sockets, not 1", netlink_fds());
 	topo_watch_close(w);
-	return 0;
+	return json_pack("{s:b, s:i, s:i}", "ok", 1, "events", s.events, "from_resyncs", s.resyncs);
 }
 
-static void in_child(int (*fn)(void))
+static void in_node(json_t *(*fn)(void *))
 {
-	if (geteuid() != 0)
-		cr_skip_test("needs root for a network namespace");
-	fflush(NULL);
-	pid_t pid = fork();
-	cr_assert_geq(pid, 0);
-	if (pid == 0)
-		_exit(fn());
-	int st = 0;
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
-	if (WIFEXITED(st) && WEXITSTATUS(st) == SKIP_CODE)
-		cr_skip_test("cannot make a network namespace or no ip(8) here");
-	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child failed (status %d), see its stderr", st);
+	const struct ns_node nodes[] = {{"n1", NS_SETUP, fn, NULL}};
+	struct ns_scene sc = {nodes, 1, NULL, 0, NULL, 20};
+	bool skip;
+	json_t *res = ns_run(&sc, &skip);
+	if (skip)
+		cr_skip_test("needs root and network namespaces");
+	cr_assert_not_null(res);
+	json_t *r = json_object_get(res, "n1");
+	char *txt = json_dumps(r, JSON_COMPACT);
+	fprintf(stderr, "nl: %s\n", txt ? txt : "null");
+	cr_assert(json_is_true(json_object_get(r, "ok")), "%s", txt ? txt : "no answer from the node");
+	free(txt);
+	json_decref(res);
 }
 
-Test(nl, dumps_and_sockets_of_every_user, .timeout = 30) { in_child(dump_child); }
+Test(nl, dumps_and_sockets_of_every_user, .timeout = 30) { in_node(dump_node); }
 
-Test(nl, watcher_resyncs_after_overflow, .timeout = 30) { in_child(overflow_child); }
+Test(nl, watcher_resyncs_after_overflow, .timeout = 30) { in_node(overflow_node); }
