@@ -232,7 +232,8 @@ static int dump_all(struct topo_watch *w, char *err, size_t errlen)
 				char txt[INET6_ADDRSTRLEN + 8];
 				struct rtnl_addr *a = (struct rtnl_addr *)o;
 				found = rtnl_addr_get_ifindex(a) == s->ifindex &&
-					topo_nl_addr_text(a, txt, sizeof txt, NULL) == 0 && strcmp(txt, s->addrs[k]) == 0;
+					topo_nl_addr_text(a, txt, sizeof txt, NULL) == 0 &&
+					strcmp(txt, s->addrs[k]) == 0;
 			}
 			if (found) {
 				k++;
