@@ -8,7 +8,8 @@
  *   jobs_node.c  every node: ranks started through the shim, their logs and
  *                tails, exec sessions, adoption after a restart, sync
  *   jobs_shim.c  `sparkd --rank-shim DIR`, the per-rank supervisor process
- *   jobenv.c, plan.c: pure functions (environment contract, group planner)
+ *   jobenv.c: a pure function (the environment contract); the group planner
+ *                is topology/partition.c
  *
  * Requests (from the CLI of any node; a worker forwards them, control.c and
  * peers.c) are answered with any number of "stream" frames and one final

@@ -23,7 +23,7 @@
 
 #include "jobenv.h"
 #include "log.h"
-#include "plan.h"
+#include "partition.h"
 #include "proto.h"
 #include "util.h"
 

@@ -43,10 +43,9 @@ cd "$SRC" || { echo "arrows: cannot enter source dir $SRC" >&2; exit 2; }
 FOLDERS="common db topology provision sim models agent cli router runtime"
 # Headers below the services in agent/: anyone in agent/ may include them.
 AGENT_CORE="agent.h service.h"
-# Pure helpers shared by services (no service state): plan.h is the partition
-# planner that issue 15 moves to topology/; jobenv.h is the job environment builder
-# used by the jobs head and node sides.
-AGENT_SHARED="plan.h jobenv.h"
+# Pure helpers shared by services (no service state): jobenv.h is the job
+# environment builder used by the jobs head and node sides.
+AGENT_SHARED="jobenv.h"
 
 present=""
 for f in $FOLDERS; do [ -d "$f" ] && present="$present $f"; done

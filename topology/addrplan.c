@@ -1,5 +1,6 @@
 /* addrplan: fabric IPv4 plan, netlink apply, netplan render (see addrplan.h). */
 #include "topology/addrplan.h"
+#include "nl.h"
 #include "topo_internal.h"
 
 #include "common/log.h"
@@ -544,15 +545,12 @@ int topo_addrplan_apply(json_t *plan, const struct topo_addrplan_apply_opts *o, 
 	json_t *added = json_array(), *removed = json_array(), *kept = json_array(),
 	       *missing = json_array();
 	int rc = 0;
-	struct nl_sock *sk = nl_socket_alloc();
-	struct nl_cache *cache = NULL;
+	struct topo_nl nl = {0};
 	int nr;
-	if (!sk || (nr = nl_connect(sk, NETLINK_ROUTE)) < 0 ||
-	    (nr = rtnl_addr_alloc_cache(sk, &cache)) < 0) {
-		snprintf(err, errlen, "netlink: %s", sk ? nl_geterror(nr) : "out of memory");
-		rc = -EIO;
+	if ((rc = topo_nl_read(&nl, TOPO_NL_ADDRS, err, errlen)) < 0)
 		goto out;
-	}
+	struct nl_sock *sk = nl.sk;
+	struct nl_cache *cache = nl.addrs;
 	/* Removals first (a moved address must leave its old netdev before it
 	 * can be added to the new one). */
 	for (size_t d = 0; d < ndev && rc == 0; d++) {
@@ -628,10 +626,7 @@ int topo_addrplan_apply(json_t *plan, const struct topo_addrplan_apply_opts *o, 
 		log_info("addr_added", "netdev=%s addr=%s dry_run=%d", w[i].netdev, w[i].addr, o->dry_run);
 	}
 out:
-	if (cache)
-		nl_cache_free(cache);
-	if (sk)
-		nl_socket_free(sk);
+	topo_nl_close(&nl);
 	bool changed = json_array_size(added) || json_array_size(removed);
 	char msg[160];
 	if (rc < 0)

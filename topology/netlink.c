@@ -1,5 +1,7 @@
-/* netlink (libnl-route-3): the links and addresses of the current network
- * namespace, for discovery. The live watcher is watch.c. */
+/* netlink: discovery's view of the links and addresses of the current
+ * network namespace (one dump through nl.h), as topo_nd records. The live
+ * watcher is watch.c. */
+#include "nl.h"
 #include "topo_internal.h"
 
 #include "util.h"
@@ -16,54 +18,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* "169.254.1.1/24" from an rtnl_addr; -EINVAL for other families. */
-static int addr_text(struct rtnl_addr *a, char *out, size_t outlen, int *family)
-{
-	struct nl_addr *l = rtnl_addr_get_local(a);
-	if (!l)
-		return -EINVAL;
-	int fam = nl_addr_get_family(l);
-	unsigned blen = nl_addr_get_len(l);
-	if ((fam == AF_INET && blen != 4) || (fam == AF_INET6 && blen != 16) ||
-	    (fam != AF_INET && fam != AF_INET6))
-		return -EINVAL;
-	char a_txt[INET6_ADDRSTRLEN];
-	if (!inet_ntop(fam, nl_addr_get_binary_addr(l), a_txt, sizeof a_txt))
-		return -EINVAL;
-	snprintf(out, outlen, "%s/%d", a_txt, rtnl_addr_get_prefixlen(a));
-	*family = fam;
-	return 0;
-}
-
 int topo_nl_netdevs(struct topo_nd **out, size_t *n, char *err, size_t errlen)
 {
-	struct nl_sock *sk = nl_socket_alloc();
-	struct nl_cache *links = NULL, *addrs = NULL;
+	struct topo_nl nl;
 	struct topo_nd *v = NULL;
 	size_t k = 0;
-	int r;
-	if (!sk) {
-		snprintf(err, errlen, "netlink: out of memory");
-		return -ENOMEM;
-	}
-	r = nl_connect(sk, NETLINK_ROUTE);
-	if (r < 0) {
-		snprintf(err, errlen, "netlink: connect: %s", nl_geterror(r));
-		r = -EIO;
-		goto out;
-	}
-	r = rtnl_link_alloc_cache(sk, AF_UNSPEC, &links);
-	if (r < 0) {
-		snprintf(err, errlen, "netlink: link dump: %s", nl_geterror(r));
-		r = -EIO;
-		goto out;
-	}
-	r = rtnl_addr_alloc_cache(sk, &addrs);
-	if (r < 0) {
-		snprintf(err, errlen, "netlink: address dump: %s", nl_geterror(r));
-		r = -EIO;
-		goto out;
-	}
+	int r = topo_nl_read(&nl, TOPO_NL_LINKS | TOPO_NL_ADDRS, err, errlen);
+	if (r < 0)
+		return r;
+	struct nl_cache *links = nl.links, *addrs = nl.addrs;
 	int cnt = nl_cache_nitems(links);
 	v = calloc(cnt > 0 ? (size_t)cnt : 1, sizeof *v);
 	if (!v) {
@@ -109,18 +72,14 @@ int topo_nl_netdevs(struct topo_nd **out, size_t *n, char *err, size_t errlen)
 				continue;
 			char txt[INET6_ADDRSTRLEN + 8];
 			int fam;
-			if (addr_text(a, txt, sizeof txt, &fam) < 0)
+			if (topo_nl_addr_text(a, txt, sizeof txt, &fam) < 0)
 				continue;
 			json_array_append_new(fam == AF_INET ? nd->ipv4 : nd->ipv6, json_string(txt));
 		}
 	}
 	r = 0;
 out:
-	if (addrs)
-		nl_cache_free(addrs);
-	if (links)
-		nl_cache_free(links);
-	nl_socket_free(sk);
+	topo_nl_close(&nl);
 	if (r < 0) {
 		topo_nds_free(v, k);
 		return r;

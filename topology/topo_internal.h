@@ -101,7 +101,8 @@ void topo_ibdevs_free(struct topo_ibdev *d, size_t n);
 void topo_nds_free(struct topo_nd *nd, size_t n);
 void topo_nd_init(struct topo_nd *nd);
 
-/* netlink.c: links and addresses of the current network namespace. */
+/* netlink.c: links and addresses of the current network namespace (one
+ * dump through nl.h). Errors as nl.h says. */
 int topo_nl_netdevs(struct topo_nd **out, size_t *n, char *err, size_t errlen);
 
 /* verbs.c: replace the facts of the devices libibverbs can open with its

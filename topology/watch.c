@@ -5,6 +5,7 @@
  * from sysfs on every link event. */
 #include "discover.h"
 
+#include "nl.h"
 #include "topo_internal.h"
 #include "util.h"
 
@@ -34,7 +35,7 @@ struct lstate {
 };
 
 struct topo_watch {
-	struct nl_sock *sk;
+	struct topo_nl nl; /* the event socket (no dumps: those have their own) */
 	char root[4096];
 	topo_watch_cb cb;
 	void *arg;
@@ -157,27 +158,11 @@ static void apply_link(struct topo_watch *w, struct rtnl_link *l, bool deleted)
 	emit(w, s, ch, oc, om, os, NULL, false);
 }
 
-static int addr_text(struct rtnl_addr *a, char *out, size_t outlen)
-{
-	struct nl_addr *l = rtnl_addr_get_local(a);
-	if (!l)
-		return -EINVAL;
-	int fam = nl_addr_get_family(l);
-	unsigned blen = nl_addr_get_len(l);
-	if (!((fam == AF_INET && blen == 4) || (fam == AF_INET6 && blen == 16)))
-		return -EINVAL;
-	char t[INET6_ADDRSTRLEN];
-	if (!inet_ntop(fam, nl_addr_get_binary_addr(l), t, sizeof t))
-		return -EINVAL;
-	snprintf(out, outlen, "%s/%d", t, rtnl_addr_get_prefixlen(a));
-	return 0;
-}
-
 static void apply_addr(struct topo_watch *w, struct rtnl_addr *a, bool deleted)
 {
 	struct lstate *s = find(w, rtnl_addr_get_ifindex(a));
 	char txt[INET6_ADDRSTRLEN + 8];
-	if (!s || addr_text(a, txt, sizeof txt) < 0)
+	if (!s || topo_nl_addr_text(a, txt, sizeof txt, NULL) < 0)
 		return;
 	size_t i;
 	for (i = 0; i < s->n_addrs; i++)
@@ -214,25 +199,16 @@ static int on_msg(struct nl_msg *msg, void *arg)
 	return NL_OK;
 }
 
-/* Dump links and addresses and apply them as events (initial load or resync). */
+/* Dump links and addresses and apply them as events (initial load or resync).
+ * The dump has its own socket: on the event socket, events arriving during a
+ * dump would be taken for dump answers and lost. */
 static int dump_all(struct topo_watch *w, char *err, size_t errlen)
 {
-	struct nl_sock *sk = nl_socket_alloc();
-	struct nl_cache *links = NULL, *addrs = NULL;
-	int r;
-	if (!sk)
-		return -ENOMEM;
-	r = nl_connect(sk, NETLINK_ROUTE);
-	if (r >= 0)
-		r = rtnl_link_alloc_cache(sk, AF_UNSPEC, &links);
-	if (r >= 0)
-		r = rtnl_addr_alloc_cache(sk, &addrs);
-	if (r < 0) {
-		if (err)
-			snprintf(err, errlen, "netlink dump: %s", nl_geterror(r));
-		r = -EIO;
-		goto out;
-	}
+	struct topo_nl d;
+	int r = topo_nl_read(&d, TOPO_NL_LINKS | TOPO_NL_ADDRS, err, errlen);
+	if (r < 0)
+		return r;
+	struct nl_cache *links = d.links, *addrs = d.addrs;
 	for (size_t i = 0; i < w->n_links; i++)
 		w->links[i].seen = false;
 	for (struct nl_object *o = nl_cache_get_first(links); o; o = nl_cache_get_next(o))
@@ -256,7 +232,8 @@ static int dump_all(struct topo_watch *w, char *err, size_t errlen)
 				char txt[INET6_ADDRSTRLEN + 8];
 				struct rtnl_addr *a = (struct rtnl_addr *)o;
 				found = rtnl_addr_get_ifindex(a) == s->ifindex &&
-					addr_text(a, txt, sizeof txt) == 0 && strcmp(txt, s->addrs[k]) == 0;
+					topo_nl_addr_text(a, txt, sizeof txt, NULL) == 0 &&
+					strcmp(txt, s->addrs[k]) == 0;
 			}
 			if (found) {
 				k++;
@@ -271,20 +248,13 @@ static int dump_all(struct topo_watch *w, char *err, size_t errlen)
 	}
 	for (struct nl_object *o = nl_cache_get_first(addrs); o; o = nl_cache_get_next(o))
 		apply_addr(w, (struct rtnl_addr *)o, false);
-	r = 0;
-out:
-	if (addrs)
-		nl_cache_free(addrs);
-	if (links)
-		nl_cache_free(links);
-	nl_socket_free(sk);
-	return r;
+	topo_nl_close(&d);
+	return 0;
 }
 
 static void free_watch(struct topo_watch *w)
 {
-	if (w->sk)
-		nl_socket_free(w->sk); /* closes the fd */
+	topo_nl_close(&w->nl);
 	free(w->links);
 	free(w);
 }
@@ -300,27 +270,11 @@ int topo_watch_open(struct topo_watch **out, const char *sysfs_root, topo_watch_
 	util_strlcpy(w->root, sysfs_root && *sysfs_root ? sysfs_root : "/", sizeof w->root);
 	w->cb = cb;
 	w->arg = arg;
-	w->sk = nl_socket_alloc();
-	int r;
-	if (!w->sk) {
-		snprintf(err, errlen, "out of memory");
-		free(w);
-		return -ENOMEM;
-	}
-	nl_socket_disable_seq_check(w->sk);
-	nl_socket_modify_cb(w->sk, NL_CB_VALID, NL_CB_CUSTOM, on_msg, w);
-	r = nl_connect(w->sk, NETLINK_ROUTE);
-	if (r >= 0)
-		r = nl_socket_add_memberships(w->sk, RTNLGRP_LINK, RTNLGRP_IPV4_IFADDR,
-					      RTNLGRP_IPV6_IFADDR, 0);
-	if (r >= 0)
-		r = nl_socket_set_nonblocking(w->sk);
+	int r = topo_nl_open_events(&w->nl, on_msg, w, err, errlen);
 	if (r < 0) {
-		snprintf(err, errlen, "netlink: %s", nl_geterror(r));
 		free_watch(w);
-		return -EIO;
+		return r;
 	}
-	nl_socket_set_buffer_size(w->sk, 1 << 20, 0);
 	/* Subscribed first, then dumped: a change in between shows up as an
 	 * event compared against the dumped state, never lost. */
 	w->loading = true;
@@ -334,12 +288,12 @@ int topo_watch_open(struct topo_watch **out, const char *sysfs_root, topo_watch_
 	return 0;
 }
 
-int topo_watch_fd(const struct topo_watch *w) { return nl_socket_get_fd(w->sk); }
+int topo_watch_fd(const struct topo_watch *w) { return nl_socket_get_fd(w->nl.sk); }
 
 int topo_watch_process(struct topo_watch *w)
 {
 	for (int rounds = 0; rounds < 4096; rounds++) {
-		int r = nl_recvmsgs_default(w->sk);
+		int r = nl_recvmsgs_default(w->nl.sk);
 		if (r >= 0)
 			continue;
 		if (r == -NLE_AGAIN)

@@ -1,5 +1,5 @@
-/* The group planner (agent/plan.c) on synthetic ring and switch maps. */
-#include "plan.h"
+/* The group planner (topology/partition.c) on synthetic ring and switch maps. */
+#include "partition.h"
 
 #include <criterion/criterion.h>
 

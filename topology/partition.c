@@ -1,5 +1,5 @@
-/* plan: the group planner. See plan.h for the rules. */
-#include "plan.h"
+/* partition: the group planner. See partition.h for the rules. */
+#include "partition.h"
 
 #include <jansson.h>
 

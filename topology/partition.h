@@ -1,5 +1,8 @@
-/* plan: the group planner (issue 6). A pure function: no I/O, no clock, no
- * allocation; the same input always gives the same group.
+/* partition: the group planner (issue 6), which cuts the cluster into groups
+ * of nodes for jobs. A pure function: no I/O, no clock, no allocation; the
+ * same input always gives the same group. It lives in topology/ (issue 15)
+ * because it reads only topology: ring order or switch, and a stored
+ * validation verdict. Its names keep the plan_ prefix.
  *
  * Input: the cluster's nodes in ring order (topology ring, order known) or in
  * join order (otherwise), each either free or busy with a reason ("in group
@@ -21,8 +24,8 @@
  *   one cable), chain (3+ contiguous nodes of a larger ring), scattered (ring
  *   nodes that are not contiguous), switch, single, unknown. note says, in
  *   words, what the shape costs (a chain's extra hop, one-shot impossible...). */
-#ifndef SPARK_AGENT_PLAN_H
-#define SPARK_AGENT_PLAN_H
+#ifndef SPARK_TOPO_PARTITION_H
+#define SPARK_TOPO_PARTITION_H
 
 #include <stdbool.h>
 #include <stddef.h>
