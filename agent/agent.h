@@ -94,6 +94,35 @@ struct agent_hooks {
 	json_t *(*topo_status)(struct agent *a);
 };
 
+/* The head role's state (cluster_head.c; db is read by every head side). */
+struct agent_head {
+	db *db;                   /* cluster.db */
+	X509 *ca;
+	EVP_PKEY *ca_key;
+	char *crl_pem;            /* the revocation list last made (head_crl_update) */
+	uv_timer_t live_timer;
+	bool live_timer_on;
+	struct session *sessions; /* connected workers */
+};
+
+/* The worker role's state: its session to the head (cluster_node.c) and the
+ * requests it sends there (peers.c). */
+struct agent_worker {
+	conn *link;               /* the session to the head */
+	bool up;                  /* hello answered */
+	uint64_t last_ok_ms;
+	uv_timer_t hb_timer, retry_timer, queue_timer;
+	bool hb_on, retry_on, queue_on;
+	unsigned backoff_ms;
+	json_int_t next_id;       /* ids of requests to the head (peers.c) */
+	struct pending *pending;
+	struct join_wait *join_wait; /* a join's CLI, answered once connected */
+	char error[256];          /* last reason the head could not be reached */
+	char addr_now[160];       /* the head address this (or the last) session uses */
+	bool alt;                 /* the next connect tries the other address */
+	struct join_op *join;     /* a join in progress (one at a time) */
+};
+
 struct agent {
 	uv_loop_t *loop;
 	struct agent_opts opts;
@@ -131,29 +160,8 @@ struct agent {
 	SSL_CTX *srv_ctx;         /* our listener: our cert, verifies peers against the CA */
 	SSL_CTX *cli_ctx;         /* outgoing mutual TLS to the head */
 
-	/* head */
-	db *db;
-	X509 *ca;
-	EVP_PKEY *ca_key;
-	char *crl_pem;            /* the revocation list last made (head_crl_update) */
-	uv_timer_t live_timer;
-	bool live_timer_on;
-	struct session *sessions; /* connected workers */
-
-	/* worker */
-	conn *head;
-	bool head_up;             /* hello answered */
-	uint64_t head_last_ok_ms;
-	uv_timer_t hb_timer, retry_timer, queue_timer;
-	bool hb_on, retry_on, queue_on;
-	unsigned backoff_ms;
-	json_int_t next_fwd_id;   /* ids of requests to the head (peers.c) */
-	struct pending *pending;
-	struct join_wait *join_wait; /* a join's CLI, answered once connected */
-	char head_error[256];     /* last reason the head could not be reached */
-	char head_addr_now[160];  /* the head address this (or the last) session uses */
-	bool head_alt;            /* the next connect tries the other address */
-	struct join_op *join;     /* a join in progress (one at a time) */
+	struct agent_head hd;     /* the head role */
+	struct agent_worker wk;   /* the worker role */
 };
 
 /* A connected worker on the head. */

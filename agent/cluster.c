@@ -48,7 +48,7 @@ static void r_debug_memory(struct agent *a, const struct svc_req *q)
 						 "free", (json_int_t)mi.fordblks,
 						 "top_free", (json_int_t)mi.keepcost));
 	db_mem m;
-	if (a->db && db_memory(a->db, &m) == 0)
+	if (a->hd.db && db_memory(a->hd.db, &m) == 0)
 		json_object_set_new(d, "sqlite", json_pack("{s:I, s:I, s:I, s:I, s:I}",
 							   "cache", (json_int_t)m.cache,
 							   "schema", (json_int_t)m.schema,
@@ -57,7 +57,7 @@ static void r_debug_memory(struct agent *a, const struct svc_req *q)
 							   (json_int_t)m.lookaside_slots,
 							   "total", (json_int_t)m.total));
 	size_t n = 0;
-	for (struct session *s = a->sessions; s; s = s->next)
+	for (struct session *s = a->hd.sessions; s; s = s->next)
 		n++;
 	json_object_set_new(d, "sessions", json_integer((json_int_t)n));
 	svc_reply(q, d);

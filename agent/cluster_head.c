@@ -80,7 +80,7 @@ static json_t *node_groups(struct agent *a, const char *node_id)
 	json_t *arr = json_array();
 	char **names = NULL;
 	size_t n = 0;
-	if (db_node_groups(a->db, node_id, &names, &n) < 0)
+	if (db_node_groups(a->hd.db, node_id, &names, &n) < 0)
 		return arr;
 	for (size_t i = 0; i < n; i++)
 		json_array_append_new(arr, json_string(names[i]));
@@ -118,7 +118,7 @@ static int lookup_node(struct agent *a, const struct svc_req *q, db_node *n)
 		svc_error(q, "bad_request", "missing node name");
 		return -1;
 	}
-	if (db_node_get_by_name(a->db, name, n) == 0 || db_node_get(a->db, name, n) == 0)
+	if (db_node_get_by_name(a->hd.db, name, n) == 0 || db_node_get(a->hd.db, name, n) == 0)
 		return 0;
 	svc_error(q, "not_found",
 		      "no node named '%s' in cluster %s; 'sparkctl node ls' lists them", name,
@@ -133,7 +133,7 @@ void head_status(struct agent *a, const struct svc_req *q)
 	db_cluster cl;
 	db_node *nodes = NULL;
 	size_t n = 0;
-	if (db_cluster_get(a->db, &cl) < 0 || db_node_list(a->db, &nodes, &n) < 0) {
+	if (db_cluster_get(a->hd.db, &cl) < 0 || db_node_list(a->hd.db, &nodes, &n) < 0) {
 		svc_error(q, "internal", "cannot read cluster.db");
 		return;
 	}
@@ -161,7 +161,7 @@ void head_node_ls(struct agent *a, const struct svc_req *q)
 {
 	db_node *nodes = NULL;
 	size_t n = 0;
-	if (db_node_list(a->db, &nodes, &n) < 0) {
+	if (db_node_list(a->hd.db, &nodes, &n) < 0) {
 		svc_error(q, "internal", "cannot read cluster.db");
 		return;
 	}
@@ -184,7 +184,7 @@ void head_node_show(struct agent *a, const struct svc_req *q)
 	db_event *ev = NULL;
 	size_t nev = 0;
 	json_t *events = json_array();
-	if (db_node_events(a->db, n.id, 10, &ev, &nev) == 0) { /* the newest 10, oldest first */
+	if (db_node_events(a->hd.db, n.id, 10, &ev, &nev) == 0) { /* the newest 10, oldest first */
 		for (size_t i = 0; i < nev; i++)
 			json_array_append_new(events, json_pack("{s:I, s:s, s:s}", "ts", (json_int_t)ev[i].ts,
 								"kind", ev[i].kind, "detail", ev[i].detail));
@@ -201,12 +201,12 @@ static void r_node_drain(struct agent *a, const struct svc_req *q, bool drain)
 	db_node n;
 	if (lookup_node(a, q, &n) < 0)
 		return;
-	int r = db_node_set_drained(a->db, n.id, drain);
+	int r = db_node_set_drained(a->hd.db, n.id, drain);
 	if (r < 0) {
 		svc_error(q, "internal", "cannot update cluster.db: %s", head_store_error(r));
 		return;
 	}
-	db_event_add(a->db, util_now(), n.id, drain ? "drained" : "undrained", "");
+	db_event_add(a->hd.db, util_now(), n.id, drain ? "drained" : "undrained", "");
 	log_info(drain ? "node_drained" : "node_undrained", "node=%s", n.name);
 	svc_reply(q, json_pack("{s:s, s:b}", "name", n.name, "drained", drain));
 }
@@ -231,12 +231,12 @@ void head_node_rm(struct agent *a, const struct svc_req *q)
 			      "'%s' is the head; the head cannot be removed from its own cluster", n.name);
 		return;
 	}
-	int r = db_node_remove(a->db, n.id, util_now());
+	int r = db_node_remove(a->hd.db, n.id, util_now());
 	if (r < 0) {
 		svc_error(q, "internal", "cannot update cluster.db: %s", head_store_error(r));
 		return;
 	}
-	db_event_add(a->db, util_now(), NULL, "node_removed", n.name);
+	db_event_add(a->hd.db, util_now(), NULL, "node_removed", n.name);
 	log_info("node_removed", "node=%s id=%s serial=%s", n.name, n.id, n.cert_serial);
 	revoke_session(a, n.id);
 	head_crl_update(a);
@@ -248,7 +248,7 @@ int head_token_create(struct agent *a, int64_t ttl, int64_t uses, const char *de
 		      char *token_out, size_t len, char *id_out)
 {
 	db_cluster cl;
-	int r = db_cluster_get(a->db, &cl);
+	int r = db_cluster_get(a->hd.db, &cl);
 	if (r < 0)
 		return r;
 	struct join_token t;
@@ -262,7 +262,7 @@ int head_token_create(struct agent *a, int64_t ttl, int64_t uses, const char *de
 	row.created_at = util_now();
 	row.expires_at = ttl > 0 ? row.created_at + ttl : 0;
 	row.uses_left = uses > 0 ? uses : -1;
-	if ((r = db_token_add(a->db, &row)) < 0)
+	if ((r = db_token_add(a->hd.db, &row)) < 0)
 		return r;
 	token_format(&t, token_out, len);
 	if (id_out)
@@ -306,10 +306,10 @@ void head_token_create_req(struct agent *a, const struct svc_req *q)
 	}
 	char cmd[400];
 	db_node head;
-	db_node_get(a->db, a->id.node_id, &head);
+	db_node_get(a->hd.db, a->id.node_id, &head);
 	snprintf(cmd, sizeof cmd, "sparkctl join %s --token %s", head.address, tok);
 	db_token row;
-	db_token_get(a->db, id, &row);
+	db_token_get(a->hd.db, id, &row);
 	json_t *d = token_json(&row);
 	json_object_set_new(d, "token", json_string(tok));
 	json_object_set_new(d, "join_command", json_string(cmd));
@@ -320,7 +320,7 @@ void head_token_ls(struct agent *a, const struct svc_req *q)
 {
 	db_token *t = NULL;
 	size_t n = 0;
-	if (db_token_list(a->db, &t, &n) < 0) {
+	if (db_token_list(a->hd.db, &t, &n) < 0) {
 		svc_error(q, "internal", "cannot read cluster.db");
 		return;
 	}
@@ -335,7 +335,7 @@ void head_token_revoke(struct agent *a, const struct svc_req *q)
 {
 	const json_t *req = q->msg;
 	const char *id = proto_str(req, "token_id");
-	if (!id || db_token_revoke(a->db, id) < 0) {
+	if (!id || db_token_revoke(a->hd.db, id) < 0) {
 		svc_error(q, "not_found",
 			      "no token with id '%s'; 'sparkctl token ls' lists them", id ? id : "");
 		return;
@@ -359,7 +359,7 @@ void head_node_undrain(struct agent *a, const struct svc_req *q)
 /* The one place a node's state changes (state and event in one transaction). */
 static void set_state(struct agent *a, const db_node *n, const char *state)
 {
-	if (db_node_transition(a->db, n->id, state, NULL, util_now()) > 0)
+	if (db_node_transition(a->hd.db, n->id, state, NULL, util_now()) > 0)
 		log_info("node_state", "node=%s from=%s to=%s", n->name, n->state, state);
 }
 
@@ -369,7 +369,7 @@ static void set_state(struct agent *a, const db_node *n, const char *state)
  * bytes or goes silent holds nothing for long. */
 static void sweep_sessions(struct agent *a, uint64_t now_ms)
 {
-	for (struct session *s = a->sessions; s; s = s->next) {
+	for (struct session *s = a->hd.sessions; s; s = s->next) {
 		if (s->closing)
 			continue;
 		if (!s->authed && now_ms - s->accepted_ms >= AGENT_PREAUTH_MS) {
@@ -391,12 +391,12 @@ static void expire_joins(struct agent *a, int64_t now)
 {
 	db_node *gone = NULL;
 	size_t n = 0;
-	if (db_join_expire(a->db, now - a->join_expire_s, now, &gone, &n) < 0 || n == 0) {
+	if (db_join_expire(a->hd.db, now - a->join_expire_s, now, &gone, &n) < 0 || n == 0) {
 		free(gone);
 		return;
 	}
 	for (size_t i = 0; i < n; i++) {
-		db_event_add(a->db, now, NULL, "join_expired", gone[i].name);
+		db_event_add(a->hd.db, now, NULL, "join_expired", gone[i].name);
 		log_info("join_expired", "node=%s id=%s serial=%s", gone[i].name, gone[i].id,
 			 gone[i].cert_serial);
 	}
@@ -409,7 +409,7 @@ static void on_live_timer(uv_timer_t *t)
 	struct agent *a = t->data;
 	db_node *nodes = NULL;
 	size_t n = 0;
-	if (db_node_list(a->db, &nodes, &n) < 0)
+	if (db_node_list(a->hd.db, &nodes, &n) < 0)
 		return;
 	uint64_t now_ms = util_now_ms();
 	int64_t now = util_now();
@@ -443,7 +443,7 @@ static void on_live_timer(uv_timer_t *t)
 
 static void session_unlink(struct agent *a, struct session *s)
 {
-	for (struct session **p = &a->sessions; *p; p = &(*p)->next)
+	for (struct session **p = &a->hd.sessions; *p; p = &(*p)->next)
 		if (*p == s) {
 			*p = s->next;
 			return;
@@ -523,13 +523,13 @@ static void handle_join(struct agent *a, struct session *s, const json_t *req)
 	 * token and name, never connected. It finishes that join under the same
 	 * node id and token use. */
 	db_node pending;
-	bool resume = db_join_pending(a->db, tid, hash, name, &pending) == 0;
+	bool resume = db_join_pending(a->hd.db, tid, hash, name, &pending) == 0;
 	if (resume)
 		util_strlcpy(node.id, pending.id, sizeof node.id);
 	else
 		pki_random_hex(node.id, 16);
 	char *cert_pem = NULL;
-	if (pki_sign_csr(a->ca, a->ca_key, csr, node.id, AGENT_CERT_DAYS, &cert_pem,
+	if (pki_sign_csr(a->hd.ca, a->hd.ca_key, csr, node.id, AGENT_CERT_DAYS, &cert_pem,
 			 node.cert_serial) < 0) {
 		svc_error_to(s->c, req, "bad_csr", "the certificate request is invalid");
 		conn_close(c, 0);
@@ -541,24 +541,24 @@ static void handle_join(struct agent *a, struct session *s, const json_t *req)
 	util_strlcpy(node.address, addr, sizeof node.address);
 	util_strlcpy(node.version, ver ? ver : "", sizeof node.version);
 	node.joined_at = node.last_seen = util_now();
-	int r = resume ? db_join_resume(a->db, tid, hash, &node, pending.cert_serial, util_now())
-		       : db_join_commit(a->db, tid, hash, util_now(), &node);
+	int r = resume ? db_join_resume(a->hd.db, tid, hash, &node, pending.cert_serial, util_now())
+		       : db_join_commit(a->hd.db, tid, hash, util_now(), &node);
 	if (r < 0) {
 		free(cert_pem);
 		join_refused(s, req, r, name, tid);
 		return;
 	}
-	db_event_add(a->db, util_now(), node.id, resume ? "join_resumed" : "joined", node.name);
+	db_event_add(a->hd.db, util_now(), node.id, resume ? "join_resumed" : "joined", node.name);
 	log_info(resume ? "join_resumed" : "node_joined", "node=%s id=%s addr=%s serial=%s", node.name,
 		 node.id, node.address, node.cert_serial);
 	if (resume)
 		head_crl_update(a); /* the certificate the lost answer carried */
 	db_cluster cl;
-	db_cluster_get(a->db, &cl);
-	char *ca_pem = pki_cert_to_pem(a->ca);
+	db_cluster_get(a->hd.db, &cl);
+	char *ca_pem = pki_cert_to_pem(a->hd.ca);
 	char *crl = head_crl_pem(a);
 	db_node head;
-	db_node_get(a->db, a->id.node_id, &head);
+	db_node_get(a->hd.db, a->id.node_id, &head);
 	json_t *d = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "node_id",
 			      node.id, "node_name", node.name, "cert", cert_pem, "ca",
 			      ca_pem ? ca_pem : "", "cluster_id", cl.id, "cluster_name", cl.name,
@@ -576,29 +576,29 @@ static void handle_hello(struct agent *a, struct session *s, const json_t *req)
 	const char *addr = proto_str(req, "address");
 	const char *ver = proto_str(req, "version");
 	db_node n;
-	if (db_node_get(a->db, s->node_id, &n) < 0) { /* removed while it connected */
+	if (db_node_get(a->hd.db, s->node_id, &n) < 0) { /* removed while it connected */
 		svc_error_to(s->c, req, "revoked", "this node is no longer in the cluster");
 		conn_close(s->c, 0);
 		return;
 	}
 	/* One session per node: a reconnect replaces a stale one. */
-	for (struct session *o = a->sessions; o; o = o->next)
+	for (struct session *o = a->hd.sessions; o; o = o->next)
 		if (o != s && o->authed && strcmp(o->node_id, s->node_id) == 0) {
 			o->authed = false;
 			conn_close(o->c, 0);
 			break;
 		}
 	bool first = false;
-	db_node_transition(a->db, n.id, "ready", NULL, util_now());
-	db_node_connected(a->db, s->node_id, util_now(), addr && *addr ? addr : n.address,
+	db_node_transition(a->hd.db, n.id, "ready", NULL, util_now());
+	db_node_connected(a->hd.db, s->node_id, util_now(), addr && *addr ? addr : n.address,
 			  ver ? ver : n.version, &first);
-	db_event_add(a->db, util_now(), n.id, "connected", conn_peer_name(s->c));
+	db_event_add(a->hd.db, util_now(), n.id, "connected", conn_peer_name(s->c));
 	log_info(first ? "join_complete" : "node_connected", "node=%s peer=%s", n.name,
 		 conn_peer_name(s->c));
 	db_cluster cl;
-	db_cluster_get(a->db, &cl);
+	db_cluster_get(a->hd.db, &cl);
 	db_node head;
-	db_node_get(a->db, a->id.node_id, &head);
+	db_node_get(a->hd.db, a->id.node_id, &head);
 	char *crl = head_crl_pem(a);
 	svc_send_result(s->c, proto_id(req), json_pack("{s:s, s:s, s:s, s:s, s:s}", "cluster_id", cl.id,
 					    "cluster_name", cl.name, "node_name", n.name, "head_addr",
@@ -609,15 +609,15 @@ static void handle_hello(struct agent *a, struct session *s, const json_t *req)
 static void handle_leave(struct agent *a, struct session *s, const json_t *req)
 {
 	db_node n;
-	int r = db_node_get(a->db, s->node_id, &n);
+	int r = db_node_get(a->hd.db, s->node_id, &n);
 	if (r == 0)
-		r = db_node_remove(a->db, n.id, util_now());
+		r = db_node_remove(a->hd.db, n.id, util_now());
 	if (r < 0) {
 		svc_error_to(s->c, req, "internal", "the head could not remove this node: %s",
 			      head_store_error(r));
 		return;
 	}
-	db_event_add(a->db, util_now(), NULL, "node_left", n.name);
+	db_event_add(a->hd.db, util_now(), NULL, "node_left", n.name);
 	log_info("node_left", "node=%s id=%s", n.name, n.id);
 	s->authed = false;
 	svc_send_result(s->c, proto_id(req), json_pack("{s:s}", "left", n.name));
@@ -629,13 +629,13 @@ static void f_heartbeat(struct agent *a, struct session *s, const json_t *msg)
 {
 	(void)msg;
 	db_node n;
-	if (db_node_get(a->db, s->node_id, &n) < 0)
+	if (db_node_get(a->hd.db, s->node_id, &n) < 0)
 		return;
-	if (db_node_transition(a->db, n.id, "ready", NULL, util_now()) > 0) {
+	if (db_node_transition(a->hd.db, n.id, "ready", NULL, util_now()) > 0) {
 		log_info("node_state", "node=%s from=%s to=ready", n.name, n.state);
-		db_node_seen(a->db, n.id, util_now(), n.address, n.version);
+		db_node_seen(a->hd.db, n.id, util_now(), n.address, n.version);
 	} else if (util_now() - n.last_seen >= HEAD_SEEN_FLUSH_S) {
-		db_node_touch(a->db, n.id, util_now());
+		db_node_touch(a->hd.db, n.id, util_now());
 	}
 }
 
@@ -746,8 +746,8 @@ static void on_session_ready(conn *c, int status)
 	char cn[64], serial[41];
 	db_node n;
 	if (pki_cert_cn(peer, cn, sizeof cn) < 0 || pki_cert_serial(peer, serial) < 0 ||
-	    db_node_get(a->db, cn, &n) < 0 || strcmp(n.cert_serial, serial) != 0 ||
-	    db_cert_revoked(a->db, serial) != 0) {
+	    db_node_get(a->hd.db, cn, &n) < 0 || strcmp(n.cert_serial, serial) != 0 ||
+	    db_cert_revoked(a->hd.db, serial) != 0) {
 		log_warn("cert_refused", "cn=%s serial=%s peer=%s", log_q(cn), serial,
 			 conn_peer_name(c));
 		conn_send_new(c, proto_error(0, "revoked",
@@ -768,7 +768,7 @@ static void on_session_close(conn *c, int err)
 	struct agent *a = s->a;
 	if (s->authed) {
 		log_info("node_disconnected", "node_id=%s err=%d", s->node_id, err);
-		db_node_touch(a->db, s->node_id, session_seen(s)); /* see HEAD_SEEN_FLUSH_S */
+		db_node_touch(a->hd.db, s->node_id, session_seen(s)); /* see HEAD_SEEN_FLUSH_S */
 	}
 	agent_busy(a);
 	session_unlink(a, s);
@@ -829,7 +829,7 @@ void head_on_accept(struct agent *a, uv_stream_t *server)
 	 * at most AGENT_PREAUTH_MAX, the oldest dropped for a newcomer. */
 	size_t unauthed = 0;
 	struct session *oldest = NULL;
-	for (struct session *o = a->sessions; o; o = o->next)
+	for (struct session *o = a->hd.sessions; o; o = o->next)
 		if (!o->authed && !o->closing) {
 			unauthed++;
 			if (!oldest || o->accepted_ms <= oldest->accepted_ms)
@@ -852,8 +852,8 @@ void head_on_accept(struct agent *a, uv_stream_t *server)
 		return;
 	}
 	conn_set_max_frame(s->c, AGENT_PREAUTH_FRAME);
-	s->next = a->sessions;
-	a->sessions = s;
+	s->next = a->hd.sessions;
+	a->hd.sessions = s;
 }
 
 
@@ -880,8 +880,8 @@ static char *make_crl(struct agent *a)
 	char **serials = NULL;
 	size_t n = 0;
 	char *pem = NULL;
-	if (db_revoked_list(a->db, &serials, &n) == 0)
-		pki_make_crl(a->ca, a->ca_key, (const char *const *)serials, n, (long)util_now(),
+	if (db_revoked_list(a->hd.db, &serials, &n) == 0)
+		pki_make_crl(a->hd.ca, a->hd.ca_key, (const char *const *)serials, n, (long)util_now(),
 			     AGENT_CERT_DAYS, &pem);
 	db_strv_free(serials, n);
 	return pem;
@@ -891,7 +891,7 @@ static char *make_crl(struct agent *a)
  * every answer carries the same text until something is revoked. */
 char *head_crl_pem(struct agent *a)
 {
-	return a->crl_pem ? strdup(a->crl_pem) : make_crl(a);
+	return a->hd.crl_pem ? strdup(a->hd.crl_pem) : make_crl(a);
 }
 
 int head_crl_update(struct agent *a)
@@ -910,12 +910,12 @@ int head_crl_update(struct agent *a)
 		log_error("crl_failed", "err=%d detail=%s", r, log_q(err));
 	json_t *m = proto_msg("crl", 0);
 	json_object_set_new(m, "crl", json_string(pem));
-	for (struct session *s = a->sessions; s; s = s->next)
+	for (struct session *s = a->hd.sessions; s; s = s->next)
 		if (s->authed && !s->closing)
 			conn_send(s->c, m);
 	json_decref(m);
-	free(a->crl_pem);
-	a->crl_pem = pem;
+	free(a->hd.crl_pem);
+	a->hd.crl_pem = pem;
 	return r;
 }
 
@@ -939,8 +939,8 @@ static int upgrade_head_cert(struct agent *a, char *err, size_t errlen)
 	if (r == 0)
 		r = pki_read_key(key, &k);
 	if (r == 0)
-		r = pki_issue_head(a->ca, a->ca_key, k, a->id.node_id, AGENT_CERT_DAYS, &x, serial);
-	char *leaf = r == 0 ? pki_cert_to_pem(x) : NULL, *ca = r == 0 ? pki_cert_to_pem(a->ca) : NULL;
+		r = pki_issue_head(a->hd.ca, a->hd.ca_key, k, a->id.node_id, AGENT_CERT_DAYS, &x, serial);
+	char *leaf = r == 0 ? pki_cert_to_pem(x) : NULL, *ca = r == 0 ? pki_cert_to_pem(a->hd.ca) : NULL;
 	if (r == 0 && (!leaf || !ca))
 		r = -ENOMEM;
 	if (r == 0) {
@@ -973,12 +973,12 @@ static int load_ca(struct agent *a, char *err, size_t errlen)
 {
 	char p[512];
 	identity_paths(a, "ca.crt", p, sizeof p);
-	if (pki_read_cert(p, &a->ca) < 0) {
+	if (pki_read_cert(p, &a->hd.ca) < 0) {
 		snprintf(err, errlen, "cannot read the cluster CA %s", p);
 		return -EIO;
 	}
 	identity_paths(a, "ca.key", p, sizeof p);
-	if (pki_read_key(p, &a->ca_key) < 0) {
+	if (pki_read_key(p, &a->hd.ca_key) < 0) {
 		snprintf(err, errlen, "cannot read the cluster CA key %s", p);
 		return -EIO;
 	}
@@ -989,7 +989,7 @@ static int open_db(struct agent *a, char *err, size_t errlen)
 {
 	char p[512];
 	identity_paths(a, "cluster.db", p, sizeof p);
-	int r = db_open(p, &a->db);
+	int r = db_open(p, &a->hd.db);
 	if (r < 0)
 		snprintf(err, errlen, "cannot open %s: %s", p, strerror(-r));
 	return r;
@@ -997,12 +997,12 @@ static int open_db(struct agent *a, char *err, size_t errlen)
 
 static void start_timers(struct agent *a)
 {
-	if (!a->live_timer_on) {
-		uv_timer_init(a->loop, &a->live_timer);
-		a->live_timer.data = a;
-		a->live_timer_on = true;
+	if (!a->hd.live_timer_on) {
+		uv_timer_init(a->loop, &a->hd.live_timer);
+		a->hd.live_timer.data = a;
+		a->hd.live_timer_on = true;
 	}
-	uv_timer_start(&a->live_timer, on_live_timer, 1000, 500);
+	uv_timer_start(&a->hd.live_timer, on_live_timer, 1000, 500);
 }
 
 int head_start(struct agent *a, char *err, size_t errlen)
@@ -1014,8 +1014,8 @@ int head_start(struct agent *a, char *err, size_t errlen)
 		return r;
 	/* Our own address may have changed with --listen. */
 	db_node self;
-	if (db_node_get(a->db, a->id.node_id, &self) == 0)
-		db_node_seen(a->db, self.id, util_now(), self.address, SPARK_VERSION);
+	if (db_node_get(a->hd.db, a->id.node_id, &self) == 0)
+		db_node_seen(a->hd.db, self.id, util_now(), self.address, SPARK_VERSION);
 	start_timers(a);
 	agent_busy(a); /* CA and keys loaded, migrations run */
 	return 0;
@@ -1023,15 +1023,15 @@ int head_start(struct agent *a, char *err, size_t errlen)
 
 void head_stop(struct agent *a)
 {
-	while (a->sessions) {
-		struct session *s = a->sessions;
-		a->sessions = s->next;
+	while (a->hd.sessions) {
+		struct session *s = a->hd.sessions;
+		a->hd.sessions = s->next;
 		s->next = NULL;
 		conn_close(s->c, 0);
 		/* on_session_close frees s; it is no longer on the list */
 	}
-	if (a->live_timer_on)
-		uv_timer_stop(&a->live_timer); /* closed by main's final walk */
+	if (a->hd.live_timer_on)
+		uv_timer_stop(&a->hd.live_timer); /* closed by main's final walk */
 }
 
 void head_init(struct agent *a, const struct svc_req *q)
@@ -1069,32 +1069,32 @@ void head_init(struct agent *a, const struct svc_req *q)
 	struct identity id = {.role = ROLE_HEAD};
 	db_cluster cl = {0};
 	db_node head = {0};
-	int r = pki_make_key(&a->ca_key);
+	int r = pki_make_key(&a->hd.ca_key);
 	if (r == 0)
-		r = pki_make_ca(name, a->ca_key, &a->ca);
+		r = pki_make_ca(name, a->hd.ca_key, &a->hd.ca);
 	pki_random_hex(cl.id, 16);
 	pki_random_hex(id.node_id, 16);
 	pki_random_hex(cl.secret, 32);
 	if (r == 0)
 		r = pki_make_key(&node_key);
 	if (r == 0)
-		r = pki_issue_head(a->ca, a->ca_key, node_key, id.node_id, AGENT_CERT_DAYS,
+		r = pki_issue_head(a->hd.ca, a->hd.ca_key, node_key, id.node_id, AGENT_CERT_DAYS,
 				   &node_cert, head.cert_serial);
 	char p[512];
 	if (r == 0) {
 		identity_paths(a, "ca.key", p, sizeof p);
-		r = pki_write_key(p, a->ca_key);
+		r = pki_write_key(p, a->hd.ca_key);
 	}
 	if (r == 0) {
 		identity_paths(a, "ca.crt", p, sizeof p);
-		r = pki_write_cert(p, a->ca);
+		r = pki_write_cert(p, a->hd.ca);
 	}
 	if (r == 0) {
 		identity_paths(a, "node.key", p, sizeof p);
 		r = pki_write_key(p, node_key);
 	}
 	if (r == 0) {
-		char *leaf = pki_cert_to_pem(node_cert), *ca = pki_cert_to_pem(a->ca);
+		char *leaf = pki_cert_to_pem(node_cert), *ca = pki_cert_to_pem(a->hd.ca);
 		size_t ll = leaf ? strlen(leaf) : 0, cl2 = ca ? strlen(ca) : 0;
 		char *chain = malloc(ll + cl2 + 1);
 		if (leaf && ca && chain) {
@@ -1113,7 +1113,7 @@ void head_init(struct agent *a, const struct svc_req *q)
 	X509_free(node_cert);
 	if (r == 0) {
 		util_strlcpy(cl.name, name, sizeof cl.name);
-		r = pki_spki_sha256(a->ca, cl.ca_hash);
+		r = pki_spki_sha256(a->hd.ca, cl.ca_hash);
 		util_strlcpy(cl.head_id, id.node_id, sizeof cl.head_id);
 		cl.created_at = util_now();
 	}
@@ -1127,7 +1127,7 @@ void head_init(struct agent *a, const struct svc_req *q)
 		advertise_addr(a, proto_str(req, "advertise"), head.address, sizeof head.address);
 		util_strlcpy(head.version, SPARK_VERSION, sizeof head.version);
 		head.joined_at = head.last_seen = util_now();
-		r = db_cluster_create(a->db, &cl, &head);
+		r = db_cluster_create(a->hd.db, &cl, &head);
 	}
 	if (r == 0) {
 		util_strlcpy(id.cluster_id, cl.id, sizeof id.cluster_id);
@@ -1147,9 +1147,9 @@ void head_init(struct agent *a, const struct svc_req *q)
 		r = head_token_create(a, ttl, 0, "made by init", tok, sizeof tok, tid);
 	if (r < 0) {
 		log_error("init_failed", "err=%d detail=%s", r, log_q(err));
-		if (a->db) {
-			db_close(a->db);
-			a->db = NULL;
+		if (a->hd.db) {
+			db_close(a->hd.db);
+			a->hd.db = NULL;
 		}
 		identity_wipe(a);
 		agent_close_listener(a);
@@ -1159,7 +1159,7 @@ void head_init(struct agent *a, const struct svc_req *q)
 	}
 	start_timers(a);
 	agent_busy(a); /* key generation, certificates, a new cluster.db */
-	db_event_add(a->db, util_now(), head.id, "init", cl.name);
+	db_event_add(a->hd.db, util_now(), head.id, "init", cl.name);
 	svc_emit(a, SVC_EV_ROLE, NULL);
 	log_info("cluster_init", "cluster=%s id=%s head=%s addr=%s", cl.name, cl.id, head.name,
 		 head.address);
@@ -1176,7 +1176,7 @@ void head_init(struct agent *a, const struct svc_req *q)
 int head_adopt_session(struct agent *a, uv_stream_t *server, const char *node_id)
 {
 	db_node n;
-	if (a->id.role != ROLE_HEAD || !a->db || db_node_get(a->db, node_id, &n) < 0)
+	if (a->id.role != ROLE_HEAD || !a->hd.db || db_node_get(a->hd.db, node_id, &n) < 0)
 		return -ENOENT;
 	struct session *s = calloc(1, sizeof *s);
 	if (!s)
@@ -1190,7 +1190,7 @@ int head_adopt_session(struct agent *a, uv_stream_t *server, const char *node_id
 		free(s);
 		return -EIO;
 	}
-	s->next = a->sessions;
-	a->sessions = s;
+	s->next = a->hd.sessions;
+	a->hd.sessions = s;
 	return 0;
 }

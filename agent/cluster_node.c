@@ -60,8 +60,8 @@ static void free_join(uv_handle_t *h) { free(h->data); }
 static void join_finish(struct join_op *j)
 {
 	struct agent *a = j->a;
-	if (a->join == j)
-		a->join = NULL;
+	if (a->wk.join == j)
+		a->wk.join = NULL;
 	json_decref(j->req);
 	EVP_PKEY_free(j->key);
 	free(j->csr);
@@ -287,7 +287,7 @@ static void on_join_frame(conn *c, json_t *msg)
 						      a->id.cluster_name, "cluster_id", a->id.cluster_id,
 						      "node_name", a->id.node_name, "head_address",
 						      a->id.head_addr);
-				a->join_wait = w;
+				a->wk.join_wait = w;
 			} else if (j->cli) {
 				svc_error_to(j->cli, j->req, "internal", "out of memory");
 			}
@@ -362,7 +362,7 @@ static void join_attempt(struct join_op *j)
 
 void worker_handle_join(struct agent *a, conn *c, const json_t *req)
 {
-	if (a->join) {
+	if (a->wk.join) {
 		svc_error_to(c, req, "busy", "a join is already in progress");
 		return;
 	}
@@ -434,7 +434,7 @@ void worker_handle_join(struct agent *a, conn *c, const json_t *req)
 	j->deadline_ms = j->started_ms + (uint64_t)(timeout_s > 0 ? timeout_s : 10) * 1000;
 	uv_timer_init(a->loop, &j->retry);
 	j->retry.data = j;
-	a->join = j;
+	a->wk.join = j;
 	log_info("join_start", "head=%s:%d name=%s token_id=%s", j->host, j->port, j->name, j->tok.id);
 	join_attempt(j);
 }
@@ -444,10 +444,10 @@ void worker_handle_join(struct agent *a, conn *c, const json_t *req)
 /* Answer the join's CLI: connected, or not (with why). */
 static void join_wait_end(struct agent *a, const char *why)
 {
-	struct join_wait *w = a->join_wait;
+	struct join_wait *w = a->wk.join_wait;
 	if (!w)
 		return;
-	a->join_wait = NULL;
+	a->wk.join_wait = NULL;
 	if (w->cli) {
 		json_object_set_new(w->answer, "connected", json_boolean(!why));
 		if (why)
@@ -460,17 +460,17 @@ static void join_wait_end(struct agent *a, const char *why)
 
 void worker_cli_gone(struct agent *a, conn *c)
 {
-	if (a->join && a->join->cli == c)
-		a->join->cli = NULL;
-	if (a->join_wait && a->join_wait->cli == c)
-		a->join_wait->cli = NULL;
+	if (a->wk.join && a->wk.join->cli == c)
+		a->wk.join->cli = NULL;
+	if (a->wk.join_wait && a->wk.join_wait->cli == c)
+		a->wk.join_wait->cli = NULL;
 }
 
 static void on_heartbeat(uv_timer_t *t)
 {
 	struct agent *a = t->data;
-	if (a->head && a->head_up)
-		conn_send_new(a->head, proto_msg("heartbeat", 0));
+	if (a->wk.link && a->wk.up)
+		conn_send_new(a->wk.link, proto_msg("heartbeat", 0));
 	agent_settle(a);
 }
 
@@ -486,7 +486,7 @@ static void on_head_frame(conn *c, json_t *msg)
 	struct agent *a = conn_data(c);
 	const char *t = proto_type(msg);
 	json_int_t id = proto_id(msg);
-	a->head_last_ok_ms = util_now_ms();
+	a->wk.last_ok_ms = util_now_ms();
 	agent_busy(a); /* the head sends nothing unasked but answers and requests */
 	if (svc_frame_of(t, FRAME_TO_NODE)) { /* a service's (crl, jobs, topo, ...) */
 		peers_dispatch(a, c, a->id.head_id, FRAME_TO_NODE, msg);
@@ -519,13 +519,13 @@ static void on_hello_answer(struct agent *a, conn *cli, json_int_t orig_id, json
 		return; /* refused or head_unreachable: the session closes, or closed */
 	json_t *d = json_object_get(msg, "data");
 	take_crl(a, proto_str(d, "crl"));
-	a->head_alt = strcmp(a->head_addr_now, a->id.head_addr) != 0; /* stick to it */
-	a->head_up = true;
-	a->backoff_ms = 0;
-	a->head_error[0] = '\0';
-	log_info("head_connected", "head=%s", a->head_addr_now);
+	a->wk.alt = strcmp(a->wk.addr_now, a->id.head_addr) != 0; /* stick to it */
+	a->wk.up = true;
+	a->wk.backoff_ms = 0;
+	a->wk.error[0] = '\0';
+	log_info("head_connected", "head=%s", a->wk.addr_now);
 	join_wait_end(a, NULL);
-	uv_timer_start(&a->hb_timer, on_heartbeat, AGENT_HEARTBEAT_MS, AGENT_HEARTBEAT_MS);
+	uv_timer_start(&a->wk.hb_timer, on_heartbeat, AGENT_HEARTBEAT_MS, AGENT_HEARTBEAT_MS);
 	peers_head_up(a);
 	svc_emit(a, SVC_EV_HEAD_UP, NULL);
 }
@@ -555,8 +555,8 @@ void cluster_status_answer(struct agent *a, conn *cli, json_int_t orig_id, json_
 	json_t *d = json_object_get(copy, "data");
 	if (json_is_object(d))
 		json_object_set_new(d, "head_link",
-				    json_pack("{s:s, s:s, s:s}", "address", a->head_addr_now, "source",
-					      strcmp(a->head_addr_now, a->id.head_addr) == 0
+				    json_pack("{s:s, s:s, s:s}", "address", a->wk.addr_now, "source",
+					      strcmp(a->wk.addr_now, a->id.head_addr) == 0
 						      ? "advertised by the head"
 						      : "the address join was given",
 					      "head_key", a->id.head_key));
@@ -636,21 +636,21 @@ static void on_head_ready(conn *c, int status)
 	if (status < 0) {
 		const char *v = conn_verify_error(c);
 		if (v) { /* a certificate that is not the cluster's, or revoked */
-			snprintf(a->head_error, sizeof a->head_error,
+			snprintf(a->wk.error, sizeof a->wk.error,
 				 "the peer at %s is not this cluster's head: its certificate failed (%s)",
-				 a->head_addr_now, v);
-			log_warn("head_impostor", "addr=%s reason=%s", a->head_addr_now, log_q(v));
+				 a->wk.addr_now, v);
+			log_warn("head_impostor", "addr=%s reason=%s", a->wk.addr_now, log_q(v));
 			return;
 		}
-		snprintf(a->head_error, sizeof a->head_error, "%s",
+		snprintf(a->wk.error, sizeof a->wk.error, "%s",
 			 status > -4096 ? uv_strerror(status) : strerror(-status));
 		return;
 	}
 	char why[256];
 	if (check_head(a, c, why, sizeof why) < 0) {
-		snprintf(a->head_error, sizeof a->head_error, "the peer at %s is not this cluster's head: it %s",
-			 a->head_addr_now, why);
-		log_warn("head_impostor", "addr=%s reason=%s", a->head_addr_now, log_q(why));
+		snprintf(a->wk.error, sizeof a->wk.error, "the peer at %s is not this cluster's head: it %s",
+			 a->wk.addr_now, why);
+		log_warn("head_impostor", "addr=%s reason=%s", a->wk.addr_now, log_q(why));
 		conn_close(c, -EACCES);
 		return;
 	}
@@ -663,26 +663,26 @@ static void on_head_ready(conn *c, int status)
 static void on_head_close(conn *c, int err)
 {
 	struct agent *a = conn_data(c);
-	if (a->head != c)
+	if (a->wk.link != c)
 		return;
-	a->head = NULL;
-	bool was_up = a->head_up;
-	a->head_up = false;
-	if (a->hb_on)
-		uv_timer_stop(&a->hb_timer);
-	if (err && !a->head_error[0])
-		snprintf(a->head_error, sizeof a->head_error, "%s",
+	a->wk.link = NULL;
+	bool was_up = a->wk.up;
+	a->wk.up = false;
+	if (a->wk.hb_on)
+		uv_timer_stop(&a->wk.hb_timer);
+	if (err && !a->wk.error[0])
+		snprintf(a->wk.error, sizeof a->wk.error, "%s",
 			 err > -4096 ? uv_strerror(err) : strerror(-err));
-	else if (!a->head_error[0])
-		snprintf(a->head_error, sizeof a->head_error, "connection closed");
+	else if (!a->wk.error[0])
+		snprintf(a->wk.error, sizeof a->wk.error, "connection closed");
 	char why[512];
 	snprintf(why, sizeof why, "lost the connection to the head at %s (%s)", a->id.head_addr,
-		 a->head_error);
+		 a->wk.error);
 	join_wait_end(a, why);
 	peers_head_lost(a);
 	svc_emit(a, SVC_EV_HEAD_LOST, NULL);
 	if (was_up)
-		log_warn("head_lost", "head=%s reason=%s", a->id.head_addr, log_q(a->head_error));
+		log_warn("head_lost", "head=%s reason=%s", a->id.head_addr, log_q(a->wk.error));
 	if (!a->stopping && a->id.role == ROLE_WORKER && !a->id.removed)
 		schedule_reconnect(a);
 }
@@ -697,25 +697,25 @@ static void connect_head(struct agent *a)
 {
 	char host[128];
 	int port;
-	if (a->head || a->stopping)
+	if (a->wk.link || a->stopping)
 		return;
 	/* The head's advertised address first; after a failure, the address the
 	 * join went through (if it differs), and so on in turn. Either way the
 	 * peer must prove it is the pinned head. */
 	const char *addr = a->id.head_addr;
-	if (a->head_alt && a->id.joined_via[0] && strcmp(a->id.joined_via, a->id.head_addr) != 0)
+	if (a->wk.alt && a->id.joined_via[0] && strcmp(a->id.joined_via, a->id.head_addr) != 0)
 		addr = a->id.joined_via;
-	a->head_alt = !a->head_alt;
-	util_strlcpy(a->head_addr_now, addr, sizeof a->head_addr_now);
+	a->wk.alt = !a->wk.alt;
+	util_strlcpy(a->wk.addr_now, addr, sizeof a->wk.addr_now);
 	if (util_split_hostport(addr, SPARK_DEFAULT_PORT, host, sizeof host, &port) < 0) {
 		log_error("bad_head_addr", "head=%s", log_q(addr));
 		return;
 	}
-	a->head_error[0] = '\0';
-	int r = conn_connect_tcp(a->loop, host, port, a->cli_ctx, 5000, &head_cbs, a, &a->head);
+	a->wk.error[0] = '\0';
+	int r = conn_connect_tcp(a->loop, host, port, a->cli_ctx, 5000, &head_cbs, a, &a->wk.link);
 	if (r < 0) {
-		a->head = NULL;
-		snprintf(a->head_error, sizeof a->head_error, "%s", r > -4096 ? uv_strerror(r) : "error");
+		a->wk.link = NULL;
+		snprintf(a->wk.error, sizeof a->wk.error, "%s", r > -4096 ? uv_strerror(r) : "error");
 		schedule_reconnect(a);
 	}
 }
@@ -724,35 +724,35 @@ static void on_retry(uv_timer_t *t) { connect_head(t->data); }
 
 static void schedule_reconnect(struct agent *a)
 {
-	if (!a->retry_on || a->stopping || a->id.role != ROLE_WORKER || a->id.removed)
+	if (!a->wk.retry_on || a->stopping || a->id.role != ROLE_WORKER || a->id.removed)
 		return;
-	unsigned b = a->backoff_ms ? a->backoff_ms * 2 : AGENT_BACKOFF_MIN_MS;
+	unsigned b = a->wk.backoff_ms ? a->wk.backoff_ms * 2 : AGENT_BACKOFF_MIN_MS;
 	if (b > AGENT_BACKOFF_MAX_MS)
 		b = AGENT_BACKOFF_MAX_MS;
-	a->backoff_ms = b;
+	a->wk.backoff_ms = b;
 	/* +-20% jitter so restarted heads are not hit by every worker at once */
 	unsigned char rnd;
 	char hex[3];
 	pki_random_hex(hex, 1);
 	rnd = (unsigned char)strtoul(hex, NULL, 16);
 	unsigned delay = b * 8 / 10 + (unsigned)((uint64_t)b * 4 / 10 * rnd / 255);
-	log_debug("head_retry", "in_ms=%u reason=%s", delay, log_q(a->head_error));
-	uv_timer_start(&a->retry_timer, on_retry, delay, 0);
+	log_debug("head_retry", "in_ms=%u reason=%s", delay, log_q(a->wk.error));
+	uv_timer_start(&a->wk.retry_timer, on_retry, delay, 0);
 }
 
 int worker_start(struct agent *a)
 {
-	if (!a->hb_on) {
-		uv_timer_init(a->loop, &a->hb_timer);
-		a->hb_timer.data = a;
-		a->hb_on = true;
+	if (!a->wk.hb_on) {
+		uv_timer_init(a->loop, &a->wk.hb_timer);
+		a->wk.hb_timer.data = a;
+		a->wk.hb_on = true;
 	}
-	if (!a->retry_on) {
-		uv_timer_init(a->loop, &a->retry_timer);
-		a->retry_timer.data = a;
-		a->retry_on = true;
+	if (!a->wk.retry_on) {
+		uv_timer_init(a->loop, &a->wk.retry_timer);
+		a->wk.retry_timer.data = a;
+		a->wk.retry_on = true;
 	}
-	a->backoff_ms = 0;
+	a->wk.backoff_ms = 0;
 	agent_busy(a); /* identity loaded, or a join just finished */
 	connect_head(a);
 	return 0;
@@ -760,9 +760,9 @@ int worker_start(struct agent *a)
 
 void worker_stop(struct agent *a)
 {
-	if (a->join) {
-		struct join_op *j = a->join;
-		a->join = NULL;
+	if (a->wk.join) {
+		struct join_op *j = a->wk.join;
+		a->wk.join = NULL;
 		if (!j->done) {
 			j->done = true;
 			if (j->cli)
@@ -774,14 +774,14 @@ void worker_stop(struct agent *a)
 			join_finish(j);
 	}
 	/* Timers stay initialised (a node may join again); main closes them. */
-	if (a->hb_on)
-		uv_timer_stop(&a->hb_timer);
-	if (a->retry_on)
-		uv_timer_stop(&a->retry_timer);
-	if (a->head) {
-		conn *h = a->head;
-		a->head = NULL;
-		a->head_up = false;
+	if (a->wk.hb_on)
+		uv_timer_stop(&a->wk.hb_timer);
+	if (a->wk.retry_on)
+		uv_timer_stop(&a->wk.retry_timer);
+	if (a->wk.link) {
+		conn *h = a->wk.link;
+		a->wk.link = NULL;
+		a->wk.up = false;
 		conn_close(h, 0);
 	}
 	join_wait_end(a, "sparkd stopped talking to the head");

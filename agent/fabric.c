@@ -152,7 +152,7 @@ static void port_event(struct agent *a, const char *node_id, const char *node_na
 {
 	char detail[200];
 	snprintf(detail, sizeof detail, "port %s %s %s", r->port, r->netdev, what);
-	db_event_add(a->db, util_now(), node_id, "fabric", detail);
+	db_event_add(a->hd.db, util_now(), node_id, "fabric", detail);
 	log_info("fabric_port", "node=%s port=%s netdev=%s change=%s", node_name, log_q(r->port),
 		 r->netdev, log_q(what));
 }
@@ -209,10 +209,10 @@ static void diff_events(struct agent *a, const db_node *node, const db_fabric_po
 
 static int fabric_store(struct agent *a, const char *node_id, json_t *discovery)
 {
-	if (!a->db)
+	if (!a->hd.db)
 		return -ENOTCONN;
 	db_node node;
-	int r = db_node_get(a->db, node_id, &node);
+	int r = db_node_get(a->hd.db, node_id, &node);
 	if (r < 0)
 		return r;
 	db_fabric_port *rows = NULL, *old = NULL;
@@ -226,14 +226,14 @@ static int fabric_store(struct agent *a, const char *node_id, json_t *discovery)
 		return nf;
 	}
 	db_fabric prev;
-	bool had = db_fabric_get(a->db, node_id, &prev) == 0;
+	bool had = db_fabric_get(a->hd.db, node_id, &prev) == 0;
 	if (had)
 		db_fabric_free(&prev);
-	if (had && db_fabric_ports(a->db, node_id, &old, &nold) < 0)
+	if (had && db_fabric_ports(a->hd.db, node_id, &old, &nold) < 0)
 		had = false;
 	char *dj = json_dumps(discovery, JSON_COMPACT);
 	char *fj = json_dumps(findings, JSON_COMPACT);
-	r = dj && fj ? db_fabric_set(a->db, node_id, util_now(), dj, fj, nf, rows, n) : -ENOMEM;
+	r = dj && fj ? db_fabric_set(a->hd.db, node_id, util_now(), dj, fj, nf, rows, n) : -ENOMEM;
 	if (r == 0) {
 		if (had) {
 			diff_events(a, &node, old, nold, rows, n);
@@ -243,7 +243,7 @@ static int fabric_store(struct agent *a, const char *node_id, json_t *discovery)
 			snprintf(detail, sizeof detail, "first report: %d/%d ports up, %d findings",
 				 (int)json_integer_value(json_object_get(s, "ports_up")),
 				 (int)json_integer_value(json_object_get(s, "ports_total")), nf);
-			db_event_add(a->db, util_now(), node_id, "fabric", detail);
+			db_event_add(a->hd.db, util_now(), node_id, "fabric", detail);
 			json_decref(s);
 		}
 		log_info("fabric_report", "node=%s twins=%zu findings=%d", node.name, n, nf);
@@ -261,11 +261,11 @@ static int fabric_store(struct agent *a, const char *node_id, json_t *discovery)
 static json_t *fabric_summary_json(struct agent *a, const char *node_id)
 {
 	db_fabric f;
-	if (!a->db || db_fabric_get(a->db, node_id, &f) < 0)
+	if (!a->hd.db || db_fabric_get(a->hd.db, node_id, &f) < 0)
 		return json_null();
 	db_fabric_port *rows = NULL;
 	size_t n = 0;
-	json_t *o = db_fabric_ports(a->db, node_id, &rows, &n) == 0
+	json_t *o = db_fabric_ports(a->hd.db, node_id, &rows, &n) == 0
 			    ? summary(rows, n, f.n_findings, f.updated_at)
 			    : json_null();
 	free(rows);
@@ -276,7 +276,7 @@ static json_t *fabric_summary_json(struct agent *a, const char *node_id)
 static json_t *fabric_report_json(struct agent *a, const char *node_id)
 {
 	db_fabric f;
-	if (!a->db || db_fabric_get(a->db, node_id, &f) < 0)
+	if (!a->hd.db || db_fabric_get(a->hd.db, node_id, &f) < 0)
 		return json_null();
 	json_t *d = json_loads(f.discovery, 0, NULL), *fi = json_loads(f.findings, 0, NULL);
 	json_t *o = json_pack("{s:I, s:o, s:o}", "updated_at", (json_int_t)f.updated_at, "discovery",
@@ -353,9 +353,9 @@ static void fabric_publish(struct agent *a)
 		return;
 	/* neighbour discovery follows identity and netdevs (topo) */
 	svc_emit(a, SVC_EV_FABRIC_CHANGED, &(struct svc_event_arg){.bits = 0});
-	if (a->id.role == ROLE_HEAD && a->db) {
+	if (a->id.role == ROLE_HEAD && a->hd.db) {
 		fabric_store(a, a->id.node_id, f->report);
-	} else if (a->id.role == ROLE_WORKER && a->head && a->head_up) {
+	} else if (a->id.role == ROLE_WORKER && a->wk.link && a->wk.up) {
 		json_t *m = proto_msg("fabric", 0);
 		json_object_set(m, "discovery", f->report);
 		int r = peers_to_head(a, m);

@@ -90,7 +90,7 @@ static int env_plan(struct agent *a, const json_t *req, const char *origin, json
 	}
 	db_node *all = NULL;
 	size_t nall = 0;
-	if (db_node_list(a->db, &all, &nall) < 0) {
+	if (db_node_list(a->hd.db, &all, &nall) < 0) {
 		*code = "internal";
 		snprintf(why, wl, "cannot read cluster.db");
 		return -1;
@@ -175,7 +175,7 @@ static int env_plan(struct agent *a, const json_t *req, const char *origin, json
 	}
 	for (i = 0; i < n; i++) {
 		db_fabric f;
-		if (db_fabric_get(a->db, sel[i].id, &f) == 0) {
+		if (db_fabric_get(a->hd.db, sel[i].id, &f) == 0) {
 			mem[i].discovery = json_loads(f.discovery, 0, NULL);
 			db_fabric_free(&f);
 		}

@@ -292,8 +292,8 @@ static int lookup_job(struct agent *a, conn *dest, json_int_t id, const json_t *
 	bool digits = true;
 	for (const char *p = key; *p; p++)
 		digits &= *p >= '0' && *p <= '9';
-	int r = digits ? db_job_get(a->db, atoll(key), out)
-		       : db_job_get_by_name(a->db, key, is_root(req) ? NULL : req_user(req), out);
+	int r = digits ? db_job_get(a->hd.db, atoll(key), out)
+		       : db_job_get_by_name(a->hd.db, key, is_root(req) ? NULL : req_user(req), out);
 	if (r == 0 && !is_root(req) && strcmp(out->owner, req_user(req)) != 0)
 		r = -ENOENT; /* someone else's: not visible */
 	if (r < 0) {
@@ -320,7 +320,7 @@ static enum plan_topo cluster_topology(struct agent *a, db_node *nodes, size_t n
 	if (n < 2)
 		return PLAN_UNKNOWN;
 	db_topo_run run;
-	if (n <= PLAN_MAX_NODES && db_topo_run_latest(a->db, &run) == 0) {
+	if (n <= PLAN_MAX_NODES && db_topo_run_latest(a->hd.db, &run) == 0) {
 		json_t *v = run.verdict ? json_loads(run.verdict, 0, NULL) : NULL;
 		json_t *ro = json_object_get(v, "ring_order");
 		const char *ring[PLAN_MAX_NODES], *names[PLAN_MAX_NODES];
@@ -364,7 +364,7 @@ static enum plan_topo guess_topology(struct agent *a, const db_node *nodes, size
 	for (size_t i = 0; i < n; i++) {
 		db_fabric_port *p = NULL;
 		size_t np = 0;
-		if (db_fabric_ports(a->db, nodes[i].id, &p, &np) < 0 || np == 0) {
+		if (db_fabric_ports(a->hd.db, nodes[i].id, &p, &np) < 0 || np == 0) {
 			free(p);
 			return PLAN_UNKNOWN;
 		}
@@ -396,7 +396,7 @@ static bool cabling_failed(struct agent *a, const char *const *names, size_t n, 
 			   size_t len)
 {
 	db_topo_run run;
-	if (db_topo_run_latest(a->db, &run) < 0)
+	if (db_topo_run_latest(a->hd.db, &run) < 0)
 		return false;
 	int r = plan_cabling_failed(run.result, run.verdict, (long long)(util_now() - run.started_at),
 				    names, n, why, len);
@@ -412,7 +412,7 @@ static int group_nodes(struct agent *a, const char *group, db_node **out, size_t
 	*n = 0;
 	db_node *all = NULL;
 	size_t nall = 0;
-	if (db_node_list(a->db, &all, &nall) < 0) {
+	if (db_node_list(a->hd.db, &all, &nall) < 0) {
 		snprintf(err, errlen, "cannot read cluster.db");
 		return -EIO;
 	}
@@ -427,7 +427,7 @@ static int group_nodes(struct agent *a, const char *group, db_node **out, size_t
 		return 0;
 	}
 	db_group g;
-	if (db_group_get(a->db, group, &g) < 0) {
+	if (db_group_get(a->hd.db, group, &g) < 0) {
 		free(all);
 		snprintf(err, errlen, "no group '%s'; 'sparkctl group ls' lists them (or use --group all)",
 			 group);
@@ -436,7 +436,7 @@ static int group_nodes(struct agent *a, const char *group, db_node **out, size_t
 	snprintf(shape, shlen, "%s", g.shape);
 	db_group_member *m = NULL;
 	size_t nm = 0;
-	if (db_group_members(a->db, group, &m, &nm) < 0) {
+	if (db_group_members(a->hd.db, group, &m, &nm) < 0) {
 		free(all);
 		snprintf(err, errlen, "cannot read cluster.db");
 		return -EIO;
@@ -531,14 +531,14 @@ void jh_group_create(struct agent *a, const struct svc_req *q)
 		return;
 	}
 	db_group old;
-	if (db_group_get(a->db, name, &old) == 0) {
+	if (db_group_get(a->hd.db, name, &old) == 0) {
 		reply_error(dest, id, "exists", "group '%s' already exists; 'sparkctl group show %s'",
 			    name, name);
 		return;
 	}
 	db_node *nodes = NULL;
 	size_t n = 0;
-	if (db_node_list(a->db, &nodes, &n) < 0) {
+	if (db_node_list(a->hd.db, &nodes, &n) < 0) {
 		reply_error(dest, id, "internal", "cannot read cluster.db");
 		return;
 	}
@@ -547,7 +547,7 @@ void jh_group_create(struct agent *a, const struct svc_req *q)
 	enum plan_topo topo = cluster_topology(a, nodes, n);
 	db_membership *ms = NULL;
 	size_t nms = 0;
-	db_group_memberships(a->db, &ms, &nms);
+	db_group_memberships(a->hd.db, &ms, &nms);
 	struct plan_node pn[PLAN_MAX_NODES];
 	char busy[PLAN_MAX_NODES][96];
 	for (size_t i = 0; i < n; i++) {
@@ -598,7 +598,7 @@ void jh_group_create(struct agent *a, const struct svc_req *q)
 	snprintf(g.created_by, sizeof g.created_by, "%s", req_user(req));
 	char cnode[64], cgroup[64], why[720];
 	bool cwarn = cabling_failed(a, cnames, pr.n, why, sizeof why);
-	int r = db_group_create(a->db, &g, ids, pr.n, cnode, cgroup);
+	int r = db_group_create(a->hd.db, &g, ids, pr.n, cnode, cgroup);
 	free(nodes);
 	if (r < 0) {
 		json_decref(chosen);
@@ -612,7 +612,7 @@ void jh_group_create(struct agent *a, const struct svc_req *q)
 				    strerror(-r));
 		return;
 	}
-	db_event_add(a->db, util_now(), NULL, "group_created", name);
+	db_event_add(a->hd.db, util_now(), NULL, "group_created", name);
 	log_info("group_created", "group=%s shared=%d shape=%s nodes=%zu by=%s", name, shared, pr.shape,
 		 pr.n, log_q(req_user(req)));
 	json_t *o = json_pack("{s:s, s:b, s:s, s:s, s:s, s:o}", "name", name, "shared", shared,
@@ -630,7 +630,7 @@ void jh_group_ls(struct agent *a, const struct svc_req *q)
 	(void)req;
 	db_group *gs = NULL;
 	size_t n = 0;
-	if (db_group_list(a->db, &gs, &n) < 0) {
+	if (db_group_list(a->hd.db, &gs, &n) < 0) {
 		reply_error(dest, id, "internal", "cannot read cluster.db");
 		return;
 	}
@@ -641,7 +641,7 @@ void jh_group_ls(struct agent *a, const struct svc_req *q)
 	for (size_t i = 0; i < n; i++) {
 		db_group_member *m = NULL;
 		size_t nm = 0;
-		db_group_members(a->db, gs[i].name, &m, &nm);
+		db_group_members(a->hd.db, gs[i].name, &m, &nm);
 		json_array_append_new(arr, group_json(a, &gs[i], m, nm));
 		free(m);
 	}
@@ -664,14 +664,14 @@ void jh_group_show(struct agent *a, const struct svc_req *q)
 		o = all_group_json(a);
 	} else {
 		db_group g;
-		if (db_group_get(a->db, name, &g) < 0) {
+		if (db_group_get(a->hd.db, name, &g) < 0) {
 			reply_error(dest, id, "not_found", "no group '%s'; 'sparkctl group ls' lists them",
 				    name);
 			return;
 		}
 		db_group_member *m = NULL;
 		size_t nm = 0;
-		db_group_members(a->db, name, &m, &nm);
+		db_group_members(a->hd.db, name, &m, &nm);
 		o = group_json(a, &g, m, nm);
 		free(m);
 	}
@@ -715,7 +715,7 @@ void jh_group_rm(struct agent *a, const struct svc_req *q)
 		return;
 	}
 	db_group g;
-	if (db_group_get(a->db, name, &g) < 0) {
+	if (db_group_get(a->hd.db, name, &g) < 0) {
 		reply_error(dest, id, "not_found", "no group '%s'; 'sparkctl group ls' lists them", name);
 		return;
 	}
@@ -742,12 +742,12 @@ void jh_group_rm(struct agent *a, const struct svc_req *q)
 		if (j)
 			stop_job(a, j, why, true);
 	}
-	if (db_group_remove(a->db, name) < 0) {
+	if (db_group_remove(a->hd.db, name) < 0) {
 		json_decref(running);
 		reply_error(dest, id, "internal", "cannot update cluster.db");
 		return;
 	}
-	db_event_add(a->db, util_now(), NULL, "group_removed", name);
+	db_event_add(a->hd.db, util_now(), NULL, "group_removed", name);
 	log_info("group_removed", "group=%s by=%s cancelled=%zu", name, log_q(req_user(req)),
 		 json_array_size(running));
 	reply(dest, id, json_pack("{s:s, s:o}", "name", name, "cancelled_jobs", running));
@@ -829,13 +829,13 @@ static void save_rank(struct agent *a, struct hjob *j, struct hrank *r)
 			   .pid = r->pid, .exit_code = r->exit_code, .signal = r->sig,
 			   .started_at = r->started_at, .ended_at = r->ended_at};
 	snprintf(row.state, sizeof row.state, "%s", r->state);
-	if (db_job_rank_update(a->db, &row) < 0)
+	if (db_job_rank_update(a->hd.db, &row) < 0)
 		log_warn("job_rank_save_failed", "job=%lld rank=%d", (long long)j->row.id, r->rank);
 }
 
 static void save_job(struct agent *a, struct hjob *j)
 {
-	if (db_job_set_state(a->db, &j->row) < 0)
+	if (db_job_set_state(a->hd.db, &j->row) < 0)
 		log_warn("job_save_failed", "job=%lld", (long long)j->row.id);
 }
 
@@ -977,7 +977,7 @@ static void job_check_done(struct agent *a, struct hjob *j)
 	char detail[256];
 	snprintf(detail, sizeof detail, "job %lld %s %s exit %d", (long long)j->row.id, j->row.name,
 		 state, j->row.exit_code);
-	db_event_add(a->db, util_now(), NULL, "job_ended", detail);
+	db_event_add(a->hd.db, util_now(), NULL, "job_ended", detail);
 	log_info("job_ended", "job=%lld state=%s exit=%d reason=%s", (long long)j->row.id, state,
 		 j->row.exit_code, log_q(j->row.reason));
 	/* members may forget it (their dirs get the "done" mark) */
@@ -1006,13 +1006,13 @@ static void job_check_done(struct agent *a, struct hjob *j)
 static json_t *job_result(struct agent *a, long long id)
 {
 	db_job row;
-	if (db_job_get(a->db, id, &row) < 0)
+	if (db_job_get(a->hd.db, id, &row) < 0)
 		return json_object();
 	json_t *o = job_json(&row);
 	db_job_rank *rk = NULL;
 	size_t n = 0;
 	json_t *ranks = json_array();
-	if (db_job_ranks(a->db, id, &rk, &n) == 0)
+	if (db_job_ranks(a->hd.db, id, &rk, &n) == 0)
 		for (size_t i = 0; i < n; i++)
 			json_array_append_new(ranks, rank_json(&rk[i]));
 	free(rk);
@@ -1301,7 +1301,7 @@ void jh_job_run(struct agent *a, const struct svc_req *q)
 	}
 	for (i = 0; i < n; i++) {
 		db_fabric f;
-		if (db_fabric_get(a->db, nodes[i].id, &f) == 0) {
+		if (db_fabric_get(a->hd.db, nodes[i].id, &f) == 0) {
 			mem[i].discovery = json_loads(f.discovery, 0, NULL);
 			db_fabric_free(&f);
 		}
@@ -1354,7 +1354,7 @@ void jh_job_run(struct agent *a, const struct svc_req *q)
 	    plan->fabric ? "fabric" : "management", "net_why", plan->why, "master_addr",
 	    plan->socket_addr[0], "tcp_include", plan->tcp_include, "nodes", nodes_j, "hosts", hosts);
 	char *spec_text = json_dumps(spec, JSON_COMPACT);
-	r = rows && spec_text ? db_job_create(a->db, &row, spec_text, rows, (size_t)nrows) : -ENOMEM;
+	r = rows && spec_text ? db_job_create(a->hd.db, &row, spec_text, rows, (size_t)nrows) : -ENOMEM;
 	free(spec_text);
 	if (r < 0) {
 		free(rows);
@@ -1369,7 +1369,7 @@ void jh_job_run(struct agent *a, const struct svc_req *q)
 	hjob_add(a, &row, rows, (size_t)nrows, spec);
 	char detail[200];
 	snprintf(detail, sizeof detail, "job %lld %s on %s by %s", (long long)row.id, name, group, user);
-	db_event_add(a->db, util_now(), NULL, "job_started", detail);
+	db_event_add(a->hd.db, util_now(), NULL, "job_started", detail);
 	log_info("job_created", "job=%lld name=%s group=%s launcher=%s world=%d net=%s user=%s",
 		 (long long)row.id, name, group, launcher, world, plan->fabric ? "fabric" : "management",
 		 log_q(user));
@@ -1454,7 +1454,7 @@ void jh_job_ls(struct agent *a, const struct svc_req *q)
 	json_int_t limit = proto_int(req, "limit", 50);
 	db_job *js = NULL;
 	size_t n = 0;
-	if (db_job_list(a->db, is_root(req) ? NULL : req_user(req), running,
+	if (db_job_list(a->hd.db, is_root(req) ? NULL : req_user(req), running,
 			limit > 0 ? (size_t)limit : 0, &js, &n) < 0) {
 		reply_error(dest, id, "internal", "cannot read cluster.db");
 		return;
@@ -1476,7 +1476,7 @@ void jh_job_show(struct agent *a, const struct svc_req *q)
 		return;
 	json_t *o = job_result(a, row.id);
 	char *spec = NULL;
-	if (db_job_spec(a->db, row.id, &spec) == 0) {
+	if (db_job_spec(a->hd.db, row.id, &spec) == 0) {
 		json_t *s = json_loads(spec, 0, NULL);
 		const char *keys[] = {"argv", "env", "workdir", "net", "net_why", "master_addr",
 				      "topology", "shape", "nnodes"};
@@ -1501,7 +1501,7 @@ void jh_job_logs(struct agent *a, const struct svc_req *q)
 	int only = (int)proto_int(req, "rank", -1);
 	db_job_rank *rk = NULL;
 	size_t n = 0;
-	if (db_job_ranks(a->db, row.id, &rk, &n) < 0) {
+	if (db_job_ranks(a->hd.db, row.id, &rk, &n) < 0) {
 		reply_error(dest, id, "internal", "cannot read cluster.db");
 		return;
 	}
@@ -1568,11 +1568,11 @@ void jh_job_cancel(struct agent *a, const struct svc_req *q)
 /* A node by name, id, agent address, or a fabric address of its report. */
 static int resolve_node(struct agent *a, const char *key, db_node *out)
 {
-	if (db_node_get_by_name(a->db, key, out) == 0 || db_node_get(a->db, key, out) == 0)
+	if (db_node_get_by_name(a->hd.db, key, out) == 0 || db_node_get(a->hd.db, key, out) == 0)
 		return 0;
 	db_node *nodes = NULL;
 	size_t n = 0;
-	if (db_node_list(a->db, &nodes, &n) < 0)
+	if (db_node_list(a->hd.db, &nodes, &n) < 0)
 		return -EIO;
 	int r = -ENOENT;
 	for (size_t i = 0; i < n && r < 0; i++) {
@@ -1584,7 +1584,7 @@ static int resolve_node(struct agent *a, const char *key, db_node *out)
 			break;
 		}
 		db_fabric f;
-		if (db_fabric_get(a->db, nodes[i].id, &f) < 0)
+		if (db_fabric_get(a->hd.db, nodes[i].id, &f) < 0)
 			continue;
 		json_t *d = json_loads(f.discovery, 0, NULL);
 		db_fabric_free(&f);
@@ -1943,7 +1943,7 @@ static void on_head_tick(uv_timer_t *tm)
 {
 	struct jobs *J = tm->data;
 	struct agent *a = J->a;
-	if (a->id.role != ROLE_HEAD || !a->db)
+	if (a->id.role != ROLE_HEAD || !a->hd.db)
 		return;
 	uint64_t now = util_now_ms();
 	for (struct hjob *j = J->hjobs, *next; j; j = next) {
@@ -1954,7 +1954,7 @@ static void on_head_tick(uv_timer_t *tm)
 			if (rank_final(r))
 				continue;
 			db_node n;
-			if (db_node_get(a->db, r->node_id, &n) < 0) {
+			if (db_node_get(a->hd.db, r->node_id, &n) < 0) {
 				rank_lost(a, j, r, "its node was removed from the cluster");
 			} else if (strcmp(n.state, "unreachable") == 0 || strcmp(n.state, "down") == 0) {
 				char why[128];
@@ -1979,18 +1979,18 @@ int jh_start(struct agent *a)
 {
 	struct jobs *J = a->jobs;
 	uv_timer_start(&J->head_timer, on_head_tick, 500, 500);
-	if (a->id.role != ROLE_HEAD || !a->db || J->head_loaded)
+	if (a->id.role != ROLE_HEAD || !a->hd.db || J->head_loaded)
 		return 0;
 	J->head_loaded = true;
 	db_job *js = NULL;
 	size_t n = 0;
-	if (db_job_list(a->db, NULL, true, 0, &js, &n) < 0)
+	if (db_job_list(a->hd.db, NULL, true, 0, &js, &n) < 0)
 		return -EIO;
 	for (size_t i = 0; i < n; i++) {
 		db_job_rank *rk = NULL;
 		size_t nr = 0;
 		char *spec = NULL;
-		if (db_job_ranks(a->db, js[i].id, &rk, &nr) == 0 && db_job_spec(a->db, js[i].id, &spec) == 0) {
+		if (db_job_ranks(a->hd.db, js[i].id, &rk, &nr) == 0 && db_job_spec(a->hd.db, js[i].id, &spec) == 0) {
 			json_t *s = json_loads(spec, 0, NULL);
 			if (s) {
 				spec_complete(s, js[i].id);

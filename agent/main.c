@@ -372,13 +372,13 @@ int main(int argc, char **argv)
 		SSL_CTX_free(a.srv_ctx);
 	if (a.cli_ctx)
 		SSL_CTX_free(a.cli_ctx);
-	if (a.ca)
-		X509_free(a.ca);
-	if (a.ca_key)
-		EVP_PKEY_free(a.ca_key);
-	free(a.crl_pem);
-	if (a.db)
-		db_close(a.db);
+	if (a.hd.ca)
+		X509_free(a.hd.ca);
+	if (a.hd.ca_key)
+		EVP_PKEY_free(a.hd.ca_key);
+	free(a.hd.crl_pem);
+	if (a.hd.db)
+		db_close(a.hd.db);
 	svc_free_all(&a);
 	json_decref(a.cfg);
 	char lock[512];

@@ -60,7 +60,7 @@ struct ask {
 
 static void pending_unlink(struct agent *a, struct pending *p)
 {
-	for (struct pending **q = &a->pending; *q; q = &(*q)->next)
+	for (struct pending **q = &a->wk.pending; *q; q = &(*q)->next)
 		if (*q == p) {
 			*q = p->next;
 			return;
@@ -89,7 +89,7 @@ static void on_queue_timer(uv_timer_t *t)
 	struct agent *a = t->data;
 	uint64_t now = util_now_ms();
 	bool left = false;
-	for (struct pending *p = a->pending, *next; p; p = next) {
+	for (struct pending *p = a->wk.pending, *next; p; p = next) {
 		next = p->next;
 		if (!p->frame)
 			continue;
@@ -101,7 +101,7 @@ static void on_queue_timer(uv_timer_t *t)
 		snprintf(why, sizeof why,
 			 "the head at %s is unreachable (%s); check that its sparkd runs, or run this "
 			 "command on the head",
-			 a->id.head_addr, a->head_error[0] ? a->head_error : "connecting");
+			 a->id.head_addr, a->wk.error[0] ? a->wk.error : "connecting");
 		pending_unlink(a, p);
 		fail(a, p, "head_unreachable", why);
 		pending_free(p);
@@ -118,34 +118,34 @@ int peers_request(struct agent *a, conn *cli, json_int_t orig_id, json_t *frame,
 		json_decref(frame);
 		return -ENOMEM;
 	}
-	p->id = ++a->next_fwd_id;
+	p->id = ++a->wk.next_id;
 	p->orig_id = orig_id;
 	p->cli = cli;
 	p->flags = flags;
 	p->on_answer = on_answer;
 	json_object_set_new(frame, "id", json_integer(p->id));
-	p->next = a->pending;
-	a->pending = p;
-	if (a->head && (a->head_up || (flags & PEERS_NOW))) {
-		conn_send_new(a->head, frame);
+	p->next = a->wk.pending;
+	a->wk.pending = p;
+	if (a->wk.link && (a->wk.up || (flags & PEERS_NOW))) {
+		conn_send_new(a->wk.link, frame);
 		return 0;
 	}
 	p->frame = frame;
 	p->queued_ms = util_now_ms();
-	if (!a->queue_on) {
-		uv_timer_init(a->loop, &a->queue_timer);
-		a->queue_timer.data = a;
-		a->queue_on = true;
+	if (!a->wk.queue_on) {
+		uv_timer_init(a->loop, &a->wk.queue_timer);
+		a->wk.queue_timer.data = a;
+		a->wk.queue_on = true;
 	}
-	if (!uv_is_active((uv_handle_t *)&a->queue_timer))
-		uv_timer_start(&a->queue_timer, on_queue_timer, 250, 250);
+	if (!uv_is_active((uv_handle_t *)&a->wk.queue_timer))
+		uv_timer_start(&a->wk.queue_timer, on_queue_timer, 250, 250);
 	return 0;
 }
 
 bool peers_on_head_frame(struct agent *a, const json_t *msg)
 {
 	json_int_t id = proto_id(msg);
-	struct pending *p = a->pending;
+	struct pending *p = a->wk.pending;
 	while (id && p && p->id != id)
 		p = p->next;
 	if (!id || !p)
@@ -176,21 +176,21 @@ bool peers_on_head_frame(struct agent *a, const json_t *msg)
 
 void peers_head_up(struct agent *a)
 {
-	for (struct pending *p = a->pending; p; p = p->next)
+	for (struct pending *p = a->wk.pending; p; p = p->next)
 		if (p->frame) {
-			conn_send_new(a->head, p->frame);
+			conn_send_new(a->wk.link, p->frame);
 			p->frame = NULL;
 		}
 }
 
 void peers_head_lost(struct agent *a)
 {
-	for (struct pending *p = a->pending, *next; p; p = next) {
+	for (struct pending *p = a->wk.pending, *next; p; p = next) {
 		next = p->next;
 		if (p->frame)
 			continue; /* queued: waits for the next session */
 		char why[512];
-		const char *err = a->head_error[0] ? a->head_error : "closed";
+		const char *err = a->wk.error[0] ? a->wk.error : "closed";
 		if (p->job_id)
 			snprintf(why, sizeof why,
 				 "lost the connection to the head at %s (%s); job %lld keeps running: "
@@ -207,17 +207,17 @@ void peers_head_lost(struct agent *a)
 
 void peers_cli_gone(struct agent *a, conn *cli)
 {
-	for (struct pending *p = a->pending, *next; p; p = next) {
+	for (struct pending *p = a->wk.pending, *next; p; p = next) {
 		next = p->next;
 		if (p->cli != cli)
 			continue;
 		p->cli = NULL;
 		if (!(p->flags & PEERS_STREAMS))
 			continue; /* its answer is dropped when it comes */
-		if (!p->frame && a->head && a->head_up) {
+		if (!p->frame && a->wk.link && a->wk.up) {
 			json_t *m = proto_msg("stream_cancel", 0);
 			json_object_set_new(m, "relay_id", json_integer(p->id));
-			conn_send_new(a->head, m);
+			conn_send_new(a->wk.link, m);
 		}
 		pending_unlink(a, p);
 		pending_free(p);
@@ -242,11 +242,11 @@ void peers_stop(struct agent *a, const char *why)
 	}
 	if (a->ask_timer_on)
 		uv_timer_stop(&a->ask_timer);
-	if (a->queue_on)
-		uv_timer_stop(&a->queue_timer); /* closed by main's final walk */
-	while (a->pending) {
-		struct pending *p = a->pending;
-		a->pending = p->next;
+	if (a->wk.queue_on)
+		uv_timer_stop(&a->wk.queue_timer); /* closed by main's final walk */
+	while (a->wk.pending) {
+		struct pending *p = a->wk.pending;
+		a->wk.pending = p->next;
 		fail(a, p, "shutdown", why);
 		pending_free(p);
 	}
@@ -265,7 +265,7 @@ int peers_forward(struct agent *a, conn *cli, const json_t *req, unsigned flags,
 
 struct session *peers_session(struct agent *a, const char *node_id)
 {
-	for (struct session *s = a->sessions; s; s = s->next)
+	for (struct session *s = a->hd.sessions; s; s = s->next)
 		if (s->authed && !s->closing && strcmp(s->node_id, node_id) == 0)
 			return s;
 	return NULL;
@@ -486,8 +486,8 @@ int peers_to_head(struct agent *a, json_t *msg)
 {
 	if (a->id.role == ROLE_HEAD)
 		return mail(a, FRAME_TO_HEAD, msg);
-	if (a->id.role == ROLE_WORKER && a->head && a->head_up)
-		return conn_send_new(a->head, msg);
+	if (a->id.role == ROLE_WORKER && a->wk.link && a->wk.up)
+		return conn_send_new(a->wk.link, msg);
 	json_decref(msg);
 	return -ENOTCONN;
 }

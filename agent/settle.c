@@ -20,7 +20,7 @@ void agent_settle(struct agent *a)
 	if (!a->unsettled || util_now_ms() - a->busy_ms < AGENT_SETTLE_MS)
 		return;
 	a->unsettled = false;
-	if (a->db)
-		db_release_memory(a->db);
+	if (a->hd.db)
+		db_release_memory(a->hd.db);
 	malloc_trim(0);
 }

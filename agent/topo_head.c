@@ -263,7 +263,7 @@ static void on_state(struct agent *a_, void *owner, int idx, const json_t *m, co
 static json_t *stored_discovery(struct agent *a, const char *node_id)
 {
 	db_fabric f;
-	if (!a->db || db_fabric_get(a->db, node_id, &f) < 0)
+	if (!a->hd.db || db_fabric_get(a->hd.db, node_id, &f) < 0)
 		return NULL;
 	json_t *d = json_loads(f.discovery, 0, NULL);
 	db_fabric_free(&f);
@@ -301,7 +301,7 @@ static int start_run(struct vrun *r)
 	struct agent *a = r->h->t->a;
 	db_node *nodes = NULL;
 	size_t n = 0;
-	if (!a->db || db_node_list(a->db, &nodes, &n) < 0)
+	if (!a->hd.db || db_node_list(a->hd.db, &nodes, &n) < 0)
 		return -EIO;
 	if (n > TOPO_MAX_NODES) {
 		free(nodes);
@@ -412,7 +412,7 @@ static void scan_events(struct thead *h, struct agent *a)
 {
 	db_event *ev = NULL;
 	size_t nev = 0;
-	while (a->db && db_event_list(a->db, h->ev_seen, 1000, &ev, &nev) == 0 && nev > 0) {
+	while (a->hd.db && db_event_list(a->hd.db, h->ev_seen, 1000, &ev, &nev) == 0 && nev > 0) {
 		for (size_t i = 0; i < nev; i++) {
 			h->ev_seen = ev[i].id;
 			const char *k = ev[i].kind, *d = ev[i].detail;
@@ -1087,7 +1087,7 @@ static void store_run(struct vrun *r, int64_t duration_ms)
 	json_object_del(copy, "run");
 	run.verdict = json_dumps(copy, JSON_COMPACT);
 	json_decref(copy);
-	int rc = run.verdict ? db_topo_run_add(a->db, &run, cr, nc, pr, np) : -ENOMEM;
+	int rc = run.verdict ? db_topo_run_add(a->hd.db, &run, cr, nc, pr, np) : -ENOMEM;
 	if (rc < 0)
 		log_warn("topo_store_failed", "err=%d", rc);
 	else
@@ -1366,7 +1366,7 @@ static void addresses_for_node(struct agent *a, conn *c, const json_t *req, cons
 {
 	struct topo_agent *t = a->topo;
 	db_topo_run run;
-	int rc = a->db ? db_topo_run_latest(a->db, &run) : -ENOENT;
+	int rc = a->hd.db ? db_topo_run_latest(a->hd.db, &run) : -ENOENT;
 	if (rc == -ENOENT) {
 		svc_send_result(c, proto_id(req),
 			      json_pack("{s:s, s:n, s:s, s:n, s:n, s:n, s:n}", "node", node, "netplan",
@@ -1464,7 +1464,7 @@ void topo_head_addresses(struct agent *a, const struct svc_req *q) { run_request
 json_t *topo_head_status(struct agent *a)
 {
 	db_topo_run run;
-	if (!a->db || db_topo_run_latest(a->db, &run) < 0)
+	if (!a->hd.db || db_topo_run_latest(a->hd.db, &run) < 0)
 		return json_null();
 	char summary[64];
 	char up[16];
@@ -1485,7 +1485,7 @@ json_t *topo_head_status(struct agent *a)
 	char why[320] = "";
 	size_t now_nodes = 0;
 	db_node *nodes = NULL;
-	if (db_node_list(a->db, &nodes, &now_nodes) == 0 && (int)now_nodes != run.n_nodes)
+	if (db_node_list(a->hd.db, &nodes, &now_nodes) == 0 && (int)now_nodes != run.n_nodes)
 		snprintf(why, sizeof why, "the cluster has %zu nodes now, the validation saw %d",
 			 now_nodes, run.n_nodes);
 	free(nodes);

@@ -852,7 +852,7 @@ static void add_worker(const char *name, char *id_out)
 	pki_random_hex(n.id, 16);
 	if (pki_make_key(&key) < 0 || pki_make_csr(key, name, &csr) < 0 ||
 	    pki_csr_spki_sha256(csr, n.key_hash) < 0 ||
-	    pki_sign_csr(A.ca, A.ca_key, csr, n.id, AGENT_CERT_DAYS, &cert, n.cert_serial) < 0)
+	    pki_sign_csr(A.hd.ca, A.hd.ca_key, csr, n.id, AGENT_CERT_DAYS, &cert, n.cert_serial) < 0)
 		die("cannot make a node certificate", NULL);
 	util_strlcpy(n.name, name, sizeof n.name);
 	util_strlcpy(n.role, "worker", sizeof n.role);
@@ -861,8 +861,8 @@ static void add_worker(const char *name, char *id_out)
 	util_strlcpy(n.version, "fuzz", sizeof n.version);
 	n.joined_at = n.last_seen = util_now();
 	bool first;
-	if (db_join_commit(A.db, t.id, hash, util_now(), &n) < 0 ||
-	    db_node_connected(A.db, n.id, util_now(), n.address, n.version, &first) < 0)
+	if (db_join_commit(A.hd.db, t.id, hash, util_now(), &n) < 0 ||
+	    db_node_connected(A.hd.db, n.id, util_now(), n.address, n.version, &first) < 0)
 		die("cannot add a worker row", name);
 	util_strlcpy(id_out, n.id, 40);
 	free(csr);
@@ -1000,20 +1000,20 @@ static void ensure_group(const char *name, const char *const *ids, size_t n)
 {
 	db_group_member *m = NULL;
 	size_t nm = 0;
-	bool ok = db_group_members(A.db, name, &m, &nm) == 0 && nm == n;
+	bool ok = db_group_members(A.hd.db, name, &m, &nm) == 0 && nm == n;
 	for (size_t i = 0; ok && i < n; i++)
 		ok = strcmp(m[i].node_id, ids[i]) == 0;
 	free(m);
 	if (ok)
 		return;
-	db_group_remove(A.db, name);
+	db_group_remove(A.hd.db, name);
 	db_group g = {.shared = true, .created_at = util_now()};
 	util_strlcpy(g.name, name, sizeof g.name);
 	util_strlcpy(g.topology, "unknown", sizeof g.topology);
 	util_strlcpy(g.shape, n == 1 ? "single" : "scattered", sizeof g.shape);
 	util_strlcpy(g.created_by, "fuzz_session", sizeof g.created_by);
 	char cn[64], cg[64];
-	if (db_group_create(A.db, &g, ids, n, cn, cg) < 0)
+	if (db_group_create(A.hd.db, &g, ids, n, cn, cg) < 0)
 		die("cannot make a group", name);
 }
 
@@ -1023,16 +1023,16 @@ static void ensure_group(const char *name, const char *const *ids, size_t n)
 static void restore_rows(void)
 {
 	db_node n;
-	if (db_node_get(A.db, w1_id, &n) < 0)
+	if (db_node_get(A.hd.db, w1_id, &n) < 0)
 		add_worker("fz-w1", w1_id);
-	if (db_node_get(A.db, w2_id, &n) < 0)
+	if (db_node_get(A.hd.db, w2_id, &n) < 0)
 		add_worker("fz-w2", w2_id);
 	const char *g1[] = {w1_id}, *g2[] = {head_id, w1_id};
 	ensure_group("g1", g1, 1);
 	ensure_group("g2", g2, 2);
-	db_node_set_drained(A.db, w1_id, false);
-	db_node_set_drained(A.db, w2_id, false);
-	db_node_set_drained(A.db, head_id, false);
+	db_node_set_drained(A.hd.db, w1_id, false);
+	db_node_set_drained(A.hd.db, w2_id, false);
+	db_node_set_drained(A.hd.db, head_id, false);
 }
 
 struct snapshot {
@@ -1045,7 +1045,7 @@ static void snap(struct snapshot *s)
 	db_group *g = NULL;
 	size_t n = 0;
 	memset(s, 0, sizeof *s);
-	if (db_token_list(A.db, &t, &s->tokens) < 0 || db_group_list(A.db, &g, &n) < 0)
+	if (db_token_list(A.hd.db, &t, &s->tokens) < 0 || db_group_list(A.hd.db, &g, &n) < 0)
 		die("cannot read cluster.db", NULL);
 	for (size_t i = 0; i < s->tokens; i++)
 		s->revoked += t[i].revoked;
@@ -1066,11 +1066,11 @@ static void check_no_admin_effect(const struct snapshot *before)
 	    after.groups != before->groups)
 		die("cluster.db changed without an admin caller", d);
 	db_node n;
-	if (db_node_get(A.db, w2_id, &n) < 0 || n.drained)
+	if (db_node_get(A.hd.db, w2_id, &n) < 0 || n.drained)
 		die("another node was removed or drained without an admin caller", "fz-w2");
-	if (db_node_get(A.db, head_id, &n) < 0 || n.drained)
+	if (db_node_get(A.hd.db, head_id, &n) < 0 || n.drained)
 		die("the head was removed or drained without an admin caller", NULL);
-	if (db_node_get(A.db, w1_id, &n) == 0 && n.drained)
+	if (db_node_get(A.hd.db, w1_id, &n) == 0 && n.drained)
 		die("fz-w1 was drained without an admin caller", NULL);
 }
 
@@ -1123,12 +1123,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	out_len = out_off = 0;
 	proto_decoder_free(&cdec);
 	t0 = util_now_ms();
-	while (A.sessions && util_now_ms() - t0 < RELEASE_MS) {
+	while (A.hd.sessions && util_now_ms() - t0 < RELEASE_MS) {
 		uv_run(A.loop, UV_RUN_NOWAIT);
-		if (A.sessions)
+		if (A.hd.sessions)
 			usleep(200);
 	}
-	if (A.sessions)
+	if (A.hd.sessions)
 		die("the head still holds a session after the member closed", NULL);
 	/* What the close set off (mail to the head's own node, job ends) runs now. */
 	for (int i = 0; i < 4; i++)
