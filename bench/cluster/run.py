@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Cluster-formation benchmark: init + 7 joins, `sparkctl status` latency on an
-8-node cluster, and sparkd idle RSS/CPU. Everything on loopback, in one run.
+8-node cluster, and sparkd idle memory (private, PSS, RSS) and CPU. Everything on loopback, in one run.
 
 The peer for status latency is `sparkctl version` against the same local sparkd
 in the same invocation: it costs a process start and one local round trip, so the
@@ -148,9 +148,25 @@ def main():
         if args.mem:
             for label, d in (("head", nodes[0]), ("worker", nodes[1])):
                 print_memory(label, d)
+        def private_kib(pid):
+            """The daemon's own memory: anonymous mappings (heap, stack, anon)
+            whole, plus the private dirty pages of file mappings (relocated
+            data of libraries and of sparkd); shared library text is left out."""
+            anon = ("[heap]", "[stack]", "[anon]")
+            return sum(rss if name in anon else dirty
+                       for name, (rss, dirty) in smaps_by_file(pid).items())
+
+        def pss_kib(pid):
+            for line in open(f"/proc/{pid}/smaps_rollup"):
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+            return 0
+
         rss_head = rss_kib(nodes[0]["pid"]) / 1024
         rss_worker = max(rss_kib(d["pid"]) for d in nodes[1:]) / 1024
-        anon_head = rss_kib(nodes[0]["pid"], "RssAnon:") / 1024
+        pss_head = pss_kib(nodes[0]["pid"]) / 1024
+        priv_head = private_kib(nodes[0]["pid"]) / 1024
+        priv_worker = max(private_kib(d["pid"]) for d in nodes[1:]) / 1024
 
         rows = [
             ("init (CA, certs, db, token)", f"{t_init*1000:.0f} ms", "-", "-"),
@@ -162,11 +178,16 @@ def main():
              "met" if st_worker < 20 else "MISSED"),
             (f"peer: version on a worker (local), median", f"{ver:.1f} ms", "-", "-"),
             ("ratio status(worker) / version(worker)", f"{st_worker/ver:.2f}x", "-", "-"),
-            (f"head idle RSS after {args.idle} s", f"{rss_head:.1f} MiB", "< 10 MiB",
-             "met" if rss_head < 10 else "MISSED"),
-            ("  of which private (RssAnon); rest is shared libs", f"{anon_head:.1f} MiB", "-", "-"),
-            ("worker idle RSS (max of 7)", f"{rss_worker:.1f} MiB", "< 10 MiB",
-             "met" if rss_worker < 10 else "MISSED"),
+            # The daemon's own cost is its private memory (anonymous + private
+            # dirty, private_kib); most of its RSS is shared library text
+            # (libcrypto alone 4 MiB), counted for every process that maps it
+            # (issue 15: the target is private memory, not RSS).
+            (f"head idle private memory after {args.idle} s", f"{priv_head:.1f} MiB", "< 3 MiB",
+             "met" if priv_head < 3 else "MISSED"),
+            ("  head RSS / PSS (shared pages split)", f"{rss_head:.1f}/{pss_head:.1f}", "MiB", "-"),
+            ("worker idle private memory (max of 7)", f"{priv_worker:.1f} MiB", "< 3 MiB",
+             "met" if priv_worker < 3 else "MISSED"),
+            ("  worker RSS (max of 7)", f"{rss_worker:.1f} MiB", "-", "-"),
             (f"head idle CPU over {args.idle} s", f"{cpu_head:.2f} %", "< 0.5 %",
              "met" if cpu_head < 0.5 else "MISSED"),
             ("worker idle CPU (max of 7)", f"{cpu_worker:.2f} %", "< 0.5 %",
