@@ -68,6 +68,7 @@ struct identity {
 };
 
 struct agent;
+struct session;
 struct pending; /* peers.c: a request sent to the head, waiting for its answer */
 struct mail;    /* peers.c: the own-node mailbox */
 struct ask;     /* peers.c: a request to a node */
@@ -92,6 +93,13 @@ struct agent_hooks {
 	json_t *(*discovery)(struct agent *a);
 	/* topo (head): the last validation for status, or JSON null */
 	json_t *(*topo_status)(struct agent *a);
+	/* cluster (head): membership policy for sessions.c. session_auth: the
+	 * member a CA-verified certificate names (0, node_id filled), or <0 to
+	 * refuse it as revoked (logged); session_preauth: a frame before
+	 * authentication (a join); session_closed: an authenticated session ended. */
+	int (*session_auth)(struct agent *a, X509 *cert, char *node_id, size_t len);
+	void (*session_preauth)(struct agent *a, struct session *s, const json_t *msg);
+	void (*session_closed)(struct agent *a, const struct session *s);
 };
 
 /* The head role's state (cluster_head.c; db is read by every head side). */
@@ -133,7 +141,6 @@ struct agent {
 	ino_t ctl_ino;
 	uv_tcp_t srv;
 	bool srv_open;
-	void (*on_accept)(struct agent *a, uv_stream_t *server);
 	uv_signal_t sigterm, sigint;
 	bool stopping;
 	int64_t started_at;
@@ -191,10 +198,8 @@ int identity_load(struct agent *a, char *err, size_t errlen);
 int identity_save(struct agent *a);
 int identity_wipe(struct agent *a);
 int agent_tls_setup(struct agent *a, char *err, size_t errlen);
-/* The agent port: on_accept gets each connection (the cluster service's
- * sessions: head members, or a worker's port that answers joiners). */
-int agent_listen(struct agent *a, void (*on_accept)(struct agent *a, uv_stream_t *server),
-		 char *err, size_t errlen);
+/* The agent port; its connections go to peers_accept (sessions.c). */
+int agent_listen(struct agent *a, char *err, size_t errlen);
 void agent_close_listener(struct agent *a);
 const char *role_name(enum agent_role r);
 
@@ -221,6 +226,18 @@ void peers_cli_gone(struct agent *a, conn *cli);
 void peers_stop(struct agent *a, const char *why);
 /* The live, authenticated session of a node on the head (NULL: not connected). */
 struct session *peers_session(struct agent *a, const char *node_id);
+
+/* sessions.c: the agent port's connections (a head's sessions with its
+ * members; a worker's port answers not_head) and their limits. */
+void peers_accept(struct agent *a, uv_stream_t *server);
+void peers_sweep_sessions(struct agent *a);   /* pre-auth and idle limits (liveness tick, 0.5 s) */
+void peers_close_others(struct agent *a, struct session *s); /* s replaces its node's older ones */
+void peers_close_sessions(struct agent *a);   /* the head stops */
+/* Tests only (tests/fuzz/fuzz_session.c): accept the connection pending on a
+ * plain listener as the authenticated session of node node_id, as if it had
+ * presented that node's valid certificate. 0, -ENOENT (not the head), -ENOMEM
+ * or -EIO. */
+int peers_adopt_session(struct agent *a, uv_stream_t *server, const char *node_id);
 /* Frames between a node's services and the head's (msg stolen). To this node
  * itself (the head's own node) they go through the one own-node mailbox and
  * are dispatched, next loop iteration, like a frame from a session. */

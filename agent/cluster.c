@@ -141,7 +141,7 @@ static int cluster_start(struct agent *a, char *err, size_t len)
 	if (a->id.role == ROLE_WORKER && !a->id.removed) {
 		int r;
 		if ((r = agent_tls_setup(a, err, len)) < 0 ||
-		    (r = agent_listen(a, head_on_accept, err, len)) < 0)
+		    (r = agent_listen(a, err, len)) < 0)
 			return r;
 		return worker_start(a);
 	}
@@ -160,17 +160,29 @@ static void cluster_event(struct agent *a, enum svc_event ev, const struct svc_e
 		worker_cli_gone(a, arg->c);
 }
 
-/* The session frames (hello, heartbeat, leave, forward, stream_cancel) are
- * the sessions' own (cluster_head.c); the head's list is this service's. */
+/* A member's session frames (they take the session: sessions.c), and the
+ * head's revocation list to its workers. */
 static const struct svc_frame frames[] = {
+	{"hello", NULL, FRAME_TO_HEAD, {{"address", 'S'}, {"version", 'S'}}, head_hello},
+	{"heartbeat", NULL, FRAME_TO_HEAD, {{NULL, 0}}, head_heartbeat, SVC_FRAME_QUIET},
+	{"leave", NULL, FRAME_TO_HEAD, {{NULL, 0}}, head_leave},
 	{"crl", worker_on_crl, FRAME_TO_NODE, {{"crl", 's'}, {NULL, 0}}},
 	{NULL},
 };
+
+static int cluster_init(struct agent *a, char *err, size_t len)
+{
+	(void)err;
+	(void)len;
+	head_hooks(a);
+	return 0;
+}
 
 const struct service cluster_service = {
 	.name = "cluster",
 	.requests = requests,
 	.frames = frames,
+	.init = cluster_init,
 	.start = cluster_start,
 	.stop = cluster_stop,
 	.on_event = cluster_event,

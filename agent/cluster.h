@@ -1,8 +1,9 @@
 /* cluster: the cluster service. Membership (init, join, leave, node rm,
  * drain), tokens, status and the sessions between agents:
  *   cluster.c       the service's request table and its local requests
- *   cluster_head.c  the head: CA and cluster.db, joins, member sessions,
- *                   heartbeats, liveness, the CRL, the head-served requests
+ *   cluster_head.c  the head: CA and cluster.db, joins, who a member's
+ *                   certificate names (for sessions.c), hello, heartbeats,
+ *                   leave, liveness, the CRL, the head-served requests
  *   cluster_node.c  a worker: join, the session to the head with hello,
  *                   heartbeats and reconnect, the head's crl and revocation */
 #ifndef SPARK_AGENT_CLUSTER_H
@@ -15,7 +16,11 @@ extern const struct service cluster_service;
 /* cluster_head.c */
 int head_start(struct agent *a, char *err, size_t errlen); /* after identity load */
 void head_stop(struct agent *a);
-void head_on_accept(struct agent *a, uv_stream_t *server);
+void head_hooks(struct agent *a); /* the membership policy sessions.c asks */
+/* The member sessions' own frames (cluster.c's frame table). */
+void head_hello(struct agent *a, struct session *s, const json_t *msg);
+void head_heartbeat(struct agent *a, struct session *s, const json_t *msg);
+void head_leave(struct agent *a, struct session *s, const json_t *msg);
 void head_init(struct agent *a, const struct svc_req *q); /* the "init" request */
 /* The head-served requests (cluster.c's table). */
 void head_status(struct agent *a, const struct svc_req *q);
@@ -35,11 +40,6 @@ const char *head_store_error(int r);          /* a db_ error for people */
 /* Mint a token; on success fills the printable token string. */
 int head_token_create(struct agent *a, int64_t ttl, int64_t uses, const char *descr,
 		      char *token_out, size_t len, char *id_out);
-/* Tests only (tests/fuzz/fuzz_session.c): accept the connection pending on a
- * plain listener as the authenticated session of node node_id, as if it had
- * presented that node's valid certificate. 0, -ENOENT (no such node, or not
- * the head), -ENOMEM or -EIO. */
-int head_adopt_session(struct agent *a, uv_stream_t *server, const char *node_id);
 
 /* cluster_node.c */
 int worker_start(struct agent *a);                /* connect to the head (identity known) */

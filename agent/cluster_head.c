@@ -363,28 +363,6 @@ static void set_state(struct agent *a, const db_node *n, const char *state)
 		log_info("node_state", "node=%s from=%s to=%s", n->name, n->state, state);
 }
 
-/* Unauthenticated sessions get AGENT_PREAUTH_MS from accept to finish their
- * join; authenticated ones are closed after AGENT_SESSION_IDLE_MS without a
- * complete frame (a worker heart-beats every second), so a peer that dribbles
- * bytes or goes silent holds nothing for long. */
-static void sweep_sessions(struct agent *a, uint64_t now_ms)
-{
-	for (struct session *s = a->hd.sessions; s; s = s->next) {
-		if (s->closing)
-			continue;
-		if (!s->authed && now_ms - s->accepted_ms >= AGENT_PREAUTH_MS) {
-			log_info("session_preauth_timeout", "peer=%s", conn_peer_name(s->c));
-			s->closing = true;
-			conn_close(s->c, -ETIMEDOUT);
-		} else if (s->authed && now_ms - s->last_ms >= AGENT_SESSION_IDLE_MS) {
-			log_warn("session_idle", "node_id=%s peer=%s idle_ms=%llu", s->node_id,
-				 conn_peer_name(s->c), (unsigned long long)(now_ms - s->last_ms));
-			s->closing = true;
-			conn_close(s->c, -ETIMEDOUT);
-		}
-	}
-}
-
 /* Joins that never connected within security.join_expire_s are undone: the
  * row goes, its certificate is revoked and its token use given back. */
 static void expire_joins(struct agent *a, int64_t now)
@@ -413,7 +391,7 @@ static void on_live_timer(uv_timer_t *t)
 		return;
 	uint64_t now_ms = util_now_ms();
 	int64_t now = util_now();
-	sweep_sessions(a, now_ms);
+	peers_sweep_sessions(a);
 	bool expired = false; /* a join that never connected, and is past its time */
 	for (size_t i = 0; i < n; i++) {
 		if (strcmp(nodes[i].state, "joining") == 0) {
@@ -440,15 +418,6 @@ static void on_live_timer(uv_timer_t *t)
 }
 
 /* ---- sessions (worker connections) --------------------------------------- */
-
-static void session_unlink(struct agent *a, struct session *s)
-{
-	for (struct session **p = &a->hd.sessions; *p; p = &(*p)->next)
-		if (*p == s) {
-			*p = s->next;
-			return;
-		}
-}
 
 static void join_refused(struct session *s, const json_t *req, int r, const char *name,
 			 const char *tid)
@@ -571,7 +540,7 @@ static void handle_join(struct agent *a, struct session *s, const json_t *req)
 	conn_close(c, 0);
 }
 
-static void handle_hello(struct agent *a, struct session *s, const json_t *req)
+void head_hello(struct agent *a, struct session *s, const json_t *req)
 {
 	const char *addr = proto_str(req, "address");
 	const char *ver = proto_str(req, "version");
@@ -581,13 +550,7 @@ static void handle_hello(struct agent *a, struct session *s, const json_t *req)
 		conn_close(s->c, 0);
 		return;
 	}
-	/* One session per node: a reconnect replaces a stale one. */
-	for (struct session *o = a->hd.sessions; o; o = o->next)
-		if (o != s && o->authed && strcmp(o->node_id, s->node_id) == 0) {
-			o->authed = false;
-			conn_close(o->c, 0);
-			break;
-		}
+	peers_close_others(a, s); /* one session per node: a reconnect replaces a stale one */
 	bool first = false;
 	db_node_transition(a->hd.db, n.id, "ready", NULL, util_now());
 	db_node_connected(a->hd.db, s->node_id, util_now(), addr && *addr ? addr : n.address,
@@ -606,7 +569,7 @@ static void handle_hello(struct agent *a, struct session *s, const json_t *req)
 	free(crl);
 }
 
-static void handle_leave(struct agent *a, struct session *s, const json_t *req)
+void head_leave(struct agent *a, struct session *s, const json_t *req)
 {
 	db_node n;
 	int r = db_node_get(a->hd.db, s->node_id, &n);
@@ -625,7 +588,7 @@ static void handle_leave(struct agent *a, struct session *s, const json_t *req)
 	head_crl_update(a);
 }
 
-static void f_heartbeat(struct agent *a, struct session *s, const json_t *msg)
+void head_heartbeat(struct agent *a, struct session *s, const json_t *msg)
 {
 	(void)msg;
 	db_node n;
@@ -639,223 +602,47 @@ static void f_heartbeat(struct agent *a, struct session *s, const json_t *msg)
 	}
 }
 
-/* A CLI request a worker forwards: served like a local one, answered on the
- * session with the forward's id. */
-static void f_forward(struct agent *a, struct session *s, const json_t *msg)
-{
-	/* a shallow copy with the forward's id, the one answers go with */
-	json_t *inner = json_copy(json_object_get(msg, "request"));
-	json_object_set_new(inner, "id", json_integer(proto_id(msg)));
-	const char *t = proto_type(inner);
-	const struct svc_request *row = svc_request_of(t);
-	struct svc_req q = {.reply = s->c, .id = proto_id(msg), .msg = inner, .origin = s->node_id};
-	if (!t || !*t)
-		svc_error(&q, "bad_request", "forward needs a request with a type");
-	else if (!row || row->at != SVC_HEAD)
-		svc_error(&q, "unknown_type", "the head does not serve \"%s\"", t);
-	else
-		svc_serve(a, row, &q);
-	json_decref(inner);
-}
+/* ---- membership policy for the sessions (sessions.c, a->hooks) ------------ */
 
-/* The CLI that asked through this session no longer reads the stream. */
-static void f_stream_cancel(struct agent *a, struct session *s, const json_t *msg)
+/* The member a verified certificate names: its CN is a node of cluster.db
+ * whose stored serial is the certificate's, and that serial is not revoked. */
+static int session_auth(struct agent *a, X509 *peer, char *node_id, size_t len)
 {
-	svc_emit(a, SVC_EV_STREAM_CANCEL,
-		 &(struct svc_event_arg){.c = s->c, .id = proto_int(msg, "relay_id", 0)});
-}
-
-/* The frames of the session itself (docs/protocol.md); every other frame a
- * member sends is a service's (peers_dispatch). A frame missing a field, or
- * with it of another type, is answered with an error and not acted on. */
-static const struct member_frame {
-	const char *type;
-	void (*fn)(struct agent *a, struct session *s, const json_t *msg);
-	struct proto_field fields[3];
-} member_frames[] = {
-	{"hello", handle_hello, {{NULL, 0}}},
-	{"heartbeat", f_heartbeat, {{NULL, 0}}},
-	{"leave", handle_leave, {{NULL, 0}}},
-	{"forward", f_forward, {{"request", 'o'}, {NULL, 0}}},
-	{"stream_cancel", f_stream_cancel, {{"relay_id", 'i'}, {NULL, 0}}},
-};
-
-/* A session frame of an authenticated member: its own, or a service's. */
-static void member_frame(struct agent *a, struct session *s, const json_t *msg)
-{
-	const char *t = proto_type(msg);
-	for (size_t i = 0; i < ARRAY_SIZE(member_frames); i++) {
-		if (strcmp(member_frames[i].type, t) != 0)
-			continue;
-		char why[128];
-		if (proto_check(msg, member_frames[i].fields, why, sizeof why) < 0) {
-			log_warn("frame_refused", "type=%s reason=%s peer=%s", t, log_q(why),
-				 conn_peer_name(s->c));
-			svc_error_to(s->c, msg, "bad_request", "%s: %s", t, why);
-			return;
-		}
-		if (member_frames[i].fn != f_heartbeat)
-			agent_busy(a);
-		member_frames[i].fn(a, s, msg);
-		return;
-	}
-	agent_busy(a);
-	peers_dispatch(a, s->c, s->node_id, FRAME_TO_HEAD, msg);
-}
-
-static void on_session_frame(conn *c, json_t *msg)
-{
-	struct session *s = conn_data(c);
-	struct agent *a = s->a;
-	const char *t = proto_type(msg);
-	if (!s->authed) {
-		agent_busy(a);
-		if (strcmp(t, "join") == 0)
-			handle_join(a, s, msg);
-		else {
-			svc_error_to(c, msg, "unauthenticated",
-				      "present a node certificate, or send a join with a token");
-			conn_close(c, 0);
-		}
-		json_decref(msg);
-		return;
-	}
-	s->last_ms = util_now_ms();
-	member_frame(a, s, msg);
-	json_decref(msg);
-}
-
-static void on_session_ready(conn *c, int status)
-{
-	struct session *s = conn_data(c);
-	struct agent *a = s->a;
-	agent_busy(a); /* a TLS handshake just ran */
-	if (status < 0)
-		return;
-	X509 *peer = conn_peer_cert(c);
-	if (!peer && conn_peer_revoked(c)) {
-		log_warn("cert_refused", "reason=revoked peer=%s", conn_peer_name(c));
-		conn_send_new(c, proto_error(0, "revoked",
-					     "this node's certificate is not valid in the cluster (removed "
-					     "or revoked); join again with a new token"));
-		conn_close(c, 0);
-		return;
-	}
-	if (!peer)
-		return; /* a joiner: only a small "join" frame, within AGENT_PREAUTH_MS */
 	char cn[64], serial[41];
 	db_node n;
 	if (pki_cert_cn(peer, cn, sizeof cn) < 0 || pki_cert_serial(peer, serial) < 0 ||
 	    db_node_get(a->hd.db, cn, &n) < 0 || strcmp(n.cert_serial, serial) != 0 ||
 	    db_cert_revoked(a->hd.db, serial) != 0) {
-		log_warn("cert_refused", "cn=%s serial=%s peer=%s", log_q(cn), serial,
-			 conn_peer_name(c));
-		conn_send_new(c, proto_error(0, "revoked",
-					     "this node's certificate is not valid in the cluster (removed "
-					     "or revoked); join again with a new token"));
-		conn_close(c, 0);
-		return;
+		log_warn("cert_refused", "cn=%s serial=%s", log_q(cn), serial);
+		return -EPERM;
 	}
-	util_strlcpy(s->node_id, n.id, sizeof s->node_id);
-	s->authed = true;
-	s->last_ms = util_now_ms();
-	conn_set_max_frame(c, 0); /* a member may send full-size frames */
+	util_strlcpy(node_id, n.id, len);
+	return 0;
 }
 
-static void on_session_close(conn *c, int err)
+/* Before a certificate: only a join. */
+static void session_preauth(struct agent *a, struct session *s, const json_t *msg)
 {
-	struct session *s = conn_data(c);
-	struct agent *a = s->a;
-	if (s->authed) {
-		log_info("node_disconnected", "node_id=%s err=%d", s->node_id, err);
-		db_node_touch(a->hd.db, s->node_id, session_seen(s)); /* see HEAD_SEEN_FLUSH_S */
-	}
-	agent_busy(a);
-	session_unlink(a, s);
-	peers_session_gone(a, c);
-	svc_emit(a, SVC_EV_CONN_GONE, &(struct svc_event_arg){.c = c});
-	if (s->authed && !peers_session(a, s->node_id))
-		svc_emit(a, SVC_EV_NODE_GONE, &(struct svc_event_arg){.node_id = s->node_id});
-	free(s);
-}
-
-static const struct conn_cbs session_cbs = {
-	.on_ready = on_session_ready,
-	.on_frame = on_session_frame,
-	.on_close = on_session_close,
-};
-
-/* Workers answer agent-port connections with a pointer to the head. */
-static void on_worker_port_ready(conn *c, int status)
-{
-	struct agent *a = conn_data(c);
-	if (status < 0)
-		return;
-	conn_send_new(c, proto_error(0, "not_head", a->id.head_addr));
-	conn_close(c, 0);
-}
-static void on_worker_port_frame(conn *c, json_t *msg)
-{
-	(void)c;
-	json_decref(msg);
-}
-static void on_worker_port_close(conn *c, int err)
-{
-	struct agent *a = conn_data(c);
-	(void)err;
-	if (a->port_conns)
-		a->port_conns--;
-}
-static const struct conn_cbs worker_port_cbs = {
-	.on_ready = on_worker_port_ready,
-	.on_frame = on_worker_port_frame,
-	.on_close = on_worker_port_close,
-};
-
-void head_on_accept(struct agent *a, uv_stream_t *server)
-{
-	if (a->id.role != ROLE_HEAD) {
-		/* A worker's port only points callers at the head; it still caps
-		 * how many may hold a connection (each closes within seconds). */
-		conn *c = conn_accept(server, a->srv_ctx, &worker_port_cbs, a);
-		if (!c)
-			return;
-		conn_set_max_frame(c, AGENT_PREAUTH_FRAME);
-		if (++a->port_conns > AGENT_PREAUTH_MAX)
-			conn_close(c, -EBUSY);
+	if (strcmp(proto_type(msg), "join") == 0) {
+		handle_join(a, s, msg);
 		return;
 	}
-	/* Unauthenticated sessions (joiners, or anyone before its handshake):
-	 * at most AGENT_PREAUTH_MAX, the oldest dropped for a newcomer. */
-	size_t unauthed = 0;
-	struct session *oldest = NULL;
-	for (struct session *o = a->hd.sessions; o; o = o->next)
-		if (!o->authed && !o->closing) {
-			unauthed++;
-			if (!oldest || o->accepted_ms <= oldest->accepted_ms)
-				oldest = o;
-		}
-	if (unauthed >= AGENT_PREAUTH_MAX && oldest) {
-		log_warn("session_preauth_dropped", "peer=%s unauthenticated=%zu",
-			 conn_peer_name(oldest->c), unauthed);
-		oldest->closing = true;
-		conn_close(oldest->c, -EBUSY);
-	}
-	struct session *s = calloc(1, sizeof *s);
-	if (!s)
-		return;
-	s->a = a;
-	s->accepted_ms = util_now_ms();
-	s->c = conn_accept(server, a->srv_ctx, &session_cbs, s);
-	if (!s->c) {
-		free(s);
-		return;
-	}
-	conn_set_max_frame(s->c, AGENT_PREAUTH_FRAME);
-	s->next = a->hd.sessions;
-	a->hd.sessions = s;
+	svc_error_to(s->c, msg, "unauthenticated",
+		     "present a node certificate, or send a join with a token");
+	conn_close(s->c, 0);
 }
 
+static void session_closed(struct agent *a, const struct session *s)
+{
+	db_node_touch(a->hd.db, s->node_id, session_seen(s)); /* see HEAD_SEEN_FLUSH_S */
+}
+
+void head_hooks(struct agent *a)
+{
+	a->hooks.session_auth = session_auth;
+	a->hooks.session_preauth = session_preauth;
+	a->hooks.session_closed = session_closed;
+}
 
 /* A database failure as a person can act on it (ENOSPC is SQLite's "database
  * or disk is full"). */
@@ -1010,7 +797,7 @@ int head_start(struct agent *a, char *err, size_t errlen)
 	int r;
 	if ((r = load_ca(a, err, errlen)) < 0 || (r = open_db(a, err, errlen)) < 0 ||
 	    (r = upgrade_head_cert(a, err, errlen)) < 0 || (r = head_crl_update(a)) < 0 ||
-	    (r = agent_listen(a, head_on_accept, err, errlen)) < 0)
+	    (r = agent_listen(a, err, errlen)) < 0)
 		return r;
 	/* Our own address may have changed with --listen. */
 	db_node self;
@@ -1023,13 +810,7 @@ int head_start(struct agent *a, char *err, size_t errlen)
 
 void head_stop(struct agent *a)
 {
-	while (a->hd.sessions) {
-		struct session *s = a->hd.sessions;
-		a->hd.sessions = s->next;
-		s->next = NULL;
-		conn_close(s->c, 0);
-		/* on_session_close frees s; it is no longer on the list */
-	}
+	peers_close_sessions(a);
 	if (a->hd.live_timer_on)
 		uv_timer_stop(&a->hd.live_timer); /* closed by main's final walk */
 }
@@ -1059,7 +840,7 @@ void head_init(struct agent *a, const struct svc_req *q)
 	}
 	char err[512] = "";
 	/* Bind first: if the port is taken, nothing is written. */
-	if (agent_listen(a, head_on_accept, err, sizeof err) < 0) {
+	if (agent_listen(a, err, sizeof err) < 0) {
 		svc_error(q, "listen_failed", "%s", err);
 		return;
 	}
@@ -1170,27 +951,4 @@ void head_init(struct agent *a, const struct svc_req *q)
 				"cluster_name", cl.name, "head", head.name, "head_address",
 				head.address, "token", tok, "token_id", tid, "join_command", cmd,
 				"token_expires_at", (json_int_t)(ttl > 0 ? util_now() + ttl : 0)));
-}
-
-/* For tests (tests/fuzz/fuzz_session.c): see agent.h. */
-int head_adopt_session(struct agent *a, uv_stream_t *server, const char *node_id)
-{
-	db_node n;
-	if (a->id.role != ROLE_HEAD || !a->hd.db || db_node_get(a->hd.db, node_id, &n) < 0)
-		return -ENOENT;
-	struct session *s = calloc(1, sizeof *s);
-	if (!s)
-		return -ENOMEM;
-	s->a = a;
-	s->accepted_ms = s->last_ms = util_now_ms();
-	util_strlcpy(s->node_id, n.id, sizeof s->node_id);
-	s->authed = true;
-	s->c = conn_accept(server, NULL, &session_cbs, s);
-	if (!s->c) {
-		free(s);
-		return -EIO;
-	}
-	s->next = a->hd.sessions;
-	a->hd.sessions = s;
-	return 0;
 }

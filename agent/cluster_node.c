@@ -397,7 +397,7 @@ void worker_handle_join(struct agent *a, conn *c, const json_t *req)
 	}
 	if (a->id.removed)
 		identity_wipe(a);
-	if (agent_listen(a, head_on_accept, err, sizeof err) < 0) {
+	if (agent_listen(a, err, sizeof err) < 0) {
 		free(j);
 		svc_error_to(c, req, "listen_failed", "%s", err);
 		return;

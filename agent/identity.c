@@ -180,13 +180,11 @@ static void on_agent_conn(uv_stream_t *server, int status)
 		log_warn("accept_failed", "err=%s", uv_strerror(status));
 		return;
 	}
-	a->on_accept(a, server);
+	peers_accept(a, server);
 }
 
-int agent_listen(struct agent *a, void (*on_accept)(struct agent *a, uv_stream_t *server),
-		 char *err, size_t errlen)
+int agent_listen(struct agent *a, char *err, size_t errlen)
 {
-	a->on_accept = on_accept;
 	if (a->srv_open)
 		return 0;
 	struct sockaddr_storage ss;

@@ -284,6 +284,10 @@ void peers_dispatch(struct agent *a, conn *c, const char *from, enum agent_frame
 				     dir == FRAME_TO_HEAD ? "the head" : "a node", t);
 		return;
 	}
+	if (!f->fn) { /* a session's own frame (hello...) from the mailbox */
+		log_warn("frame_refused", "type=%s reason=session_only from=%s", log_q(t), from);
+		return;
+	}
 	if (proto_check(msg, f->fields, why, sizeof why) < 0) {
 		log_warn("frame_refused", "type=%s reason=%s from=%s", t, log_q(why), from);
 		if (c)

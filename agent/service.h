@@ -62,7 +62,12 @@ struct svc_frame {
 	svc_frame_fn fn;
 	enum agent_frame_dir dir;
 	struct proto_field fields[8];
+	/* a frame of the session itself (hello, heartbeat, leave: only over a
+	 * member's session, never the mailbox): this gets the session, fn is NULL */
+	void (*on_session)(struct agent *a, struct session *s, const json_t *msg);
+	unsigned flags;
 };
+#define SVC_FRAME_QUIET 1u /* not work for agent_settle (heartbeats) */
 
 /* What the core and services tell each other without calling each other. */
 enum svc_event {

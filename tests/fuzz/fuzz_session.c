@@ -21,7 +21,7 @@
  * head's objects (job, tail, exec, topology request and probe ids) may take
  * the values the head just sent this member, so the frames reach the code
  * behind the lookups. The frames go over a Unix socket that the head adopted
- * as fz-w1's session (head_adopt_session), one at a time, running the loop
+ * as fz-w1's session (peers_adopt_session), one at a time, running the loop
  * until it is idle after each; then the member closes and the loop runs until
  * the head has released the session.
  *
@@ -902,7 +902,7 @@ static void on_adopt(uv_stream_t *srv, int status)
 {
 	if (status < 0)
 		return;
-	if (head_adopt_session(&A, srv, w1_id) < 0)
+	if (peers_adopt_session(&A, srv, w1_id) < 0)
 		die("the head would not adopt fz-w1's session", NULL);
 	adopted = true;
 }
@@ -947,7 +947,8 @@ static void setup(void)
 	char err[512] = "";
 	/* sparkd's services, but topology only inside the fuzzer's own namespace
 	 * (its neighbour discovery sends frames on the fixture's netdevs). */
-	if (svc_named("fabric")->init(&A, err, sizeof err) < 0 ||
+	if (svc_named("cluster")->init(&A, err, sizeof err) < 0 ||
+	    svc_named("fabric")->init(&A, err, sizeof err) < 0 ||
 	    (in_netns && svc_named("topo")->init(&A, err, sizeof err) < 0) ||
 	    agent_security_config(&A, err, sizeof err) < 0 || identity_load(&A, err, sizeof err) < 0 ||
 	    control_start(&A, err, sizeof err) < 0)
