@@ -1,0 +1,356 @@
+/* spark-router's policy parser and routing decisions (router/policy.c, router/decide.c). */
+#include "decide.h"
+#include "policy.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *GOOD =
+	"targets:\n"
+	"  big:\n"
+	"    url: http://127.0.0.1:8001/v1/\n"
+	"    max_concurrency: 4\n"
+	"  small:\n"
+	"    url: http://127.0.0.1:8002/v1\n"
+	"    weight: 3\n"
+	"  pool:\n"
+	"    service: qwen-small\n"
+	"routes:\n"
+	"  auto:\n"
+	"    type: rules\n"
+	"    aliases: [gpt-4o]\n"
+	"    rules:\n"
+	"      - name: long\n"
+	"        when: {min_tokens: 100}\n"
+	"        target: big\n"
+	"      - name: tools\n"
+	"        when: {tools: true}\n"
+	"        target: big\n"
+	"      - name: images\n"
+	"        when: {images: true}\n"
+	"        target: big\n"
+	"      - name: proof\n"
+	"        when: {keywords: [theorem, Prove], in: last_user}\n"
+	"        target: big\n"
+	"      - name: code\n"
+	"        when: {regex: 'def [a-z_]+\\(', in: any}\n"
+	"        target: big\n"
+	"      - name: pirate\n"
+	"        when: {keywords: [pirate], in: system}\n"
+	"        target: pool\n"
+	"      - name: gold\n"
+	"        when: {header: {name: x-tier, value: gold}}\n"
+	"        target: big\n"
+	"      - name: alias\n"
+	"        when: {model: gpt-4o, max_chars: 5}\n"
+	"        target: big\n"
+	"    default: small\n"
+	"    fallbacks: [big, small]\n"
+	"  fast:\n"
+	"    type: passthrough\n"
+	"    target: small\n"
+	"  split:\n"
+	"    type: weighted\n"
+	"    seed: 42\n"
+	"    targets: [big, {target: small, weight: 3}]\n";
+
+static struct policy *load(const char *text)
+{
+	char err[512] = "";
+	struct policy *p = NULL;
+	int r = policy_parse("p.yaml", text, strlen(text), &p, err, sizeof err);
+	cr_assert_eq(r, 0, "policy refused: %s", err);
+	return p;
+}
+
+/* The error for a bad policy; asserts it was refused. */
+static char *refuse(const char *text)
+{
+	static char err[512];
+	err[0] = 0;
+	struct policy *p = NULL;
+	int r = policy_parse("p.yaml", text, strlen(text), &p, err, sizeof err);
+	cr_assert_lt(r, 0, "policy accepted: %s", text);
+	cr_assert_null(p);
+	return err;
+}
+
+struct hdrs {
+	const char *name, *value;
+};
+
+static const char *get_hdr(void *ctx, const char *name)
+{
+	struct hdrs *h = ctx;
+	return h && h->name && !strcasecmp(h->name, name) ? h->value : NULL;
+}
+
+/* Decide for a chat body; returns the rule and sets *target to its name. */
+static const char *decide(struct policy *p, const char *body, struct hdrs *h, const char **target)
+{
+	struct req_info ri;
+	json_t *j;
+	char err[256];
+	int r = req_parse(body, strlen(body), REQ_CHAT, &ri, &j, err, sizeof err);
+	cr_assert_eq(r, 0, "request refused: %s", err);
+	static struct decision d;
+	uint64_t rng = 1;
+	r = route_decide(p, &ri, get_hdr, h, &rng, &d);
+	cr_assert_eq(r, 0);
+	*target = p->targets[d.target].name;
+	req_info_free(&ri);
+	json_decref(j);
+	return d.rule;
+}
+
+Test(policy, parses_a_full_policy)
+{
+	struct policy *p = load(GOOD);
+	cr_assert_eq(p->n_targets, 3);
+	cr_assert_eq(p->n_routes, 3);
+	cr_assert_str_eq(p->listen, "127.0.0.1:4000");
+	cr_assert_str_eq(p->targets[0].url, "http://127.0.0.1:8001/v1"); /* slash trimmed */
+	cr_assert_eq(p->targets[0].max_concurrency, 4);
+	cr_assert_eq(p->targets[2].kind, TARGET_SERVICE);
+	cr_assert(policy_has_service_targets(p));
+	const struct route *r = policy_route(p, "gpt-4o");
+	cr_assert_not_null(r);
+	cr_assert_str_eq(r->name, "auto");
+	cr_assert_eq(r->n_rules, 8);
+	cr_assert_eq(r->n_fallbacks, 2);
+	cr_assert_null(policy_route(p, "nope"));
+	policy_free(p);
+}
+
+Test(policy, errors_name_file_line_and_column)
+{
+	/* an unknown target, four lines down */
+	char *e = refuse("targets:\n  a: {url: http://127.0.0.1:1}\nroutes:\n  r:\n    type: passthrough\n    target: b\n");
+	cr_assert_str_eq(e, "p.yaml:6:13: routes.r.target: unknown target \"b\"", "%s", e);
+	/* a YAML syntax error comes from common/cfg with its position */
+	e = refuse("targets: [a\n");
+	cr_assert(strncmp(e, "p.yaml:", 7) == 0, "%s", e);
+	/* a typo'd key */
+	e = refuse("targets:\n  a: {url: http://127.0.0.1:1, max_concurency: 3}\nroutes:\n  r: {type: passthrough, target: a}\n");
+	cr_assert(strstr(e, "p.yaml:2:") && strstr(e, "max_concurency: unknown key"), "%s", e);
+	/* a bad regex names the rule's regex */
+	e = refuse("targets:\n  a: {url: http://x:1}\nroutes:\n  r:\n    type: rules\n    default: a\n"
+		   "    rules:\n      - when: {regex: 'a(('}\n        target: a\n");
+	cr_assert(strstr(e, "p.yaml:8:") && strstr(e, "routes.r.rules.0.when.regex"), "%s", e);
+}
+
+Test(policy, refuses_what_makes_no_sense)
+{
+	const char *T = "targets:\n  a: {url: http://127.0.0.1:1}\n";
+	char buf[1024];
+#define BAD(routes, needle)                                                        \
+	do {                                                                       \
+		snprintf(buf, sizeof buf, "%sroutes:\n%s", T, routes);             \
+		char *e_ = refuse(buf);                                            \
+		cr_assert(strstr(e_, needle), "for %s: got %s", routes, e_);      \
+	} while (0)
+	BAD("  r: {type: magic, target: a}\n", "expected passthrough, weighted or rules");
+	BAD("  r: {type: passthrough}\n", "expected the name of a target");
+	BAD("  r: {type: passthrough, target: a, seed: 3}\n", "not used by a passthrough");
+	BAD("  r: {type: weighted, targets: [{target: a, weight: 0}]}\n", "add up to 0");
+	BAD("  r: {type: weighted, targets: [a], seed: -1}\n", "expected an integer");
+	BAD("  r: {type: rules, rules: [{when: {tools: true}, target: a}]}\n", "default: expected the name");
+	BAD("  r: {type: rules, default: a, rules: [{target: a}]}\n", "when: is missing");
+	BAD("  r: {type: rules, default: a, rules: [{when: {min_tokens: 5, max_tokens: 2}, target: a}]}\n",
+	    "below min_tokens");
+	BAD("  r: {type: rules, default: a, rules: [{when: {in: system}, target: a}]}\n",
+	    "applies to keywords");
+	BAD("  r: {type: rules, default: a, rules: [{when: {tools: maybe}, target: a}]}\n",
+	    "expected true or false");
+	BAD("  r: {type: rules, default: a, rules: [{name: x, when: {tools: true}, target: a}, "
+	    "{name: x, when: {tools: false}, target: a}]}\n",
+	    "comes before");
+	BAD("  r: {type: passthrough, target: a, aliases: [s]}\n  s: {type: passthrough, target: a}\n",
+	    "already names route");
+	BAD("  r: {type: classifier}\n", "not implemented yet");
+	BAD("  r: {type: passthrough, target: a, fallbacks: [zz]}\n", "unknown target \"zz\"");
+	/* targets */
+	char *e = refuse("targets:\n  a: {url: ftp://x}\nroutes:\n  r: {type: passthrough, target: a}\n");
+	cr_assert(strstr(e, "http:// or https://"), "%s", e);
+	e = refuse("targets:\n  a: {url: http://x:1, service: s}\nroutes:\n  r: {type: passthrough, target: a}\n");
+	cr_assert(strstr(e, "exactly one of url: and service:"), "%s", e);
+	e = refuse("targets:\n  a: {url: http://x:1, max_concurrency: lots}\nroutes:\n  r: {type: passthrough, target: a}\n");
+	cr_assert(strstr(e, "2:") && strstr(e, "expected an integer"), "%s", e);
+	e = refuse("routes:\n  r: {type: passthrough, target: a}\n");
+	cr_assert(strstr(e, "targets"), "%s", e);
+	e = refuse("targets:\n  a: {url: http://x:1}\n");
+	cr_assert(strstr(e, "routes"), "%s", e);
+	e = refuse("listen: '0.0.0.0'\ntargets:\n  a: {url: http://x:1}\nroutes:\n  r: {type: passthrough, target: a}\n");
+	cr_assert(strstr(e, "p.yaml:1:9: listen:"), "%s", e);
+	e = refuse("api_keys: [{key: short}]\ntargets:\n  a: {url: http://x:1}\nroutes:\n  r: {type: passthrough, target: a}\n");
+	cr_assert(strstr(e, "at least 16"), "%s", e);
+	unsetenv("SPARK_TEST_ROUTER_KEY");
+	e = refuse("api_keys: [{env: SPARK_TEST_ROUTER_KEY}]\ntargets:\n  a: {url: http://x:1}\nroutes:\n  r: {type: passthrough, target: a}\n");
+	cr_assert(strstr(e, "unset"), "%s", e);
+	setenv("SPARK_TEST_ROUTER_KEY", "0123456789abcdef0123", 1);
+	struct policy *p = load("api_keys: [{env: SPARK_TEST_ROUTER_KEY}]\ntargets:\n  a: {url: http://x:1}\nroutes:\n  r: {type: passthrough, target: a}\n");
+	cr_assert_eq(p->n_api_keys, 1);
+	cr_assert_str_eq(p->api_keys[0], "0123456789abcdef0123");
+	policy_free(p);
+}
+
+Test(decide, rules_first_match_wins_else_default)
+{
+	struct policy *p = load(GOOD);
+	const char *t;
+	/* short plain question: no rule, default small */
+	cr_assert_str_eq(decide(p, "{\"model\":\"auto\",\"messages\":[{\"role\":\"user\",\"content\":\"hi there\"}]}", NULL, &t), "default");
+	cr_assert_str_eq(t, "small");
+	/* 100 tokens = 397..400 characters: 396 is 99 tokens, 397 is 100 */
+	char body[2048], text[512];
+	memset(text, 'x', 396);
+	text[396] = 0;
+	snprintf(body, sizeof body, "{\"model\":\"auto\",\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}]}", text);
+	cr_assert_str_eq(decide(p, body, NULL, &t), "default");
+	text[396] = 'x';
+	text[397] = 0;
+	snprintf(body, sizeof body, "{\"model\":\"auto\",\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}]}", text);
+	cr_assert_str_eq(decide(p, body, NULL, &t), "long");
+	cr_assert_str_eq(t, "big");
+	/* tools, either as tools: or as a tool message */
+	cr_assert_str_eq(decide(p, "{\"model\":\"auto\",\"tools\":[{\"type\":\"function\"}],\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", NULL, &t), "tools");
+	cr_assert_str_eq(decide(p, "{\"model\":\"auto\",\"tools\":[],\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", NULL, &t), "default");
+	cr_assert_str_eq(decide(p, "{\"model\":\"auto\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"tool\",\"content\":\"42\"}]}", NULL, &t), "tools");
+	/* images in content parts */
+	cr_assert_str_eq(decide(p, "{\"model\":\"auto\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"what\"},{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:,\"}}]}]}", NULL, &t), "images");
+	/* keywords: case-insensitive, only in the LAST user message */
+	cr_assert_str_eq(decide(p, "{\"model\":\"auto\",\"messages\":[{\"role\":\"user\",\"content\":\"please PROVE it\"}]}", NULL, &t), "proof");
+	cr_assert_str_eq(decide(p, "{\"model\":\"auto\",\"messages\":[{\"role\":\"user\",\"content\":\"prove it\"},{\"role\":\"assistant\",\"content\":\"ok\"},{\"role\":\"user\",\"content\":\"thanks\"}]}", NULL, &t), "default");
+	/* regex over any text (here the system prompt) */
+	cr_assert_str_eq(decide(p, "{\"model\":\"auto\",\"messages\":[{\"role\":\"system\",\"content\":\"def foo_bar(x)\"},{\"role\":\"user\",\"content\":\"hm\"}]}", NULL, &t), "code");
+	cr_assert_str_eq(decide(p, "{\"model\":\"auto\",\"messages\":[{\"role\":\"system\",\"content\":\"def (x)\"},{\"role\":\"user\",\"content\":\"hm\"}]}", NULL, &t), "default");
+	/* keywords in the system prompt only: not in the user message */
+	cr_assert_str_eq(decide(p, "{\"model\":\"auto\",\"messages\":[{\"role\":\"system\",\"content\":\"talk like a pirate\"},{\"role\":\"user\",\"content\":\"hm\"}]}", NULL, &t), "pirate");
+	cr_assert_str_eq(t, "pool");
+	cr_assert_str_eq(decide(p, "{\"model\":\"auto\",\"messages\":[{\"role\":\"user\",\"content\":\"pirate\"}]}", NULL, &t), "default");
+	/* header, with its value */
+	struct hdrs gold = {"X-Tier", "gold"}, silver = {"x-tier", "silver"};
+	cr_assert_str_eq(decide(p, "{\"model\":\"auto\",\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}]}", &gold, &t), "gold");
+	cr_assert_str_eq(decide(p, "{\"model\":\"auto\",\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}]}", &silver, &t), "default");
+	/* the requested alias (gpt-4o selects route auto; the rule wants it and <= 5 chars) */
+	cr_assert_str_eq(decide(p, "{\"model\":\"gpt-4o\",\"messages\":[{\"role\":\"user\",\"content\":\"hey\"}]}", NULL, &t), "alias");
+	cr_assert_str_eq(decide(p, "{\"model\":\"auto\",\"messages\":[{\"role\":\"user\",\"content\":\"hey\"}]}", NULL, &t), "default");
+	/* first match wins: tools AND a long prompt -> "long" (listed first) */
+	snprintf(body, sizeof body, "{\"model\":\"auto\",\"tools\":[{}],\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}]}", text);
+	cr_assert_str_eq(decide(p, body, NULL, &t), "long");
+	policy_free(p);
+}
+
+Test(decide, passthrough_unknown_model_and_chain)
+{
+	struct policy *p = load(GOOD);
+	const char *t;
+	cr_assert_str_eq(decide(p, "{\"model\":\"fast\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", NULL, &t), "passthrough");
+	cr_assert_str_eq(t, "small");
+	struct req_info ri;
+	json_t *j;
+	char err[256];
+	const char *b = "{\"model\":\"nope\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+	cr_assert_eq(req_parse(b, strlen(b), REQ_CHAT, &ri, &j, err, sizeof err), 0);
+	struct decision d;
+	uint64_t rng = 0;
+	cr_assert_eq(route_decide(p, &ri, NULL, NULL, &rng, &d), -ENOENT);
+	req_info_free(&ri);
+	json_decref(j);
+	/* the chain: chosen target first, fallbacks after, no repeats */
+	b = "{\"model\":\"auto\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+	cr_assert_eq(req_parse(b, strlen(b), REQ_CHAT, &ri, &j, err, sizeof err), 0);
+	cr_assert_eq(route_decide(p, &ri, NULL, NULL, &rng, &d), 0);
+	cr_assert_eq(d.n_chain, 2);
+	cr_assert_str_eq(p->targets[d.chain[0]].name, "small");
+	cr_assert_str_eq(p->targets[d.chain[1]].name, "big");
+	json_t *o = decision_json(p, &d);
+	cr_assert_str_eq(json_string_value(json_object_get(o, "target")), "small");
+	cr_assert_str_eq(json_string_value(json_object_get(o, "route_type")), "rules");
+	cr_assert(json_is_true(json_object_get(o, "resolvable")));
+	json_decref(o);
+	req_info_free(&ri);
+	json_decref(j);
+	policy_free(p);
+}
+
+Test(decide, service_targets_say_they_are_not_resolvable)
+{
+	struct policy *p = load(GOOD);
+	struct req_info ri;
+	json_t *j;
+	char err[256];
+	const char *b = "{\"model\":\"auto\",\"messages\":[{\"role\":\"system\",\"content\":\"pirate\"},{\"role\":\"user\",\"content\":\"x\"}]}";
+	cr_assert_eq(req_parse(b, strlen(b), REQ_CHAT, &ri, &j, err, sizeof err), 0);
+	struct decision d;
+	uint64_t rng = 0;
+	cr_assert_eq(route_decide(p, &ri, NULL, NULL, &rng, &d), 0);
+	json_t *o = decision_json(p, &d);
+	cr_assert_str_eq(json_string_value(json_object_get(o, "target_kind")), "service");
+	cr_assert(json_is_false(json_object_get(o, "resolvable")));
+	cr_assert(strstr(json_string_value(json_object_get(o, "note")), "not resolvable yet"));
+	json_decref(o);
+	req_info_free(&ri);
+	json_decref(j);
+	policy_free(p);
+}
+
+Test(decide, weighted_follows_weights_and_seed)
+{
+	struct policy *p = load(GOOD);
+	const struct route *rt = policy_route(p, "split");
+	struct req_info ri = {.model = "split"};
+	int small = 0;
+	uint64_t rng = rt->seed, rng2 = rt->seed;
+	int first[20];
+	for (int i = 0; i < 4000; i++) {
+		struct decision d;
+		cr_assert_eq(route_decide(p, &ri, NULL, NULL, &rng, &d), 0);
+		small += !strcmp(p->targets[d.target].name, "small");
+		if (i < 20)
+			first[i] = d.target;
+	}
+	/* 3 of 4 to small: 3000 expected, binomial sd ~27 */
+	cr_assert(small > 2850 && small < 3150, "small got %d of 4000", small);
+	/* the same seed gives the same sequence */
+	for (int i = 0; i < 20; i++) {
+		struct decision d;
+		route_decide(p, &ri, NULL, NULL, &rng2, &d);
+		cr_assert_eq(d.target, first[i], "draw %d differs", i);
+	}
+	policy_free(p);
+}
+
+Test(request, bad_bodies_get_openai_style_messages)
+{
+	struct req_info ri;
+	json_t *j;
+	char err[256];
+#define RBAD(kind, body, needle)                                                                    \
+	do {                                                                                        \
+		cr_assert_eq(req_parse(body, strlen(body), kind, &ri, &j, err, sizeof err), -EINVAL, \
+			     "accepted %s", body);                                                  \
+		cr_assert(strstr(err, needle), "for %s: %s", body, err);                           \
+	} while (0)
+	RBAD(REQ_CHAT, "{\"model\":", "not valid JSON");
+	RBAD(REQ_CHAT, "[1]", "JSON object");
+	RBAD(REQ_CHAT, "{\"messages\":[]}", "'model'");
+	RBAD(REQ_CHAT, "{\"model\":\"a\"}", "'messages'");
+	RBAD(REQ_CHAT, "{\"model\":\"a\",\"messages\":[]}", "'messages'");
+	RBAD(REQ_CHAT, "{\"model\":\"a\",\"messages\":[{\"content\":\"x\"}]}", "'role'");
+	RBAD(REQ_CHAT, "{\"model\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":5}]}", "content");
+	RBAD(REQ_CHAT, "{\"model\":\"a\",\"stream\":\"yes\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "'stream'");
+	RBAD(REQ_CHAT, "{\"model\":\"a\",\"model\":\"b\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "not valid JSON");
+	RBAD(REQ_COMPLETIONS, "{\"model\":\"a\",\"prompt\":{}}", "'prompt'");
+	/* completions: a string prompt, counted in code points (é is one) */
+	const char *b = "{\"model\":\"a\",\"prompt\":\"caf\xc3\xa9 au lait\",\"stream\":true}";
+	cr_assert_eq(req_parse(b, strlen(b), REQ_COMPLETIONS, &ri, &j, err, sizeof err), 0, "%s", err);
+	cr_assert_eq(ri.chars, 12); /* 13 bytes */
+	cr_assert_eq(ri.tokens, 3);
+	cr_assert(ri.stream);
+	cr_assert_str_eq(ri.last_user, "caf\xc3\xa9 au lait");
+	req_info_free(&ri);
+	json_decref(j);
+}
