@@ -1,0 +1,285 @@
+#!/usr/bin/env bash
+# spark-router over real HTTP on loopback: two fake OpenAI-compatible upstreams
+# (fake_upstream.js) behind a real spark-router, driven with curl.
+# Checks what a user would: decisions and the headers naming target and rule,
+# fallbacks before the first byte, concurrency limit / queue / 429 with
+# Retry-After, streams arriving chunk by chunk, a client disconnect cancelling
+# the upstream, API keys, the no-open-proxy default, hostile clients (bad JSON,
+# huge bodies, slowloris, many idle connections), /metrics (promtool when
+# installed), the JSON-lines routing log.
+set -euo pipefail
+B=${SPARK_BUILD_DIR:?}
+S=${SPARK_SOURCE_DIR:?}
+ROUTER=$B/router/spark-router
+FAKE=$S/tests/integration/router/fake_upstream.js
+command -v node >/dev/null || { echo "SKIP: node is not installed (scripts/deps.sh --test)"; exit 77; }
+command -v curl >/dev/null || { echo "SKIP: curl is not installed"; exit 77; }
+DIR=$(mktemp -d /tmp/spark-router-it-XXXXXX)
+pids=()
+cleanup() {
+  for p in ${pids[@]+"${pids[@]}"}; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+pass=0
+ok() { pass=$((pass + 1)); echo "ok $pass - $*"; }
+die() { echo "FAIL: $*" >&2; for f in "$DIR"/*.log; do echo "== $f" >&2; tail -20 "$f" >&2; done; exit 1; }
+
+start_fake() { # NAME -> sets PORT_NAME
+  node "$FAKE" "$1" >"$DIR/$1.out" 2>"$DIR/$1.log" &
+  pids+=($!)
+  for _ in $(seq 100); do
+    if grep -q '^PORT ' "$DIR/$1.out"; then break; fi
+    sleep 0.05
+  done
+  eval "PORT_$1=$(awk '/^PORT/{print $2}' "$DIR/$1.out")"
+}
+start_router() { # POLICY TAG [ARGS...] -> RPORT, RPID
+  local pol=$1 tag=$2
+  shift 2
+  "$ROUTER" --policy "$pol" --listen 127.0.0.1:0 "$@" 2>"$DIR/router-$tag.log" &
+  RPID=$!
+  pids+=($RPID)
+  for _ in $(seq 100); do
+    if grep -q 'msg=router_listen' "$DIR/router-$tag.log"; then break; fi
+    sleep 0.05
+  done
+  RPORT=$(sed -n 's/.*msg=router_listen.* port=\([0-9]*\).*/\1/p' "$DIR/router-$tag.log")
+  [ -n "$RPORT" ] || die "router $tag did not start"
+}
+
+start_fake a
+start_fake b
+# shellcheck disable=SC2154
+[ -n "$PORT_a" ] && [ -n "$PORT_b" ] || die "fake upstreams did not start"
+export ROUTER_TEST_UPKEY=upstream-secret-key-1
+cat >"$DIR/policy.yaml" <<EOF
+log: $DIR/routing.jsonl
+idle_timeout_s: 2
+max_body_bytes: 65536
+max_connections: 600
+targets:
+  big:   {url: 'http://127.0.0.1:$PORT_a/v1', api_key_env: ROUTER_TEST_UPKEY}
+  small: {url: 'http://127.0.0.1:$PORT_b/v1/'}
+  broken: {url: 'http://127.0.0.1:$PORT_a/v1', model: fail}
+  dead:  {url: 'http://127.0.0.1:9/v1', connect_timeout_ms: 500}
+  slow1: {url: 'http://127.0.0.1:$PORT_a/v1', model: slow, max_concurrency: 1, queue: 1, queue_timeout_ms: 3000}
+  slow0: {url: 'http://127.0.0.1:$PORT_b/v1', model: slow, max_concurrency: 1, queue: 0}
+  stall: {url: 'http://127.0.0.1:$PORT_a/v1', model: stall}
+  tiny:  {url: 'http://127.0.0.1:$PORT_b/v1', model: slow, timeout_ms: 300}
+  pool:  {service: qwen-small}
+routes:
+  auto:
+    type: rules
+    rules:
+      - {name: long, when: {min_tokens: 50}, target: big}
+      - {name: gold, when: {header: {name: x-tier, value: gold}}, target: big}
+    default: small
+  retry:   {type: passthrough, target: broken, fallbacks: [dead, small]}
+  nofb:    {type: passthrough, target: broken}
+  q1:      {type: passthrough, target: slow1}
+  q0:      {type: passthrough, target: slow0}
+  stalled: {type: passthrough, target: stall}
+  timeout: {type: passthrough, target: tiny}
+  svc:     {type: passthrough, target: pool, fallbacks: [small]}
+  svconly: {type: passthrough, target: pool}
+EOF
+"$ROUTER" --policy "$DIR/policy.yaml" --check >"$DIR/check.out" || die "--check refused a good policy"
+grep -q "valid: 9 targets, 9 routes" "$DIR/check.out" || die "check summary: $(cat "$DIR/check.out")"
+grep -q "not resolvable yet" "$DIR/check.out" || die "--check does not say service targets are unresolvable"
+ok "--check accepts the policy and says service targets are not resolvable yet"
+
+start_router "$DIR/policy.yaml" main
+grep -q 'service_targets_unresolvable' "$DIR/router-main.log" || die "no start-up warning about service targets"
+U=http://127.0.0.1:$RPORT
+chat() { # MODEL TEXT [curl args...]
+  local m=$1 t=$2
+  shift 2
+  curl -sS -o "$DIR/body" -D "$DIR/hdrs" -w '%{http_code}' "$U/v1/chat/completions" \
+    -H 'content-type: application/json' "$@" \
+    -d "{\"model\":\"$m\",\"messages\":[{\"role\":\"user\",\"content\":\"$t\"}]}"
+}
+bg_chat() { # MODEL TEXT: the same request, answer thrown away (for background use)
+  curl -sS -o /dev/null "$U/v1/chat/completions" \
+    -d "{\"model\":\"$1\",\"messages\":[{\"role\":\"user\",\"content\":\"$2\"}]}"
+}
+hdr() { sed -n "s/^$1: *\\(.*\\)\\r\$/\\1/Ip" "$DIR/hdrs"; }
+
+[ "$(curl -sS "$U/health")" = '{"status":"ok"}' ] || die "/health"
+curl -sS "$U/v1/models" | grep -q '"id":"auto"' || die "/v1/models lacks auto"
+ok "/health and /v1/models"
+
+code=$(chat auto hello)
+[ "$code" = 200 ] || die "chat auto: $code $(cat "$DIR/body")"
+grep -q '"content":"from b: hello"' "$DIR/body" || die "auto did not reach b: $(cat "$DIR/body")"
+[ "$(hdr x-spark-target)" = small ] && [ "$(hdr x-spark-rule)" = default ] && [ "$(hdr x-spark-route)" = auto ] ||
+  die "headers: $(cat "$DIR/hdrs")"
+rid=$(hdr x-request-id)
+[ -n "$rid" ] || die "no X-Request-Id"
+[ "$(curl -sS "http://127.0.0.1:$PORT_b/stats" | sed -n 's/.*"last_request_id":"\([^"]*\)".*/\1/p')" = "$rid" ] ||
+  die "the upstream did not get the request id"
+code=$(chat auto hello -H 'x-tier: gold' -H 'x-request-id: my-id-42')
+[ "$code" = 200 ] && grep -q 'from a: hello' "$DIR/body" && [ "$(hdr x-spark-rule)" = gold ] ||
+  die "header rule: $code $(cat "$DIR/hdrs")"
+[ "$(hdr x-request-id)" = my-id-42 ] || die "client request id not kept"
+auth=$(curl -sS "http://127.0.0.1:$PORT_a/stats" | sed -n 's/.*"last_auth":"\([^"]*\)".*/\1/p')
+[ "$auth" = "Bearer upstream-secret-key-1" ] || die "upstream key not sent: $auth"
+long=$(printf 'x%.0s' $(seq 200))
+code=$(chat auto "$long")
+[ "$(hdr x-spark-rule)" = long ] && [ "$(hdr x-spark-target)" = big ] || die "long rule: $(cat "$DIR/hdrs")"
+ok "rules route: default, header and length rules; target/rule/route headers; request ids; upstream key"
+
+dec=$(curl -sS "$U/v1/decision" -d '{"model":"auto","messages":[{"role":"user","content":"hi"}]}')
+echo "$dec" | grep -q '"target":"small"' && echo "$dec" | grep -q '"rule":"default"' || die "decision: $dec"
+n_before=$(curl -sS "http://127.0.0.1:$PORT_b/stats" | sed -n 's/.*"requests":\([0-9]*\).*/\1/p')
+curl -sS "$U/v1/decision" -d '{"model":"svc","messages":[{"role":"user","content":"hi"}]}' >"$DIR/dec"
+grep -q '"resolvable":false' "$DIR/dec" && grep -q 'not resolvable yet' "$DIR/dec" || die "service decision: $(cat "$DIR/dec")"
+n_after=$(curl -sS "http://127.0.0.1:$PORT_b/stats" | sed -n 's/.*"requests":\([0-9]*\).*/\1/p')
+[ "$n_before" = "$n_after" ] || die "/v1/decision called a model"
+ok "/v1/decision explains without calling a model; service targets say they are not resolvable"
+
+code=$(chat retry hi)
+[ "$code" = 200 ] && grep -q 'from b: hi' "$DIR/body" && [ "$(hdr x-spark-target)" = small ] ||
+  die "fallback: $code $(cat "$DIR/body") $(cat "$DIR/hdrs")"
+code=$(chat nofb hi)
+[ "$code" = 500 ] && grep -q 'a failed' "$DIR/body" || die "no fallback: upstream 500 not passed on: $code"
+code=$(chat svc hi)
+[ "$code" = 200 ] && [ "$(hdr x-spark-target)" = small ] || die "service -> fallback: $code"
+code=$(chat svconly hi)
+[ "$code" = 503 ] && grep -q '"code":"target_unresolvable"' "$DIR/body" || die "service only: $code $(cat "$DIR/body")"
+code=$(chat timeout hi)
+[ "$code" = 504 ] && grep -q 'upstream_timeout' "$DIR/body" || die "timeout: $code $(cat "$DIR/body")"
+ok "fallbacks: 500 and a dead target skipped before the first byte; 500 passed on without fallback; 503 for service-only; 504 on timeout"
+
+# concurrency 1, queue 0: the second concurrent request gets 429 + Retry-After
+bg_chat q0 one &
+p1=$!
+sleep 0.3
+code=$(chat q0 two)
+wait $p1
+[ "$code" = 429 ] && [ "$(hdr retry-after)" = 1 ] && grep -q '"type":"rate_limit_error"' "$DIR/body" ||
+  die "limit: $code $(cat "$DIR/hdrs")"
+# concurrency 1, queue 1: the second waits its turn and succeeds (~3 s for both)
+t0=$(date +%s%N)
+bg_chat q1 one &
+p1=$!
+sleep 0.2
+code=$(chat q1 two)
+wait $p1
+t1=$(date +%s%N)
+ms=$(((t1 - t0) / 1000000))
+[ "$code" = 200 ] && [ "$ms" -ge 2900 ] || die "queue: $code after $ms ms"
+ok "per-target limit: 429 with Retry-After beyond the queue; a queued request waits its turn ($ms ms for two 1.5 s answers)"
+
+# streaming, chunk by chunk: the first chunk comes long before the last
+curl -sS -N "$U/v1/chat/completions" -d '{"model":"auto","stream":true,"messages":[{"role":"user","content":"s"}]}' |
+  while IFS= read -r line; do if [ -n "$line" ]; then echo "$(date +%s%N) $line"; fi; done >"$DIR/stream"
+n=$(grep -c 'data: ' "$DIR/stream" || true)
+[ "$n" = 6 ] && tail -1 "$DIR/stream" | grep -q 'data: \[DONE\]' || die "stream: $(cat "$DIR/stream")"
+first=$(head -1 "$DIR/stream" | cut -d' ' -f1)
+last=$(tail -1 "$DIR/stream" | cut -d' ' -f1)
+gap=$(((last - first) / 1000000))
+[ "$gap" -ge 350 ] || die "the stream was buffered: first to last chunk $gap ms"
+ok "stream:true passed on as SSE chunk by chunk (first to last chunk: $gap ms, upstream 5 x 100 ms)"
+
+# a client that goes away cancels the upstream request (stalled stream, then waiting for an answer)
+ce0=$(curl -sS "http://127.0.0.1:$PORT_a/stats" | sed -n 's/.*"closed_early":\([0-9]*\).*/\1/p')
+curl -sS -N -m 1 "$U/v1/chat/completions" -d '{"model":"stalled","stream":true,"messages":[{"role":"user","content":"s"}]}' >/dev/null 2>&1 || true
+curl -sS -m 0.5 "$U/v1/chat/completions" -d '{"model":"q1","messages":[{"role":"user","content":"s"}]}' >/dev/null 2>&1 || true
+sleep 0.5
+ce1=$(curl -sS "http://127.0.0.1:$PORT_a/stats" | sed -n 's/.*"closed_early":\([0-9]*\).*/\1/p')
+[ "$((ce1 - ce0))" = 2 ] || die "client disconnect did not cancel the upstream ($ce0 -> $ce1)"
+ok "a client disconnect cancels the upstream request (mid-stream and while waiting)"
+
+# hostile clients
+code=$(curl -sS -o "$DIR/body" -w '%{http_code}' "$U/v1/chat/completions" -d '{"model":')
+[ "$code" = 400 ] && grep -q '"type":"invalid_request_error"' "$DIR/body" || die "bad json: $code"
+code=$(chat nosuchmodel hi)
+[ "$code" = 404 ] && grep -q '"code":"model_not_found"' "$DIR/body" || die "unknown model: $code"
+head -c 200000 /dev/zero | tr '\0' 'a' >"$DIR/huge"
+code=$(curl -sS -o "$DIR/body" -w '%{http_code}' "$U/v1/chat/completions" --data-binary @"$DIR/huge")
+[ "$code" = 413 ] || die "huge body: $code"
+code=$(curl -sS -o "$DIR/body" -w '%{http_code}' "$U/v1/chat/completions" -H 'Transfer-Encoding: chunked' --data-binary @"$DIR/huge")
+[ "$code" = 413 ] || die "huge chunked body: $code"
+code=$(curl -sS -o /dev/null -w '%{http_code}' "$U/nope")
+[ "$code" = 404 ] || die "unknown path: $code"
+ok "bad JSON 400, unknown model 404, huge bodies 413 (declared and chunked), unknown path 404: OpenAI-style errors"
+
+# slowloris: headers trickled byte by byte are cut off after idle_timeout_s (2 s)
+python3 - "$RPORT" <<'PY' || die "slowloris connection was kept"
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+t0 = time.time()
+req = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 100
+try:
+    for ch in req:
+        s.send(bytes([ch]))
+        time.sleep(0.5)
+        if time.time() - t0 > 8:
+            sys.exit(1)
+except (BrokenPipeError, ConnectionResetError):
+    pass
+if s.recv(100) not in (b"",):
+    pass
+sys.exit(0 if time.time() - t0 < 6 else 1)
+PY
+# 500 idle connections, then the router still answers
+python3 - "$RPORT" <<'PY' || die "idle connections"
+import socket, sys, urllib.request
+socks = [socket.create_connection(("127.0.0.1", int(sys.argv[1]))) for _ in range(500)]
+r = urllib.request.urlopen("http://127.0.0.1:%s/health" % sys.argv[1], timeout=5)
+assert r.read() == b'{"status":"ok"}'
+PY
+ok "slowloris cut off within the header deadline; 500 idle connections and the router still answers"
+kill -0 "$RPID" || die "the router died"
+
+# metrics
+curl -sS "$U/metrics" >"$DIR/metrics"
+grep -q 'spark_router_requests_total{route="auto",target="small",code="200"}' "$DIR/metrics" || die "metrics: requests"
+grep -q 'spark_router_upstream_attempts_total{target="broken",outcome="http_5xx"}' "$DIR/metrics" || die "metrics: attempts"
+grep -q 'spark_router_time_to_first_token_seconds_bucket{route="auto"' "$DIR/metrics" || die "metrics: ttft"
+grep -q 'spark_router_routing_overhead_seconds_count{route_type="rules"}' "$DIR/metrics" || die "metrics: overhead"
+grep -q 'spark_router_queue_depth{target="slow1"} 0' "$DIR/metrics" || die "metrics: queue depth"
+if command -v promtool >/dev/null; then
+  promtool check metrics <"$DIR/metrics" || die "promtool refuses /metrics"
+  ok "/metrics: requests, attempts by outcome, ttft, overhead, queue depth; promtool check metrics accepts it"
+else
+  ok "/metrics: requests, attempts by outcome, ttft, overhead, queue depth (promtool not installed: not linted)"
+fi
+
+# routing log: one JSON object per proxied request
+python3 - "$DIR/routing.jsonl" <<'PY' || die "routing log"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) >= 15, len(rows)
+r = [x for x in rows if x["request_id"] == "my-id-42"][0]
+assert r["route"] == "auto" and r["rule"] == "gold" and r["target"] == "big" and r["status"] == 200, r
+assert any(x["client_closed"] for x in rows)
+PY
+ok "JSON-lines routing log names request id, route, rule, target, status"
+
+# API keys: required when set; elsewhere than loopback refused without them
+export ROUTER_TEST_KEY=client-key-0123456789abcdef
+cat >"$DIR/keys.yaml" <<EOF
+api_keys: [{env: ROUTER_TEST_KEY}]
+targets: {small: {url: 'http://127.0.0.1:$PORT_b/v1'}}
+routes: {auto: {type: passthrough, target: small}}
+EOF
+start_router "$DIR/keys.yaml" keys
+U=http://127.0.0.1:$RPORT
+[ "$(chat auto hi)" = 401 ] && grep -q '"type":"authentication_error"' "$DIR/body" || die "no key accepted"
+[ "$(chat auto hi -H 'Authorization: Bearer client-key-0123456789abcdeX')" = 401 ] || die "wrong key accepted"
+[ "$(chat auto hi -H "Authorization: Bearer $ROUTER_TEST_KEY")" = 200 ] || die "right key refused"
+[ "$(curl -sS -o /dev/null -w '%{http_code}' "$U/metrics")" = 401 ] || die "/metrics open without key"
+[ "$(curl -sS "$U/health")" = '{"status":"ok"}' ] || die "/health needs no key"
+auth=$(curl -sS "http://127.0.0.1:$PORT_b/stats" | sed -n 's/.*"last_auth":\(null\|"[^"]*"\).*/\1/p')
+[ "$auth" = null ] || die "the client's key was passed upstream: $auth"
+set +e
+"$ROUTER" --policy "$DIR/policy.yaml" --listen 0.0.0.0:0 2>"$DIR/open.err"
+rc=$?
+set -e
+[ "$rc" = 2 ] && grep -q 'without api_keys' "$DIR/open.err" || die "listening on 0.0.0.0 without keys: rc $rc"
+ok "API keys: 401 without or with a wrong key, 200 with it, not forwarded; 0.0.0.0 without keys refused (exit 2)"
+kill "$RPID"
+echo "router_http: $pass checks passed"
