@@ -432,7 +432,7 @@ static int start_curl(struct rq *r, int t)
 		if (!r->up_body)
 			return -1;
 	}
-	CURL *e = curl_easy_init();
+	CURL *e = upstream_get(s->up);
 	if (!e)
 		return -1;
 	struct curl_slist *h = NULL;
@@ -465,7 +465,7 @@ static int start_curl(struct rq *r, int t)
 	r->headers_done = r->discard = false;
 	r->rlen = r->roff = 0;
 	if (upstream_add(s->up, e) < 0) {
-		curl_easy_cleanup(e);
+		upstream_put(s->up, e);
 		curl_slist_free_all(h);
 		return -1;
 	}
@@ -485,7 +485,7 @@ static void cancel_upstream(struct rq *r)
 	if (!r->easy)
 		return;
 	upstream_remove(r->s->up, r->easy);
-	curl_easy_cleanup(r->easy);
+	upstream_put(r->s->up, r->easy);
 	curl_slist_free_all(r->hdrs);
 	r->easy = NULL;
 	r->hdrs = NULL;
@@ -574,7 +574,7 @@ static void on_upstream_done(CURL *e, CURLcode rc, void *arg)
 	curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&r);
 	struct server *s = r->s;
 	int t = r->cur;
-	curl_easy_cleanup(e);
+	upstream_put(s->up, e);
 	curl_slist_free_all(r->hdrs);
 	r->easy = NULL;
 	r->hdrs = NULL;
@@ -1132,7 +1132,7 @@ int server_start(uv_loop_t *loop, struct policy *p, const struct server_opts *o,
 	if (lp) {
 		s->log = strcmp(lp, "-") ? fopen(lp, "a") : stdout;
 		if (!s->log) {
-			snprintf(err, errlen, "cannot open the routing log %s: %s", lp, strerror(errno));
+			snprintf(err, errlen, "cannot open the routing log %s: %s (create its directory, or change log: in the policy or --log)", lp, strerror(errno));
 			free(s);
 			return -errno;
 		}

@@ -8,6 +8,8 @@ struct upstream {
 	uv_timer_t timer;
 	upstream_done_fn done;
 	void *arg;
+	CURL *pool[256];
+	size_t npool;
 };
 
 struct sock {
@@ -124,6 +126,9 @@ struct upstream *upstream_new(uv_loop_t *loop, upstream_done_fn done, void *arg)
 	curl_multi_setopt(u->multi, CURLMOPT_TIMERFUNCTION, on_timeout);
 	curl_multi_setopt(u->multi, CURLMOPT_TIMERDATA, u);
 	curl_multi_setopt(u->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
+	/* keep idle upstream connections for reuse (the default shrinks with the
+	 * number of handles, which here are made per request) */
+	curl_multi_setopt(u->multi, CURLMOPT_MAXCONNECTS, 512L);
 	return u;
 }
 
@@ -141,6 +146,25 @@ void upstream_free(struct upstream *u)
 {
 	if (!u)
 		return;
+	while (u->npool)
+		curl_easy_cleanup(u->pool[--u->npool]);
 	curl_multi_cleanup(u->multi);
 	uv_close((uv_handle_t *)&u->timer, sock_closed); /* frees timer.data, u */
+}
+
+CURL *upstream_get(struct upstream *u)
+{
+	if (u->npool)
+		return u->pool[--u->npool];
+	return curl_easy_init();
+}
+
+void upstream_put(struct upstream *u, CURL *easy)
+{
+	if (u->npool < sizeof u->pool / sizeof u->pool[0]) {
+		curl_easy_reset(easy);
+		u->pool[u->npool++] = easy;
+	} else {
+		curl_easy_cleanup(easy);
+	}
 }

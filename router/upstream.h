@@ -17,5 +17,10 @@ int upstream_add(struct upstream *u, CURL *easy);
 /* Stop a transfer early (client gone); done is not called for it. */
 void upstream_remove(struct upstream *u, CURL *easy);
 void upstream_free(struct upstream *u);
+/* A fresh (reset) easy handle, from a pool of finished ones when there is one;
+ * give finished handles back with upstream_put instead of curl_easy_cleanup
+ * (curl_easy_init clears several kilobytes per call). */
+CURL *upstream_get(struct upstream *u);
+void upstream_put(struct upstream *u, CURL *easy);
 
 #endif
