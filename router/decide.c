@@ -15,7 +15,8 @@ struct buf {
 	size_t n, cap;
 };
 
-static int buf_add(struct buf *b, const char *s, size_t n)
+/* Append n bytes (no separator), NUL-terminated, capped at TEXT_MAX in all. */
+static int buf_raw(struct buf *b, const char *s, size_t n)
 {
 	if (b->n + n + 2 > TEXT_MAX)
 		n = b->n + 2 < TEXT_MAX ? TEXT_MAX - b->n - 2 : 0;
@@ -29,12 +30,18 @@ static int buf_add(struct buf *b, const char *s, size_t n)
 		b->s = ns;
 		b->cap = cap;
 	}
-	if (b->n && n)
-		b->s[b->n++] = '\n';
 	memcpy(b->s + b->n, s, n);
 	b->n += n;
 	b->s[b->n] = 0;
 	return 0;
+}
+
+/* Append a piece of text, a newline between pieces. */
+static int buf_add(struct buf *b, const char *s, size_t n)
+{
+	if (b->n && n && buf_raw(b, "\n", 1) < 0)
+		return -ENOMEM;
+	return buf_raw(b, s, n);
 }
 
 static long long utf8_len(const char *s, size_t n)
@@ -337,6 +344,13 @@ int route_decide(const struct policy *p, const struct req_info *r, header_fn hdr
 			 p->targets[d->target].name, rt->weights[i], sum);
 		break;
 	}
+	case ROUTE_CLASSIFIER:
+		d->target = rt->target;
+		d->pending = true;
+		snprintf(d->rule, sizeof d->rule, "classifier");
+		snprintf(d->reason, sizeof d->reason, "waiting for the classifier %s",
+			 p->targets[rt->judge].name);
+		break;
 	case ROUTE_RULES: {
 		size_t i;
 		for (i = 0; i < rt->n_rules; i++)
@@ -382,6 +396,8 @@ json_t *decision_json(const struct policy *p, const struct decision *d)
 			      "target_kind", t->kind == TARGET_URL ? "url" : "service", "rule", d->rule,
 			      "reason", d->reason, "fallbacks", fb, "resolvable",
 			      t->kind == TARGET_URL);
+	if (d->route->type == ROUTE_CLASSIFIER)
+		json_object_set_new(o, "classifier", json_string(p->targets[d->route->judge].name));
 	if (t->kind == TARGET_SERVICE)
 		json_object_set_new(o, "note",
 				    json_string("service targets are not resolvable yet: this "
@@ -389,4 +405,148 @@ json_t *decision_json(const struct policy *p, const struct decision *d)
 						"(issue 19); requests to this target fail over "
 						"to the route's fallbacks"));
 	return o;
+}
+
+/* Append s (at most max bytes, cut at a UTF-8 boundary) to b. */
+static int add_capped(struct buf *b, const char *s, size_t max)
+{
+	size_t n = strlen(s);
+	if (n > max) {
+		n = max;
+		while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+			n--;
+	}
+	return buf_raw(b, s, n);
+}
+
+char *classifier_body(const struct policy *p, const struct route *rt, const struct req_info *r)
+{
+	struct buf b = {0};
+	char names[POLICY_MAX_LIST * (POLICY_NAME_MAX + 2)] = "";
+	size_t w = 0;
+	if (rt->answer == ANSWER_TARGET) {
+		for (size_t i = 0; i < rt->n_wtargets; i++)
+			w += snprintf(names + w, sizeof names - w, "%s%s", i ? ", " : "",
+				      p->targets[rt->wtargets[i]].name);
+	} else {
+		snprintf(names, sizeof names, "%s, %s", p->targets[rt->weak].name,
+			 p->targets[rt->strong].name);
+	}
+	const char *t = rt->prompt;
+	int rc = 0;
+	while (*t && rc == 0) {
+		const char *open = strstr(t, "{{");
+		if (!open) {
+			rc = add_capped(&b, t, SIZE_MAX);
+			break;
+		}
+		rc = buf_raw(&b, t, (size_t)(open - t));
+		if (!strncmp(open, "{{message}}", 11)) {
+			rc = rc ? rc : add_capped(&b, r->last_user ? r->last_user : "", 8000);
+			t = open + 11;
+		} else if (!strncmp(open, "{{system}}", 10)) {
+			rc = rc ? rc : add_capped(&b, r->system ? r->system : "", 4000);
+			t = open + 10;
+		} else if (!strncmp(open, "{{targets}}", 11)) {
+			rc = rc ? rc : add_capped(&b, names, SIZE_MAX);
+			t = open + 11;
+		} else {
+			rc = rc ? rc : add_capped(&b, "{{", 2);
+			t = open + 2;
+		}
+	}
+	if (rc < 0) {
+		free(b.s);
+		return NULL;
+	}
+	const struct target *j = &p->targets[rt->judge];
+	json_t *o = json_pack("{s:s, s:[{s:s, s:s}], s:i, s:i, s:b}", "model",
+			      j->model ? j->model : "classifier", "messages", "role", "user", "content",
+			      b.s ? b.s : "", "temperature", 0, "max_tokens", rt->judge_max_tokens,
+			      "stream", 0);
+	free(b.s);
+	char *out = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	return out;
+}
+
+static void settle(const struct policy *p, struct decision *d, int t, const char *rule)
+{
+	const struct route *rt = d->route;
+	d->pending = false;
+	d->target = t;
+	snprintf(d->rule, sizeof d->rule, "%s", rule);
+	d->n_chain = 0;
+	chain_add(d, t);
+	for (size_t i = 0; i < rt->n_fallbacks; i++)
+		chain_add(d, rt->fallbacks[i]);
+	(void)p;
+}
+
+static int pick_default(const struct policy *p, struct decision *d, const char *why)
+{
+	settle(p, d, d->route->target, "classifier_default");
+	snprintf(d->reason, sizeof d->reason, "%s, so the default %s", why,
+		 p->targets[d->target].name);
+	return -EINVAL;
+}
+
+int classifier_pick(const struct policy *p, const char *body, size_t len, long status,
+		    const char *why, struct decision *d)
+{
+	const struct route *rt = d->route;
+	const char *judge = p->targets[rt->judge].name;
+	char m[200];
+	if (!body) {
+		snprintf(m, sizeof m, "the classifier %s failed (%s)", judge, why ? why : "error");
+		return pick_default(p, d, m);
+	}
+	if (status != 200) {
+		snprintf(m, sizeof m, "the classifier %s answered HTTP %ld", judge, status);
+		return pick_default(p, d, m);
+	}
+	json_t *j = json_loadb(body, len, 0, NULL);
+	json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+	const char *content =
+		json_string_value(json_object_get(json_object_get(ch, "message"), "content"));
+	if (!content) {
+		json_decref(j);
+		snprintf(m, sizeof m, "the classifier %s's answer is not a chat completion with content", judge);
+		return pick_default(p, d, m);
+	}
+	/* the JSON object in the content, also when fenced or wrapped in words */
+	const char *a = strchr(content, '{'), *z = strrchr(content, '}');
+	json_t *v = a && z && z > a ? json_loadb(a, (size_t)(z - a + 1), 0, NULL) : NULL;
+	json_decref(j);
+	int rc;
+	if (rt->answer == ANSWER_TARGET) {
+		const char *name = json_string_value(json_object_get(v, "target"));
+		int t = name ? policy_target_index(p, name) : -1;
+		bool cand = false;
+		for (size_t i = 0; t >= 0 && i < rt->n_wtargets; i++)
+			cand |= rt->wtargets[i] == t;
+		if (!cand) {
+			snprintf(m, sizeof m, "the classifier %s's answer names no candidate target", judge);
+			rc = pick_default(p, d, m);
+		} else {
+			settle(p, d, t, "classifier");
+			snprintf(d->reason, sizeof d->reason, "the classifier %s chose %s", judge, name);
+			rc = 0;
+		}
+	} else {
+		json_t *ps = json_object_get(v, "p_solve");
+		double x = json_is_number(ps) ? json_number_value(ps) : -1;
+		if (!(x >= 0 && x <= 1)) {
+			snprintf(m, sizeof m, "the classifier %s's answer has no p_solve from 0 to 1", judge);
+			rc = pick_default(p, d, m);
+		} else {
+			int t = x >= rt->threshold ? rt->weak : rt->strong;
+			settle(p, d, t, "classifier");
+			snprintf(d->reason, sizeof d->reason, "the classifier %s gave p_solve %.3g %s %.3g, so %s",
+				 judge, x, x >= rt->threshold ? ">=" : "<", rt->threshold, p->targets[t].name);
+			rc = 0;
+		}
+	}
+	json_decref(v);
+	return rc;
 }

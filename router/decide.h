@@ -43,6 +43,7 @@ struct decision {
 	char reason[256];                   /* for people: why this target */
 	int chain[DECISION_MAX_CHAIN];      /* target, then the route's fallbacks (no repeats) */
 	size_t n_chain;
+	bool pending;                       /* classifier route: ask the judge, then classifier_pick */
 };
 
 /* Next random number of a weighted route (splitmix64 over *state). */
@@ -55,6 +56,18 @@ int route_decide(const struct policy *p, const struct req_info *r, header_fn hdr
 		 uint64_t *rng, struct decision *d);
 /* Does a rule's condition hold (exported for the tests)? */
 bool cond_match(const struct cond *c, const struct req_info *r, header_fn hdr, void *hctx);
+
+/* Classifier routes. classifier_body: the chat completion request for the
+ * judge (the route's prompt with {{message}}, {{system}} and {{targets}}
+ * filled in; the judge target's model: or "classifier"), malloc'd.
+ * classifier_pick: read the judge's answer (an OpenAI chat completion whose
+ * message content is, or contains, a JSON object {"target": NAME} or
+ * {"p_solve": X}) and settle d on its target; any other answer, an HTTP
+ * status other than 200 or a failed call (body NULL, why says what) settles
+ * d on the route's default. 0 when the judge's answer was used, -EINVAL not. */
+char *classifier_body(const struct policy *p, const struct route *rt, const struct req_info *r);
+int classifier_pick(const struct policy *p, const char *body, size_t len, long status,
+		    const char *why, struct decision *d);
 
 /* {"route", "route_type", "target", "target_kind", "rule", "reason",
  *  "fallbacks": [...], "resolvable", "note"?} */

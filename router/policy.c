@@ -336,10 +336,94 @@ static int parse_cond(struct pctx *c, json_t *w, struct cond *cd)
 	return 0;
 }
 
+static const char DEFAULT_PROMPT_TARGET[] =
+	"You route requests to language models. Candidates: {{targets}}.\n"
+	"Pick the smallest candidate that can answer the request below well.\n"
+	"Answer with JSON only, exactly {\"target\": \"NAME\"}.\n\nRequest:\n{{message}}";
+static const char DEFAULT_PROMPT_P_SOLVE[] =
+	"Estimate the probability that a small, fast language model answers the request below "
+	"correctly.\nAnswer with JSON only, exactly {\"p_solve\": NUMBER} with NUMBER from 0 to 1."
+	"\n\nRequest:\n{{message}}";
+
+static int parse_classifier(struct pctx *c, json_t *o, struct route *rt)
+{
+	struct policy *p = c->p;
+	int r;
+	if (json_object_get(o, "target") || json_object_get(o, "rules") || json_object_get(o, "seed"))
+		return fail(c, json_object_get(o, "target") ? "target" : json_object_get(o, "rules") ? "rules" : "seed",
+			    "not used by a classifier route (it takes classifier:, default: and targets: or strong:/weak:)");
+	if ((r = target_ref(c, json_object_get(o, "classifier"), "classifier", &rt->judge)) < 0)
+		return r;
+	if (p->targets[rt->judge].kind != TARGET_URL)
+		return fail(c, "classifier", "the classifier must be a URL target (service targets are not resolvable yet)");
+	if ((r = target_ref(c, json_object_get(o, "default"), "default", &rt->target)) < 0)
+		return r;
+	json_t *an = json_object_get(o, "answer");
+	const char *as = an ? (json_is_string(an) ? json_string_value(an) : "") : "target";
+	if (!strcmp(as, "target"))
+		rt->answer = ANSWER_TARGET;
+	else if (!strcmp(as, "p_solve"))
+		rt->answer = ANSWER_P_SOLVE;
+	else
+		return fail(c, "answer", "expected target or p_solve");
+	rt->judge_timeout_ms = 2000;
+	rt->judge_max_tokens = 64;
+	rt->threshold = 0.5;
+	if ((r = get_intv(c, o, "timeout_ms", 1, 600000, &rt->judge_timeout_ms)) < 0 ||
+	    (r = get_intv(c, o, "max_tokens", 1, 4096, &rt->judge_max_tokens)) < 0 ||
+	    (r = get_str(c, o, "prompt", &rt->prompt)) < 0)
+		return r;
+	if (rt->prompt && strlen(rt->prompt) > 16384)
+		return fail(c, "prompt", "at most 16384 characters");
+	json_t *tgs = json_object_get(o, "targets");
+	if (rt->answer == ANSWER_TARGET) {
+		if (json_object_get(o, "strong") || json_object_get(o, "weak") || json_object_get(o, "threshold"))
+			return fail(c, json_object_get(o, "strong") ? "strong" : json_object_get(o, "weak") ? "weak" : "threshold",
+				    "answer: target takes targets:, not strong:/weak:/threshold:");
+		if (!json_is_array(tgs) || json_array_size(tgs) == 0 || json_array_size(tgs) > POLICY_MAX_LIST)
+			return fail(c, "targets", "expected a list of 1-%d candidate targets", POLICY_MAX_LIST);
+		size_t i;
+		json_t *e;
+		push(c, "targets");
+		json_array_foreach(tgs, i, e) {
+			char ix[24];
+			snprintf(ix, sizeof ix, "%zu", i);
+			if ((r = target_ref(c, e, ix, &rt->wtargets[rt->n_wtargets])) < 0) {
+				pop(c);
+				return r;
+			}
+			rt->weights[rt->n_wtargets++] = 1;
+		}
+		pop(c);
+		if (!rt->prompt)
+			rt->prompt = strdup(DEFAULT_PROMPT_TARGET);
+	} else {
+		if (tgs)
+			return fail(c, "targets", "answer: p_solve takes strong: and weak:, not targets:");
+		if ((r = target_ref(c, json_object_get(o, "strong"), "strong", &rt->strong)) < 0 ||
+		    (r = target_ref(c, json_object_get(o, "weak"), "weak", &rt->weak)) < 0)
+			return r;
+		json_t *th = json_object_get(o, "threshold");
+		if (th) {
+			const char *ts = json_is_string(th) ? json_string_value(th) : "";
+			char *end = NULL;
+			double x = strtod(ts, &end);
+			if (!*ts || *end || !(x >= 0 && x <= 1))
+				return fail(c, "threshold", "expected a number from 0 to 1");
+			rt->threshold = x;
+		}
+		if (!rt->prompt)
+			rt->prompt = strdup(DEFAULT_PROMPT_P_SOLVE);
+	}
+	return rt->prompt ? 0 : -ENOMEM;
+}
+
 static int parse_route(struct pctx *c, const char *name, json_t *o)
 {
 	static const char *const keys[] = {"type", "target", "targets", "seed", "rules",
-					   "default", "fallbacks", "aliases", NULL};
+					   "default", "fallbacks", "aliases", "classifier",
+					   "prompt", "answer", "strong", "weak", "threshold",
+					   "timeout_ms", "max_tokens", NULL};
 	struct policy *p = c->p;
 	if (!valid_name(name))
 		return fail(c, NULL, "a route name is 1-63 of letters, digits and -_.:/");
@@ -360,9 +444,16 @@ static int parse_route(struct pctx *c, const char *name, json_t *o)
 	else if (!strcmp(ts, "rules"))
 		rt->type = ROUTE_RULES;
 	else if (!strcmp(ts, "classifier"))
-		return fail(c, "type", "the classifier route type is not implemented yet");
+		rt->type = ROUTE_CLASSIFIER;
 	else
-		return fail(c, "type", "expected passthrough, weighted or rules");
+		return fail(c, "type", "expected passthrough, weighted, rules or classifier");
+	if (rt->type != ROUTE_CLASSIFIER) {
+		static const char *const only[] = {"classifier", "prompt", "answer", "strong",
+						   "weak", "threshold", "timeout_ms", "max_tokens", NULL};
+		for (size_t i = 0; only[i]; i++)
+			if (json_object_get(o, only[i]))
+				return fail(c, only[i], "only classifier routes take this");
+	}
 	if ((r = get_list(c, o, "aliases", rt->aliases, &rt->n_aliases)) < 0)
 		return r;
 	json_t *fb = json_object_get(o, "fallbacks");
@@ -444,6 +535,8 @@ static int parse_route(struct pctx *c, const char *name, json_t *o)
 			return fail(c, "targets", "the weights add up to 0");
 		return 0;
 	}
+	case ROUTE_CLASSIFIER:
+		return parse_classifier(c, o, rt);
 	case ROUTE_RULES: {
 		if (tg || tgs || seed)
 			return fail(c, tg ? "target" : tgs ? "targets" : "seed",
@@ -702,6 +795,7 @@ void policy_free(struct policy *p)
 			free(r->aliases[a]);
 		for (size_t k = 0; k < r->n_rules; k++)
 			free_cond(&r->rules[k].when);
+		free(r->prompt);
 	}
 	for (size_t i = 0; i < p->n_api_keys; i++) {
 		explicit_bzero(p->api_keys[i], strlen(p->api_keys[i]));
@@ -745,6 +839,8 @@ const char *route_type_name(enum route_type t)
 		return "weighted";
 	case ROUTE_RULES:
 		return "rules";
+	case ROUTE_CLASSIFIER:
+		return "classifier";
 	}
 	return "?";
 }

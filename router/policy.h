@@ -35,7 +35,9 @@ struct target {
 	int weight;          /* default weight in weighted routes */
 };
 
-enum route_type { ROUTE_PASSTHROUGH, ROUTE_WEIGHTED, ROUTE_RULES };
+enum route_type { ROUTE_PASSTHROUGH, ROUTE_WEIGHTED, ROUTE_RULES, ROUTE_CLASSIFIER };
+
+enum classifier_answer { ANSWER_TARGET, ANSWER_P_SOLVE };
 
 enum text_scope { SCOPE_LAST_USER, SCOPE_SYSTEM, SCOPE_ANY };
 
@@ -77,6 +79,15 @@ struct route {
 	size_t n_rules;
 	int fallbacks[POLICY_MAX_LIST];   /* tried in order before the first byte reaches the client */
 	size_t n_fallbacks;
+	/* classifier: ask the judge target; target (the default) when its answer
+	 * is invalid, late or failed. Candidates are wtargets[] (answer: target). */
+	int judge;
+	char *prompt;                     /* template: {{message}}, {{system}}, {{targets}} */
+	enum classifier_answer answer;
+	int strong, weak;                 /* answer: p_solve */
+	double threshold;                 /* p_solve >= threshold: weak */
+	int judge_timeout_ms;
+	int judge_max_tokens;
 };
 
 struct policy {

@@ -82,6 +82,7 @@ struct rq {
 	long status;
 	char ctype[128];
 	bool headers_done, discard, streaming, paused, up_done;
+	bool judging;                    /* the running request is the classifier's */
 	CURLcode up_rc;
 	/* answer bytes from the upstream not yet given to MHD */
 	char *rbuf;
@@ -395,6 +396,8 @@ static size_t on_write(char *b, size_t size, size_t n, void *arg)
 {
 	struct rq *r = arg;
 	size_t len = size * n;
+	if (r->judging) /* a classifier's answer: small, kept whole */
+		return r->rlen + len > (1u << 20) || rbuf_add(r, b, len) < 0 ? 0 : len;
 	if (!r->headers_done)
 		first_bytes(r);
 	if (r->discard)
@@ -478,6 +481,98 @@ static int start_curl(struct rq *r, int t)
 	return 0;
 }
 
+static void answer_decision(struct rq *r);
+
+/* Ask the route's classifier (outside the judge target's concurrency limit). */
+static int start_judge(struct rq *r)
+{
+	struct server *s = r->s;
+	const struct route *rt = r->d.route;
+	const struct target *tg = &s->p->targets[rt->judge];
+	char url[2048];
+	if ((size_t)snprintf(url, sizeof url, "%s/chat/completions", tg->url) >= sizeof url)
+		return -1;
+	free(r->up_body);
+	r->up_body = classifier_body(s->p, rt, &r->ri);
+	CURL *e = r->up_body ? upstream_get(s->up) : NULL;
+	if (!e)
+		return -1;
+	struct curl_slist *h = NULL;
+	char rid[100];
+	snprintf(rid, sizeof rid, "X-Request-Id: %s", r->id);
+	h = curl_slist_append(h, "Content-Type: application/json");
+	h = curl_slist_append(h, "Expect:");
+	h = curl_slist_append(h, rid);
+	if (s->upkey[rt->judge])
+		h = curl_slist_append(h, s->upkey[rt->judge]);
+	long to = rt->judge_timeout_ms;
+	curl_easy_setopt(e, CURLOPT_URL, url);
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(e, CURLOPT_POST, 1L);
+	curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->up_body);
+	curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(r->up_body));
+	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
+	curl_easy_setopt(e, CURLOPT_PRIVATE, r);
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, tg->connect_timeout_ms < to ? (long)tg->connect_timeout_ms : to);
+	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, to);
+	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+	r->status = 0;
+	r->rlen = r->roff = 0;
+	r->judging = true;
+	if (upstream_add(s->up, e) < 0) {
+		r->judging = false;
+		upstream_put(s->up, e);
+		curl_slist_free_all(h);
+		return -1;
+	}
+	r->easy = e;
+	r->hdrs = h;
+	return 0;
+}
+
+static void judge_metric(struct rq *r, const char *outcome)
+{
+	char l[160];
+	snprintf(l, sizeof l, "route=\"%s\",outcome=\"%s\"", r->d.route->name, outcome);
+	metrics_add(r->s->m, "spark_router_classifier_total", l, 1);
+}
+
+static void observe_overhead(struct rq *r)
+{
+	char l[96];
+	r->overhead_s = (double)(now_ns() - r->t_body) / 1e9;
+	snprintf(l, sizeof l, "route_type=\"%s\"", route_type_name(r->d.route->type));
+	metrics_observe(r->s->m, "spark_router_routing_overhead_seconds", l, r->overhead_s);
+}
+
+/* The classifier answered (or failed): settle the decision and go on. */
+static void judge_done(struct rq *r, CURLcode rc)
+{
+	r->judging = false;
+	const char *why = rc == CURLE_OPERATION_TIMEDOUT ? "no answer within timeout_ms"
+							 : curl_easy_strerror(rc);
+	int used = classifier_pick(r->s->p, rc == CURLE_OK ? r->rbuf + r->roff : NULL,
+				   r->rlen - r->roff, r->status, why, &r->d);
+	judge_metric(r, used == 0 ? "ok"
+			: rc == CURLE_OPERATION_TIMEDOUT ? "timeout"
+			: rc != CURLE_OK ? "error"
+			: r->status != 200 ? "http_error" : "invalid");
+	r->rlen = r->roff = 0;
+	r->status = 0;
+	observe_overhead(r);
+	if (r->ep == EP_DECISION)
+		answer_decision(r);
+	else
+		begin_attempt(r);
+	if (r->response_ready)
+		resume(r);
+}
+
 static void cancel_upstream(struct rq *r)
 {
 	if (r->queued)
@@ -486,6 +581,13 @@ static void cancel_upstream(struct rq *r)
 		return;
 	upstream_remove(r->s->up, r->easy);
 	upstream_put(r->s->up, r->easy);
+	if (r->judging) {
+		r->judging = false;
+		r->easy = NULL;
+		curl_slist_free_all(r->hdrs);
+		r->hdrs = NULL;
+		return;
+	}
 	curl_slist_free_all(r->hdrs);
 	r->easy = NULL;
 	r->hdrs = NULL;
@@ -578,6 +680,10 @@ static void on_upstream_done(CURL *e, CURLcode rc, void *arg)
 	curl_slist_free_all(r->hdrs);
 	r->easy = NULL;
 	r->hdrs = NULL;
+	if (r->judging) {
+		judge_done(r, rc);
+		return;
+	}
 	if (!r->headers_done && rc == CURLE_OK)
 		first_bytes(r); /* an empty body */
 	const char *outcome = rc == CURLE_OPERATION_TIMEDOUT ? "timeout"
@@ -705,19 +811,20 @@ static bool parse_and_decide(struct rq *r, enum req_kind kind)
 	}
 	r->decided = true;
 	r->cur = -1;
-	r->overhead_s = (double)(now_ns() - r->t_body) / 1e9;
-	char l[96];
-	snprintf(l, sizeof l, "route_type=\"%s\"", route_type_name(r->d.route->type));
-	metrics_observe(s->m, "spark_router_routing_overhead_seconds", l, r->overhead_s);
+	if (!r->d.pending) {
+		observe_overhead(r);
+		return true;
+	}
+	if (start_judge(r) < 0) {
+		classifier_pick(s->p, NULL, 0, 0, "the request to it could not be made", &r->d);
+		judge_metric(r, "error");
+		observe_overhead(r);
+	}
 	return true;
 }
 
-static void do_decision(struct rq *r)
+static void answer_decision(struct rq *r)
 {
-	const char *b = r->body ? r->body : "";
-	enum req_kind k = memmem(b, r->blen, "\"messages\"", 10) ? REQ_CHAT : REQ_COMPLETIONS;
-	if (!parse_and_decide(r, k))
-		return;
 	json_t *o = decision_json(r->s->p, &r->d);
 	json_object_set_new(o, "request_id", json_string(r->id));
 	json_object_set_new(o, "request",
@@ -728,11 +835,22 @@ static void do_decision(struct rq *r)
 	answer_json(r, 200, o);
 }
 
+static void do_decision(struct rq *r)
+{
+	const char *b = r->body ? r->body : "";
+	enum req_kind k = memmem(b, r->blen, "\"messages\"", 10) ? REQ_CHAT : REQ_COMPLETIONS;
+	if (!parse_and_decide(r, k))
+		return;
+	if (!r->d.pending)
+		answer_decision(r);
+}
+
 static void do_proxy(struct rq *r)
 {
 	if (!parse_and_decide(r, r->ep == EP_CHAT ? REQ_CHAT : REQ_COMPLETIONS))
 		return;
-	begin_attempt(r);
+	if (!r->d.pending)
+		begin_attempt(r);
 }
 
 static bool authorized(struct server *s, struct MHD_Connection *c)
@@ -1152,6 +1270,8 @@ int server_start(uv_loop_t *loop, struct policy *p, const struct server_opts *o,
 		       "Time to the first answer byte (streams: first chunk), by route");
 	metrics_family(s->m, "spark_router_routing_overhead_seconds", METRIC_HISTOGRAM,
 		       "Time to parse a request and decide its target, by route type");
+	metrics_family(s->m, "spark_router_classifier_total", METRIC_COUNTER,
+		       "Classifier calls by route and outcome (ok; else the default target was used)");
 	metrics_family(s->m, "spark_router_inflight", METRIC_GAUGE, "Upstream requests in flight, by target");
 	metrics_family(s->m, "spark_router_queue_depth", METRIC_GAUGE, "Requests waiting for a target slot");
 	for (size_t i = 0; i < p->n_targets; i++)

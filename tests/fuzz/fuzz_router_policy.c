@@ -2,7 +2,8 @@
  * common/cfg's cfg_locate for error positions). Invariants that abort: a
  * refused policy yields no policy and a message "fuzz.yaml:LINE:COL: ..."; an
  * accepted one has at least one target and route, every index in range, and
- * a decision for each of its routes names a target of the policy. */
+ * a decision for each of its routes names a target of the policy (for a
+ * classifier route, after a failed judge: its default). */
 #include "decide.h"
 #include "policy.h"
 
@@ -74,6 +75,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		for (size_t k = 0; k < d.n_chain; k++)
 			if (d.chain[k] < 0 || (size_t)d.chain[k] >= p->n_targets)
 				abort();
+		if (d.pending) { /* a classifier route: its prompt, then a failed judge */
+			free(classifier_body(p, d.route, &ri));
+			if (classifier_pick(p, NULL, 0, 0, "fuzz", &d) != -EINVAL || d.pending ||
+			    d.target != d.route->target)
+				abort();
+		}
 		json_decref(decision_json(p, &d));
 	}
 	req_info_free(&ri);

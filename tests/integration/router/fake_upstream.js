@@ -3,6 +3,10 @@
 // The request's "model" picks the behaviour:
 //   fail (500), busy (429), ctxlen (400 context length), slow (answers after 1.5 s),
 //   stall (streams 2 chunks then hangs), anything else answers at once.
+// Classifier behaviours (the answer's message content):
+//   judge: {"target":"big"} when the prompt holds HARD, else a fenced {"target": "small"};
+//   judge-p: {"p_solve":0.9} when the prompt holds easy, else {"p_solve":0.2};
+//   judge-garbage: words, no JSON; judge-slow: like judge after 1.5 s.
 // Streams (stream:true) send 5 chunks 100 ms apart, then [DONE].
 // GET /stats -> {"requests":N,"closed_early":N,"last_auth":"...","last_model":"..."}
 'use strict';
@@ -50,6 +54,18 @@ const server = http.createServer((req, res) => {
     if (body.model === 'fail') return err(500, `${name} failed`, 'server_error');
     if (body.model === 'busy') return err(429, `${name} busy`, 'rate_limit_error');
     if (body.model === 'ctxlen') return err(400, "This model's maximum context length is 8 tokens", 'invalid_request_error');
+    const judge = (content) => {
+      done = true;
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ id: 'j', object: 'chat.completion', created: 0, model: body.model,
+        choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: 'stop' }] }));
+    };
+    const prompt = lastUser(body);
+    const judgeTarget = () => judge(prompt.includes('HARD') ? '{"target":"big"}' : '```json\n{"target": "small"}\n```');
+    if (body.model === 'judge') return judgeTarget();
+    if (body.model === 'judge-slow') return setTimeout(judgeTarget, 1500);
+    if (body.model === 'judge-p') return judge(prompt.includes('easy') ? '{"p_solve":0.9}' : '{"p_solve":0.2}');
+    if (body.model === 'judge-garbage') return judge('I would pick the big one');
     const answer = () => {
       if (!body.stream) {
         done = true;

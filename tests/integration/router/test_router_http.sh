@@ -69,7 +69,16 @@ targets:
   stall: {url: 'http://127.0.0.1:$PORT_a/v1', model: stall}
   tiny:  {url: 'http://127.0.0.1:$PORT_b/v1', model: slow, timeout_ms: 300}
   pool:  {service: qwen-small}
+  judge: {url: 'http://127.0.0.1:$PORT_a/v1', model: judge}
+  judgep: {url: 'http://127.0.0.1:$PORT_a/v1', model: judge-p}
+  judgeg: {url: 'http://127.0.0.1:$PORT_a/v1', model: judge-garbage}
+  judges: {url: 'http://127.0.0.1:$PORT_a/v1', model: judge-slow}
 routes:
+  smart:  {type: classifier, classifier: judge, targets: [small, big], default: big}
+  smartp: {type: classifier, classifier: judgep, answer: p_solve, strong: big, weak: small, threshold: 0.5, default: big}
+  smartg: {type: classifier, classifier: judgeg, targets: [small, big], default: big}
+  smarts: {type: classifier, classifier: judges, targets: [small, big], default: big, timeout_ms: 300}
+  smartd: {type: classifier, classifier: dead, targets: [small, big], default: small}
   auto:
     type: rules
     rules:
@@ -86,7 +95,7 @@ routes:
   svconly: {type: passthrough, target: pool}
 EOF
 "$ROUTER" --policy "$DIR/policy.yaml" --check >"$DIR/check.out" || die "--check refused a good policy"
-grep -q "valid: 9 targets, 9 routes" "$DIR/check.out" || die "check summary: $(cat "$DIR/check.out")"
+grep -q "valid: 13 targets, 14 routes" "$DIR/check.out" || die "check summary: $(cat "$DIR/check.out")"
 grep -q "not resolvable yet" "$DIR/check.out" || die "--check does not say service targets are unresolvable"
 ok "--check accepts the policy and says service targets are not resolvable yet"
 
@@ -151,6 +160,26 @@ code=$(chat svconly hi)
 code=$(chat timeout hi)
 [ "$code" = 504 ] && grep -q 'upstream_timeout' "$DIR/body" || die "timeout: $code $(cat "$DIR/body")"
 ok "fallbacks: 500 and a dead target skipped before the first byte; 500 passed on without fallback; 503 for service-only; 504 on timeout"
+
+# classifier routes: the judge's answer picks the target; garbage, late or failed -> default
+code=$(chat smart "HARD question")
+[ "$code" = 200 ] && [ "$(hdr x-spark-target)" = big ] && [ "$(hdr x-spark-rule)" = classifier ] || die "classifier HARD: $code $(cat "$DIR/hdrs")"
+code=$(chat smart "simple question")
+[ "$code" = 200 ] && grep -q 'from b: simple question' "$DIR/body" && [ "$(hdr x-spark-rule)" = classifier ] || die "classifier fenced small: $code"
+code=$(chat smartp "an easy one")
+[ "$(hdr x-spark-target)" = small ] || die "p_solve 0.9: $(cat "$DIR/hdrs")"
+code=$(chat smartp "a tough one")
+[ "$(hdr x-spark-target)" = big ] || die "p_solve 0.2: $(cat "$DIR/hdrs")"
+for r in smartg smarts smartd; do
+  code=$(chat $r "x")
+  [ "$code" = 200 ] && [ "$(hdr x-spark-rule)" = classifier_default ] || die "classifier $r default: $code $(cat "$DIR/hdrs")"
+done
+[ "$(hdr x-spark-target)" = small ] || die "smartd default is small"
+dec=$(curl -sS "$U/v1/decision" -d '{"model":"smarts","messages":[{"role":"user","content":"x"}]}')
+echo "$dec" | grep -q '"rule":"classifier_default"' && echo "$dec" | grep -q 'no answer within timeout_ms' || die "late classifier decision: $dec"
+dec=$(curl -sS "$U/v1/decision" -d '{"model":"smart","messages":[{"role":"user","content":"HARD"}]}')
+echo "$dec" | grep -q '"target":"big"' && echo "$dec" | grep -q '"classifier":"judge"' || die "classifier decision: $dec"
+ok "classifier routes: target and p_solve answers (fenced JSON too); garbage, late (300 ms) and failed judges fall back to the default"
 
 # concurrency 1, queue 0: the second concurrent request gets 429 + Retry-After
 bg_chat q0 one &
@@ -241,6 +270,8 @@ grep -q 'spark_router_upstream_attempts_total{target="broken",outcome="http_5xx"
 grep -q 'spark_router_time_to_first_token_seconds_bucket{route="auto"' "$DIR/metrics" || die "metrics: ttft"
 grep -q 'spark_router_routing_overhead_seconds_count{route_type="rules"}' "$DIR/metrics" || die "metrics: overhead"
 grep -q 'spark_router_queue_depth{target="slow1"} 0' "$DIR/metrics" || die "metrics: queue depth"
+grep -q 'spark_router_classifier_total{route="smarts",outcome="timeout"} 2' "$DIR/metrics" || die "metrics: classifier"
+
 if command -v promtool >/dev/null; then
   promtool check metrics <"$DIR/metrics" || die "promtool refuses /metrics"
   ok "/metrics: requests, attempts by outcome, ttft, overhead, queue depth; promtool check metrics accepts it"

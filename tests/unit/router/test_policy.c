@@ -151,7 +151,7 @@ Test(policy, refuses_what_makes_no_sense)
 		char *e_ = refuse(buf);                                            \
 		cr_assert(strstr(e_, needle), "for %s: got %s", routes, e_);      \
 	} while (0)
-	BAD("  r: {type: magic, target: a}\n", "expected passthrough, weighted or rules");
+	BAD("  r: {type: magic, target: a}\n", "expected passthrough, weighted, rules or classifier");
 	BAD("  r: {type: passthrough}\n", "expected the name of a target");
 	BAD("  r: {type: passthrough, target: a, seed: 3}\n", "not used by a passthrough");
 	BAD("  r: {type: weighted, targets: [{target: a, weight: 0}]}\n", "add up to 0");
@@ -169,7 +169,14 @@ Test(policy, refuses_what_makes_no_sense)
 	    "comes before");
 	BAD("  r: {type: passthrough, target: a, aliases: [s]}\n  s: {type: passthrough, target: a}\n",
 	    "already names route");
-	BAD("  r: {type: classifier}\n", "not implemented yet");
+	BAD("  r: {type: classifier, targets: [a], default: a}\n", "classifier: expected the name of a target");
+	BAD("  r: {type: classifier, classifier: a, default: a}\n", "expected a list of 1-16 candidate");
+	BAD("  r: {type: classifier, classifier: a, targets: [a], default: a, strong: a}\n", "answer: target takes targets:");
+	BAD("  r: {type: classifier, classifier: a, answer: p_solve, strong: a, default: a}\n", "weak: expected the name");
+	BAD("  r: {type: classifier, classifier: a, answer: p_solve, strong: a, weak: a, threshold: 2, default: a}\n",
+	    "threshold: expected a number from 0 to 1");
+	BAD("  r: {type: classifier, classifier: a, answer: vibes, default: a}\n", "expected target or p_solve");
+	BAD("  r: {type: passthrough, target: a, prompt: hi}\n", "only classifier routes take this");
 	BAD("  r: {type: passthrough, target: a, fallbacks: [zz]}\n", "unknown target \"zz\"");
 	/* targets */
 	char *e = refuse("targets:\n  a: {url: ftp://x}\nroutes:\n  r: {type: passthrough, target: a}\n");
@@ -353,4 +360,123 @@ Test(request, bad_bodies_get_openai_style_messages)
 	cr_assert_str_eq(ri.last_user, "caf\xc3\xa9 au lait");
 	req_info_free(&ri);
 	json_decref(j);
+}
+
+static const char *CLS =
+	"targets:\n"
+	"  big: {url: http://127.0.0.1:1/v1}\n"
+	"  small: {url: http://127.0.0.1:2/v1}\n"
+	"  judge: {url: http://127.0.0.1:3/v1, model: minicpm}\n"
+	"  pool: {service: s}\n"
+	"routes:\n"
+	"  smart:\n"
+	"    type: classifier\n"
+	"    classifier: judge\n"
+	"    targets: [small, big]\n"
+	"    default: big\n"
+	"    fallbacks: [small]\n"
+	"    prompt: 'pick one of {{targets}} for: {{message}} (system: {{system}}) {{other}}'\n"
+	"  score:\n"
+	"    type: classifier\n"
+	"    classifier: judge\n"
+	"    answer: p_solve\n"
+	"    strong: big\n"
+	"    weak: small\n"
+	"    threshold: 0.7\n"
+	"    default: big\n";
+
+static struct decision pending(struct policy *p, const char *model, struct req_info *ri, json_t **j)
+{
+	char err[256], body[256];
+	snprintf(body, sizeof body,
+		 "{\"model\":\"%s\",\"messages\":[{\"role\":\"system\",\"content\":\"S\"},"
+		 "{\"role\":\"user\",\"content\":\"caf\u00e9?\"}]}", model);
+	cr_assert_eq(req_parse(body, strlen(body), REQ_CHAT, ri, j, err, sizeof err), 0, "%s", err);
+	struct decision d;
+	uint64_t rng = 0;
+	cr_assert_eq(route_decide(p, ri, NULL, NULL, &rng, &d), 0);
+	cr_assert(d.pending);
+	return d;
+}
+
+static const char *judge_says(const char *content)
+{
+	static char b[512];
+	json_t *o = json_pack("{s:[{s:{s:s}}]}", "choices", "message", "content", content);
+	char *s = json_dumps(o, JSON_COMPACT);
+	snprintf(b, sizeof b, "%s", s);
+	free(s);
+	json_decref(o);
+	return b;
+}
+
+Test(classifier, the_judge_gets_the_prompt_filled_in)
+{
+	struct policy *p = load(CLS);
+	struct req_info ri;
+	json_t *j;
+	struct decision d = pending(p, "smart", &ri, &j);
+	char *b = classifier_body(p, d.route, &ri);
+	json_t *o = json_loads(b, 0, NULL);
+	cr_assert_str_eq(json_string_value(json_object_get(o, "model")), "minicpm");
+	cr_assert(json_is_false(json_object_get(o, "stream")));
+	const char *c = json_string_value(
+		json_object_get(json_array_get(json_object_get(o, "messages"), 0), "content"));
+	cr_assert_str_eq(c, "pick one of small, big for: caf\xc3\xa9? (system: S) {{other}}", "%s", c);
+	json_decref(o);
+	free(b);
+	req_info_free(&ri);
+	json_decref(j);
+	policy_free(p);
+}
+
+Test(classifier, answers_pick_targets_and_anything_else_the_default)
+{
+	struct policy *p = load(CLS);
+	struct req_info ri;
+	json_t *j;
+	struct {
+		const char *model, *content;
+		long status;
+		int rc;
+		const char *target, *rule;
+	} cases[] = {
+		{"smart", "{\"target\":\"small\"}", 200, 0, "small", "classifier"},
+		{"smart", "Sure! ```json\n{\"target\": \"big\"}\n```", 200, 0, "big", "classifier"},
+		{"smart", "{\"target\":\"pool\"}", 200, -EINVAL, "big", "classifier_default"}, /* not a candidate */
+		{"smart", "{\"target\":\"nope\"}", 200, -EINVAL, "big", "classifier_default"},
+		{"smart", "big", 200, -EINVAL, "big", "classifier_default"},
+		{"smart", "{\"target\":\"small\"}", 500, -EINVAL, "big", "classifier_default"},
+		{"score", "{\"p_solve\":0.7}", 200, 0, "small", "classifier"},
+		{"score", "{\"p_solve\":0.69}", 200, 0, "big", "classifier"},
+		{"score", "{\"p_solve\":1.5}", 200, -EINVAL, "big", "classifier_default"},
+		{"score", "{\"p_solve\":\"0.9\"}", 200, -EINVAL, "big", "classifier_default"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		struct decision d = pending(p, cases[i].model, &ri, &j);
+		const char *b = judge_says(cases[i].content);
+		int rc = classifier_pick(p, b, strlen(b), cases[i].status, NULL, &d);
+		cr_assert_eq(rc, cases[i].rc, "case %zu", i);
+		cr_assert(!d.pending);
+		cr_assert_str_eq(p->targets[d.target].name, cases[i].target, "case %zu: %s", i, d.reason);
+		cr_assert_str_eq(d.rule, cases[i].rule, "case %zu", i);
+		cr_assert_eq(d.chain[0], d.target);
+		req_info_free(&ri);
+		json_decref(j);
+	}
+	/* no answer at all (timeout): the default, and the reason says why */
+	struct decision d = pending(p, "smart", &ri, &j);
+	cr_assert_eq(classifier_pick(p, NULL, 0, 0, "no answer within timeout_ms", &d), -EINVAL);
+	cr_assert(strstr(d.reason, "no answer within timeout_ms"), "%s", d.reason);
+	cr_assert_str_eq(p->targets[d.target].name, "big");
+	cr_assert_eq(d.n_chain, 2); /* big, then the fallback small */
+	req_info_free(&ri);
+	json_decref(j);
+	/* garbage that is not a chat completion */
+	d = pending(p, "smart", &ri, &j);
+	cr_assert_eq(classifier_pick(p, "{\"choices\":5", 13, 200, NULL, &d), -EINVAL);
+	cr_assert_str_eq(d.rule, "classifier_default");
+	req_info_free(&ri);
+	json_decref(j);
+	policy_free(p);
 }
