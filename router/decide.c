@@ -550,3 +550,21 @@ int classifier_pick(const struct policy *p, const char *body, size_t len, long s
 	json_decref(v);
 	return rc;
 }
+
+bool is_context_error(const char *body, size_t len)
+{
+	static const char *const pats[] = {"context length", "context_length", "maximum context",
+					   "context window", "exceeds the context",
+					   "prompt is too long", "too many tokens", NULL};
+	char buf[4096];
+	size_t n = len < sizeof buf - 1 ? len : sizeof buf - 1;
+	memcpy(buf, body, n);
+	buf[n] = 0;
+	for (size_t i = 0; i < n; i++)
+		if (!buf[i])
+			buf[i] = ' ';
+	for (size_t i = 0; pats[i]; i++)
+		if (strcasestr(buf, pats[i]))
+			return true;
+	return false;
+}

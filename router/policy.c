@@ -217,7 +217,8 @@ static int parse_target(struct pctx *c, const char *name, json_t *t)
 {
 	static const char *const keys[] = {"url", "service", "api_key_env", "model",
 					   "max_concurrency", "queue", "queue_timeout_ms",
-					   "connect_timeout_ms", "timeout_ms", "weight", NULL};
+					   "connect_timeout_ms", "timeout_ms", "weight",
+					   "cooldown_after", "cooldown_s", NULL};
 	struct policy *p = c->p;
 	if (!valid_name(name))
 		return fail(c, NULL, "a target name is 1-63 of letters, digits and -_.:/");
@@ -233,7 +234,11 @@ static int parse_target(struct pctx *c, const char *name, json_t *t)
 	tg->connect_timeout_ms = 5000;
 	tg->timeout_ms = 600000;
 	tg->weight = 1;
-	if ((r = get_str(c, t, "url", &tg->url)) < 0 ||
+	tg->cooldown_after = 3;
+	tg->cooldown_s = 10;
+	if ((r = get_intv(c, t, "cooldown_after", 0, 1000, &tg->cooldown_after)) < 0 ||
+	    (r = get_intv(c, t, "cooldown_s", 1, 3600, &tg->cooldown_s)) < 0 ||
+	    (r = get_str(c, t, "url", &tg->url)) < 0 ||
 	    (r = get_str(c, t, "service", &tg->service)) < 0 ||
 	    (r = get_str(c, t, "api_key_env", &tg->api_key_env)) < 0 ||
 	    (r = get_str(c, t, "model", &tg->model)) < 0 ||

@@ -33,6 +33,8 @@ struct target {
 	int connect_timeout_ms;
 	int timeout_ms;      /* the whole upstream exchange */
 	int weight;          /* default weight in weighted routes */
+	int cooldown_after;  /* consecutive failures that cool the target down (0: never) */
+	int cooldown_s;      /* how long a cooled target is skipped */
 };
 
 enum route_type { ROUTE_PASSTHROUGH, ROUTE_WEIGHTED, ROUTE_RULES, ROUTE_CLASSIFIER };

@@ -27,6 +27,8 @@ enum ep { EP_NONE, EP_CHAT, EP_COMPLETIONS, EP_DECISION, EP_MODELS, EP_HEALTH, E
 
 struct tstate {
 	int inflight;
+	int fails;                 /* consecutive failures */
+	uint64_t cooled_until_ms;  /* skipped until then (when another target is left) */
 	int qlen;
 	struct rq *qhead, *qtail;
 };
@@ -83,6 +85,7 @@ struct rq {
 	char ctype[128];
 	bool headers_done, discard, streaming, paused, up_done;
 	bool judging;                    /* the running request is the classifier's */
+	bool probe400;                   /* a 400 with targets left: read it for a context-length error */
 	CURLcode up_rc;
 	/* answer bytes from the upstream not yet given to MHD */
 	char *rbuf;
@@ -263,6 +266,26 @@ static void attempt_metric(struct rq *r, int t, const char *outcome)
 	metrics_add(r->s->m, "spark_router_upstream_attempts_total", l, 1);
 }
 
+/* A finished attempt: failures in a row cool a target down for a while. */
+static void target_health(struct server *s, int t, bool failed)
+{
+	struct tstate *ts = &s->ts[t];
+	const struct target *tg = &s->p->targets[t];
+	char l[128];
+	snprintf(l, sizeof l, "target=\"%s\"", tg->name);
+	if (!failed) {
+		ts->fails = 0;
+		metrics_set(s->m, "spark_router_target_cooled", l, 0);
+		return;
+	}
+	if (tg->cooldown_after && ++ts->fails >= tg->cooldown_after) {
+		ts->cooled_until_ms = util_now_ms() + (uint64_t)tg->cooldown_s * 1000;
+		ts->fails = 0;
+		metrics_set(s->m, "spark_router_target_cooled", l, 1);
+		log_warn("target_cooled_down", "target=%s seconds=%d", tg->name, tg->cooldown_s);
+	}
+}
+
 static void unqueue(struct rq *r)
 {
 	if (!r->queued)
@@ -376,6 +399,10 @@ static void first_bytes(struct rq *r)
 		r->discard = true;
 		return;
 	}
+	if (r->status == 400 && more) {
+		r->probe400 = true; /* buffered: a context-length error tries the next target */
+		return;
+	}
 	if (r->ri.stream && r->status >= 200 && r->status < 300) {
 		r->streaming = true;
 		r->t_first = now_ns();
@@ -465,7 +492,7 @@ static int start_curl(struct rq *r, int t)
 	curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
 	r->status = 0;
 	r->ctype[0] = 0;
-	r->headers_done = r->discard = false;
+	r->headers_done = r->discard = r->probe400 = false;
 	r->rlen = r->roff = 0;
 	if (upstream_add(s->up, e) < 0) {
 		upstream_put(s->up, e);
@@ -610,6 +637,12 @@ static void begin_attempt(struct rq *r)
 			continue;
 		}
 		struct tstate *ts = &s->ts[t];
+		if (ts->cooled_until_ms > util_now_ms() && r->attempt + 1 < r->d.n_chain) {
+			attempt_metric(r, t, "cooled_down");
+			if (!r->last_fail)
+				r->last_fail = 502;
+			continue;
+		}
 		if (tg->max_concurrency && ts->inflight >= tg->max_concurrency) {
 			if (ts->qlen < tg->queue) {
 				r->queued = true;
@@ -647,6 +680,10 @@ static void begin_attempt(struct rq *r)
 	case 503:
 		answer_error(r, 503, "server_error", "target_unresolvable",
 			     "this route's targets are cluster services, which this spark-router cannot resolve yet (issue 19); add a URL target to the route's fallbacks");
+		break;
+	case 400:
+		answer_error(r, 400, "invalid_request_error", "context_length_exceeded",
+			     "the prompt is longer than the context window of every target of this route");
 		break;
 	case 504:
 		answer_error(r, 504, "server_error", "upstream_timeout",
@@ -695,6 +732,13 @@ static void on_upstream_done(CURL *e, CURLcode rc, void *arg)
 	if (rc != CURLE_OK && r->headers_done)
 		outcome = rc == CURLE_OPERATION_TIMEDOUT ? "timeout" : "broken";
 	attempt_metric(r, t, outcome);
+	target_health(s, t, rc != CURLE_OK || r->status >= 500 || r->status == 429);
+	if (r->probe400 && rc == CURLE_OK &&
+	    is_context_error(r->rbuf + r->roff, r->rlen - r->roff)) {
+		attempt_metric(r, t, "context_length");
+		r->discard = true; /* the next target may have a larger context */
+		r->status = 400;
+	}
 	if (r->streaming) {
 		r->up_done = true;
 		r->up_rc = rc;
@@ -706,6 +750,8 @@ static void on_upstream_done(CURL *e, CURLcode rc, void *arg)
 		/* nothing reached the client: the next target may answer */
 		r->last_fail = r->discard ? (r->status == 429 ? 429 : 502)
 			       : rc == CURLE_OPERATION_TIMEDOUT ? 504 : 502;
+		if (r->discard && r->status == 400)
+			r->last_fail = 400;
 		r->attempt++;
 		target_release(s, t); /* may start queued requests (not this one) */
 		begin_attempt(r);
@@ -959,7 +1005,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	if (*upload_size) {
 		size_t n = *upload_size;
 		*upload_size = 0;
-		if (r->too_large || r->blen + n > (size_t)s->p->max_body_bytes) {
+		if (r->response_ready || r->too_large ||
+		    r->blen + n > (size_t)s->p->max_body_bytes) {
 			r->too_large = true;
 			return MHD_YES;
 		}
@@ -1084,7 +1131,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 			 enum MHD_RequestTerminationCode toe)
 {
 	(void)cls;
-	(void)c;
+	/* the next request on this connection has idle_timeout_s for its headers */
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	if (ci && ci->socket_context) {
+		struct connrec *cr = ci->socket_context;
+		cr->got_request = 0;
+		cr->start_ms = util_now_ms();
+	}
 	struct rq *r = *con_cls;
 	if (!r)
 		return;
@@ -1272,6 +1325,8 @@ int server_start(uv_loop_t *loop, struct policy *p, const struct server_opts *o,
 		       "Time to parse a request and decide its target, by route type");
 	metrics_family(s->m, "spark_router_classifier_total", METRIC_COUNTER,
 		       "Classifier calls by route and outcome (ok; else the default target was used)");
+	metrics_family(s->m, "spark_router_target_cooled", METRIC_GAUGE,
+		       "1 while a target is cooled down after repeated failures");
 	metrics_family(s->m, "spark_router_inflight", METRIC_GAUGE, "Upstream requests in flight, by target");
 	metrics_family(s->m, "spark_router_queue_depth", METRIC_GAUGE, "Requests waiting for a target slot");
 	for (size_t i = 0; i < p->n_targets; i++)

@@ -69,11 +69,16 @@ targets:
   stall: {url: 'http://127.0.0.1:$PORT_a/v1', model: stall}
   tiny:  {url: 'http://127.0.0.1:$PORT_b/v1', model: slow, timeout_ms: 300}
   pool:  {service: qwen-small}
+  ctx:   {url: 'http://127.0.0.1:$PORT_a/v1', model: ctxlen}
+  flaky: {url: 'http://127.0.0.1:$PORT_b/v1', model: fail, cooldown_after: 2, cooldown_s: 60}
   judge: {url: 'http://127.0.0.1:$PORT_a/v1', model: judge}
   judgep: {url: 'http://127.0.0.1:$PORT_a/v1', model: judge-p}
   judgeg: {url: 'http://127.0.0.1:$PORT_a/v1', model: judge-garbage}
   judges: {url: 'http://127.0.0.1:$PORT_a/v1', model: judge-slow}
 routes:
+  ctxfb:  {type: passthrough, target: ctx, fallbacks: [small]}
+  ctxonly: {type: passthrough, target: ctx}
+  cool:   {type: passthrough, target: flaky, fallbacks: [big]}
   smart:  {type: classifier, classifier: judge, targets: [small, big], default: big}
   smartp: {type: classifier, classifier: judgep, answer: p_solve, strong: big, weak: small, threshold: 0.5, default: big}
   smartg: {type: classifier, classifier: judgeg, targets: [small, big], default: big}
@@ -95,7 +100,7 @@ routes:
   svconly: {type: passthrough, target: pool}
 EOF
 "$ROUTER" --policy "$DIR/policy.yaml" --check >"$DIR/check.out" || die "--check refused a good policy"
-grep -q "valid: 13 targets, 14 routes" "$DIR/check.out" || die "check summary: $(cat "$DIR/check.out")"
+grep -q "valid: 15 targets, 17 routes" "$DIR/check.out" || die "check summary: $(cat "$DIR/check.out")"
 grep -q "not resolvable yet" "$DIR/check.out" || die "--check does not say service targets are unresolvable"
 ok "--check accepts the policy and says service targets are not resolvable yet"
 
@@ -160,6 +165,22 @@ code=$(chat svconly hi)
 code=$(chat timeout hi)
 [ "$code" = 504 ] && grep -q 'upstream_timeout' "$DIR/body" || die "timeout: $code $(cat "$DIR/body")"
 ok "fallbacks: 500 and a dead target skipped before the first byte; 500 passed on without fallback; 503 for service-only; 504 on timeout"
+
+# a context-length 400 tries the next target; without one it is passed on
+code=$(chat ctxfb hi)
+[ "$code" = 200 ] && [ "$(hdr x-spark-target)" = small ] || die "context-length fallback: $code $(cat "$DIR/body")"
+code=$(chat ctxonly hi)
+[ "$code" = 400 ] && grep -q 'maximum context length' "$DIR/body" || die "context-length passed on: $code $(cat "$DIR/body")"
+# two failures in a row cool a target down: the third request goes straight to the fallback
+nb0=$(curl -sS "http://127.0.0.1:$PORT_b/stats" | sed -n 's/.*"requests":\([0-9]*\).*/\1/p')
+for i in 1 2 3; do
+  code=$(chat cool "c$i")
+  [ "$code" = 200 ] && [ "$(hdr x-spark-target)" = big ] || die "cooldown request $i: $code"
+done
+nb1=$(curl -sS "http://127.0.0.1:$PORT_b/stats" | sed -n 's/.*"requests":\([0-9]*\).*/\1/p')
+[ "$((nb1 - nb0))" = 2 ] || die "the cooled-down target was still asked ($nb0 -> $nb1)"
+curl -sS "$U/metrics" | grep -q 'spark_router_target_cooled{target="flaky"} 1' || die "no cooled gauge"
+ok "context-length 400: next target, or passed on; a target failing twice in a row is skipped (cooled down)"
 
 # classifier routes: the judge's answer picks the target; garbage, late or failed -> default
 code=$(chat smart "HARD question")

@@ -113,6 +113,8 @@ Test(policy, parses_a_full_policy)
 	cr_assert_str_eq(p->listen, "127.0.0.1:4000");
 	cr_assert_str_eq(p->targets[0].url, "http://127.0.0.1:8001/v1"); /* slash trimmed */
 	cr_assert_eq(p->targets[0].max_concurrency, 4);
+	cr_assert_eq(p->targets[0].cooldown_after, 3); /* defaults */
+	cr_assert_eq(p->targets[0].cooldown_s, 10);
 	cr_assert_eq(p->targets[2].kind, TARGET_SERVICE);
 	cr_assert(policy_has_service_targets(p));
 	const struct route *r = policy_route(p, "gpt-4o");
@@ -479,4 +481,19 @@ Test(classifier, answers_pick_targets_and_anything_else_the_default)
 	req_info_free(&ri);
 	json_decref(j);
 	policy_free(p);
+}
+
+Test(decide, context_length_errors_are_recognised)
+{
+	const char *yes[] = {
+		"{\"error\":{\"message\":\"This model's maximum context length is 8192 tokens. However, you requested 9000 tokens\"}}",
+		"{\"object\":\"error\",\"message\":\"prompt is too long\",\"code\":400}",
+		"{\"error\":{\"code\":\"context_length_exceeded\"}}",
+		"{\"error\":{\"message\":\"the request exceeds the available context size, try increasing the context window\"}}",
+	};
+	const char *no[] = {"{\"error\":{\"message\":\"'messages' must be an array\"}}", "", "context"};
+	for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++)
+		cr_assert(is_context_error(yes[i], strlen(yes[i])), "%s", yes[i]);
+	for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
+		cr_assert(!is_context_error(no[i], strlen(no[i])), "%s", no[i]);
 }
