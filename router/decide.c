@@ -568,3 +568,12 @@ bool is_context_error(const char *body, size_t len)
 			return true;
 	return false;
 }
+
+void decision_pin(const struct policy *p, const struct route *rt, int t, struct decision *d)
+{
+	memset(d, 0, sizeof *d);
+	d->route = rt;
+	settle(p, d, t, "session");
+	snprintf(d->reason, sizeof d->reason, "the conversation started on %s and stays there",
+		 p->targets[t].name);
+}

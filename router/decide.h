@@ -69,6 +69,10 @@ char *classifier_body(const struct policy *p, const struct route *rt, const stru
 int classifier_pick(const struct policy *p, const char *body, size_t len, long status,
 		    const char *why, struct decision *d);
 
+/* Settle d on target t of route rt for a conversation pinned there (rule
+ * "session"), with the route's fallbacks after it. */
+void decision_pin(const struct policy *p, const struct route *rt, int t, struct decision *d);
+
 /* Does an upstream's error body say the prompt is too long for its context
  * window (vLLM, SGLang, llama.cpp and OpenAI phrasings)? */
 bool is_context_error(const char *body, size_t len);

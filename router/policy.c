@@ -428,7 +428,7 @@ static int parse_route(struct pctx *c, const char *name, json_t *o)
 	static const char *const keys[] = {"type", "target", "targets", "seed", "rules",
 					   "default", "fallbacks", "aliases", "classifier",
 					   "prompt", "answer", "strong", "weak", "threshold",
-					   "timeout_ms", "max_tokens", NULL};
+					   "timeout_ms", "max_tokens", "sticky", NULL};
 	struct policy *p = c->p;
 	if (!valid_name(name))
 		return fail(c, NULL, "a route name is 1-63 of letters, digits and -_.:/");
@@ -461,6 +461,19 @@ static int parse_route(struct pctx *c, const char *name, json_t *o)
 	}
 	if ((r = get_list(c, o, "aliases", rt->aliases, &rt->n_aliases)) < 0)
 		return r;
+	rt->sticky = rt->type == ROUTE_PASSTHROUGH ? STICKY_OFF : STICKY_HEADER;
+	json_t *st = json_object_get(o, "sticky");
+	if (st) {
+		const char *ss = json_is_string(st) ? json_string_value(st) : "";
+		if (!strcmp(ss, "off") || !strcmp(ss, "false"))
+			rt->sticky = STICKY_OFF;
+		else if (!strcmp(ss, "header"))
+			rt->sticky = STICKY_HEADER;
+		else if (!strcmp(ss, "hash"))
+			rt->sticky = STICKY_HASH;
+		else
+			return fail(c, "sticky", "expected off, header or hash");
+	}
 	json_t *fb = json_object_get(o, "fallbacks");
 	if (fb) {
 		if (!json_is_array(fb) || json_array_size(fb) > POLICY_MAX_LIST)
@@ -642,7 +655,7 @@ int policy_parse(const char *name, const char *text, size_t len, struct policy *
 {
 	static const char *const keys[] = {"listen", "api_keys", "log", "max_body_bytes",
 					   "max_connections", "idle_timeout_s", "default_route",
-					   "targets", "routes", NULL};
+					   "sessions", "targets", "routes", NULL};
 	json_t *root = NULL;
 	*out = NULL;
 	int r = cfg_parse(name, text, len, &root, err, errlen);
@@ -675,6 +688,24 @@ int policy_parse(const char *name, const char *text, size_t len, struct policy *
 			goto out;
 		}
 	}
+	p->session_ttl_s = 1800;
+	p->max_sessions = 10000;
+	json_t *ses = json_object_get(root, "sessions");
+	if (ses) {
+		static const char *const skeys[] = {"header", "ttl_s", "max", NULL};
+		push(&c, "sessions");
+		if (!json_is_object(ses))
+			r = fail(&c, NULL, "expected a mapping with header:, ttl_s:, max:");
+		else if ((r = check_keys(&c, ses, skeys)) == 0 &&
+			 (r = get_str(&c, ses, "header", &p->session_header)) == 0 &&
+			 (r = get_intv(&c, ses, "ttl_s", 1, 7 * 86400, &p->session_ttl_s)) == 0)
+			r = get_intv(&c, ses, "max", 1, 1000000, &p->max_sessions);
+		pop(&c);
+		if (r < 0)
+			goto out;
+	}
+	if (!p->session_header)
+		p->session_header = strdup("x-session-id");
 	json_t *ak = json_object_get(root, "api_keys");
 	if (ak && (r = parse_api_keys(&c, ak)) < 0)
 		goto out;
@@ -810,6 +841,7 @@ void policy_free(struct policy *p)
 	free(p->listen);
 	free(p->log_path);
 	free(p->default_route);
+	free(p->session_header);
 	free(p);
 }
 

@@ -41,6 +41,10 @@ enum route_type { ROUTE_PASSTHROUGH, ROUTE_WEIGHTED, ROUTE_RULES, ROUTE_CLASSIFI
 
 enum classifier_answer { ANSWER_TARGET, ANSWER_P_SOLVE };
 
+/* How a route keeps a conversation on one target: not at all, by the
+ * session header, or by the header else a hash of the first messages. */
+enum sticky { STICKY_OFF, STICKY_HEADER, STICKY_HASH };
+
 enum text_scope { SCOPE_LAST_USER, SCOPE_SYSTEM, SCOPE_ANY };
 
 /* One rule's conditions; all present ones must hold (AND). */
@@ -90,6 +94,7 @@ struct route {
 	double threshold;                 /* p_solve >= threshold: weak */
 	int judge_timeout_ms;
 	int judge_max_tokens;
+	enum sticky sticky;
 };
 
 struct policy {
@@ -102,6 +107,9 @@ struct policy {
 	int max_connections;
 	int idle_timeout_s;
 	char *default_route;              /* route for unknown model names, or NULL (404) */
+	char *session_header;             /* "x-session-id" unless set */
+	int session_ttl_s;
+	int max_sessions;
 	struct target targets[POLICY_MAX_TARGETS];
 	size_t n_targets;
 	struct route routes[POLICY_MAX_ROUTES];

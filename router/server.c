@@ -3,6 +3,7 @@
 #include "decide.h"
 #include "log.h"
 #include "metrics.h"
+#include "session.h"
 #include "upstream.h"
 #include "util.h"
 
@@ -57,6 +58,7 @@ struct server {
 	unsigned char keyhash[POLICY_MAX_LIST][32];
 	char *upkey[POLICY_MAX_TARGETS]; /* "Authorization: Bearer ..." or NULL */
 	struct connrec conns;            /* list head */
+	struct sessions *sess;
 };
 
 struct rq {
@@ -105,6 +107,7 @@ struct rq {
 	uint64_t t0, t_body, t_first;
 	double overhead_s;
 	long long prompt_tokens, completion_tokens;
+	uint64_t skey;                   /* session key, 0: none */
 };
 
 static uint64_t now_ns(void)
@@ -833,6 +836,28 @@ static void do_metrics(struct rq *r)
 		answer(r, 200, "text/plain; version=0.0.4", t, n);
 }
 
+/* The session key of a request on a sticky route, 0 for none: the session
+ * header, else (sticky: hash) a hash of the first two messages. */
+static uint64_t session_of(struct rq *r, const struct route *rt)
+{
+	if (rt->sticky == STICKY_OFF)
+		return 0;
+	const char *h = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, r->s->p->session_header);
+	if (h && *h)
+		return session_key(rt->name, h, strlen(h) < 256 ? strlen(h) : 256);
+	if (rt->sticky != STICKY_HASH || r->ri.kind != REQ_CHAT)
+		return 0;
+	json_t *msgs = json_object_get(r->json, "messages");
+	json_t *first = json_array();
+	for (size_t i = 0; i < 2 && i < json_array_size(msgs); i++)
+		json_array_append(first, json_array_get(msgs, i));
+	char *d = json_dumps(first, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(first);
+	uint64_t k = d ? session_key(rt->name, d, strlen(d)) : 0;
+	free(d);
+	return k;
+}
+
 /* Parse and decide; false when an error answer was made. */
 static bool parse_and_decide(struct rq *r, enum req_kind kind)
 {
@@ -847,7 +872,12 @@ static bool parse_and_decide(struct rq *r, enum req_kind kind)
 	if (!rt && s->p->default_route)
 		rt = policy_route(s->p, s->p->default_route);
 	uint64_t *rng = rt ? &s->rng[rt - s->p->routes] : &s->rng[0];
-	if (route_decide(s->p, &r->ri, hdr_lookup, r->c, rng, &r->d) < 0) {
+	r->skey = rt ? session_of(r, rt) : 0;
+	int pin = r->skey ? sessions_get(s->sess, r->skey, util_now_ms()) : -1;
+	if (pin >= 0 && (size_t)pin < s->p->n_targets && s->p->targets[pin].kind == TARGET_URL &&
+	    s->ts[pin].cooled_until_ms <= util_now_ms()) {
+		decision_pin(s->p, rt, pin, &r->d);
+	} else if (route_decide(s->p, &r->ri, hdr_lookup, r->c, rng, &r->d) < 0) {
 		char m[400];
 		snprintf(m, sizeof m,
 			 "the model '%.200s' does not exist here: GET /v1/models lists the routes of this spark-router",
@@ -1086,6 +1116,9 @@ static void log_request(struct rq *r, enum MHD_RequestTerminationCode toe)
 	struct server *s = r->s;
 	if (!r->decided || (r->ep != EP_CHAT && r->ep != EP_COMPLETIONS))
 		return;
+	if (r->skey && r->cur >= 0 && r->resp_code >= 200 && r->resp_code < 300 &&
+	    toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+		sessions_put(s->sess, r->skey, r->cur, util_now_ms());
 	uint64_t end = now_ns();
 	double total = (double)(end - r->t0) / 1e9;
 	double ttft = r->t_first ? (double)(r->t_first - r->t0) / 1e9 : -1;
@@ -1332,6 +1365,7 @@ int server_start(uv_loop_t *loop, struct policy *p, const struct server_opts *o,
 	for (size_t i = 0; i < p->n_targets; i++)
 		target_gauges(s, (int)i);
 	s->up = upstream_new(loop, on_upstream_done, s);
+	s->sess = sessions_new((size_t)p->max_sessions, (uint64_t)p->session_ttl_s * 1000);
 	s->d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, s,
 				MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
 				MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
@@ -1341,7 +1375,7 @@ int server_start(uv_loop_t *loop, struct policy *p, const struct server_opts *o,
 				MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)65536,
 				MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
 				MHD_OPTION_END);
-	if (!s->d || !s->up) {
+	if (!s->d || !s->up || !s->sess) {
 		snprintf(err, errlen, "cannot listen on %s: %s (is the port in use?)", listen, strerror(errno));
 		if (s->d)
 			MHD_stop_daemon(s->d);

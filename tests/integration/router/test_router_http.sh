@@ -76,6 +76,8 @@ targets:
   judgeg: {url: 'http://127.0.0.1:$PORT_a/v1', model: judge-garbage}
   judges: {url: 'http://127.0.0.1:$PORT_a/v1', model: judge-slow}
 routes:
+  ab:     {type: weighted, targets: [small, big]}
+  abh:    {type: weighted, targets: [small, big], sticky: hash}
   ctxfb:  {type: passthrough, target: ctx, fallbacks: [small]}
   ctxonly: {type: passthrough, target: ctx}
   cool:   {type: passthrough, target: flaky, fallbacks: [big]}
@@ -100,7 +102,7 @@ routes:
   svconly: {type: passthrough, target: pool}
 EOF
 "$ROUTER" --policy "$DIR/policy.yaml" --check >"$DIR/check.out" || die "--check refused a good policy"
-grep -q "valid: 15 targets, 17 routes" "$DIR/check.out" || die "check summary: $(cat "$DIR/check.out")"
+grep -q "valid: 15 targets, 19 routes" "$DIR/check.out" || die "check summary: $(cat "$DIR/check.out")"
 grep -q "not resolvable yet" "$DIR/check.out" || die "--check does not say service targets are unresolvable"
 ok "--check accepts the policy and says service targets are not resolvable yet"
 
@@ -201,6 +203,35 @@ echo "$dec" | grep -q '"rule":"classifier_default"' && echo "$dec" | grep -q 'no
 dec=$(curl -sS "$U/v1/decision" -d '{"model":"smart","messages":[{"role":"user","content":"HARD"}]}')
 echo "$dec" | grep -q '"target":"big"' && echo "$dec" | grep -q '"classifier":"judge"' || die "classifier decision: $dec"
 ok "classifier routes: target and p_solve answers (fenced JSON too); garbage, late (300 ms) and failed judges fall back to the default"
+
+# sessions: a conversation stays on the target it started on
+for sid in s1 s2 s3 s4; do
+  first=""
+  for i in 1 2 3 4; do
+    chat ab "turn $i" -H "x-session-id: $sid" >/dev/null
+    t=$(hdr x-spark-target)
+    [ -z "$first" ] && first=$t
+    [ "$t" = "$first" ] || die "session $sid moved from $first to $t"
+    [ "$i" = 1 ] || [ "$(hdr x-spark-rule)" = session ] || die "session rule: $(cat "$DIR/hdrs")"
+  done
+done
+seen=""
+for i in $(seq 30); do chat ab "x" >/dev/null; seen="$seen $(hdr x-spark-target)"; done
+case "$seen" in *small*big* | *big*small*) ;; *) die "without a session the weighted split is stuck: $seen" ;; esac
+body='{"model":"abh","messages":[{"role":"system","content":"S"},{"role":"user","content":"same start"}]}'
+t1=$(curl -sS -D - -o /dev/null "$U/v1/chat/completions" -d "$body" | sed -n 's/^X-Spark-Target: *\(.*\)\r$/\1/Ip')
+[ -n "$t1" ] || die "sticky: hash request failed"
+for i in 1 2 3 4 5; do
+  t=$(curl -sS -D - -o /dev/null "$U/v1/chat/completions" -d "${body%]\}},{\"role\":\"assistant\",\"content\":\"a\"},{\"role\":\"user\",\"content\":\"more $i\"}]}" | sed -n 's/^X-Spark-Target: *\(.*\)\r$/\1/Ip')
+  [ "$t" = "$t1" ] || die "sticky: hash moved from $t1 to $t"
+done
+ja0=$(curl -sS "http://127.0.0.1:$PORT_a/stats" | sed -n 's/.*"requests":\([0-9]*\).*/\1/p')
+chat smart "simple question" -H 'x-session-id: cls-1' >/dev/null
+chat smart "HARD follow-up" -H 'x-session-id: cls-1' >/dev/null
+[ "$(hdr x-spark-target)" = small ] && [ "$(hdr x-spark-rule)" = session ] || die "classifier session: $(cat "$DIR/hdrs")"
+ja1=$(curl -sS "http://127.0.0.1:$PORT_a/stats" | sed -n 's/.*"requests":\([0-9]*\).*/\1/p')
+[ "$((ja1 - ja0))" = 1 ] || die "the classifier was asked again within a session ($ja0 -> $ja1)"
+ok "sessions: x-session-id keeps a conversation on its target (4 sessions x 4 turns), sticky: hash by the first messages, the classifier asked once per session"
 
 # concurrency 1, queue 0: the second concurrent request gets 429 + Retry-After
 bg_chat q0 one &

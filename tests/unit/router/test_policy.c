@@ -497,3 +497,51 @@ Test(decide, context_length_errors_are_recognised)
 	for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
 		cr_assert(!is_context_error(no[i], strlen(no[i])), "%s", no[i]);
 }
+
+#include "session.h"
+
+Test(session, pins_expire_and_stay_bounded)
+{
+	struct sessions *s = sessions_new(100, 1000);
+	uint64_t k = session_key("auto", "conv-1", 6);
+	cr_assert_neq(k, session_key("other", "conv-1", 6), "the route is part of the key");
+	cr_assert_eq(sessions_get(s, k, 0), -1);
+	sessions_put(s, k, 3, 0);
+	cr_assert_eq(sessions_get(s, k, 500), 3);
+	cr_assert_eq(sessions_get(s, k, 1400), 3, "a hit refreshes the entry");
+	cr_assert_eq(sessions_get(s, k, 2401), -1, "expired 1 s after the last use");
+	sessions_put(s, k, 4, 3000);
+	sessions_put(s, k, 5, 3001);
+	cr_assert_eq(sessions_get(s, k, 3002), 5, "a new pin replaces the old");
+	sessions_drop(s, k);
+	cr_assert_eq(sessions_get(s, k, 3003), -1);
+	/* 100,000 conversations in a table of 128: bounded, the newest kept */
+	for (int i = 0; i < 100000; i++) {
+		char id[32];
+		snprintf(id, sizeof id, "c%d", i);
+		sessions_put(s, session_key("auto", id, strlen(id)), i % 7, 10000 + (uint64_t)i / 1000);
+	}
+	cr_assert_leq(sessions_count(s, 10100), 128);
+	cr_assert_eq(sessions_get(s, session_key("auto", "c99999", 6), 10100), 99999 % 7);
+	sessions_free(s);
+}
+
+Test(policy, sticky_and_sessions_keys)
+{
+	struct policy *p = load("sessions: {header: x-conv, ttl_s: 60, max: 50}\n"
+				"targets: {a: {url: 'http://x:1'}}\n"
+				"routes:\n"
+				"  p: {type: passthrough, target: a}\n"
+				"  w: {type: weighted, targets: [a]}\n"
+				"  h: {type: weighted, targets: [a], sticky: hash}\n"
+				"  o: {type: rules, default: a, sticky: off}\n");
+	cr_assert_str_eq(p->session_header, "x-conv");
+	cr_assert_eq(p->session_ttl_s, 60);
+	cr_assert_eq(policy_route(p, "p")->sticky, STICKY_OFF);
+	cr_assert_eq(policy_route(p, "w")->sticky, STICKY_HEADER);
+	cr_assert_eq(policy_route(p, "h")->sticky, STICKY_HASH);
+	cr_assert_eq(policy_route(p, "o")->sticky, STICKY_OFF);
+	policy_free(p);
+	char *e = refuse("targets: {a: {url: 'http://x:1'}}\nroutes: {w: {type: weighted, targets: [a], sticky: always}}\n");
+	cr_assert(strstr(e, "expected off, header or hash"), "%s", e);
+}
