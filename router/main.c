@@ -42,6 +42,32 @@ static void on_signal(uv_signal_t *h, int sig)
 	uv_stop(h->loop);
 }
 
+struct reload_ctx {
+	struct server *s;
+	const char *path;
+};
+
+/* SIGHUP: check the policy file again and swap it in, or keep the old one. */
+static void on_hup(uv_signal_t *h, int sig)
+{
+	(void)sig;
+	struct reload_ctx *rc = h->data;
+	char err[600];
+	struct policy *p = NULL;
+	if (policy_load(rc->path, &p, err, sizeof err) < 0) {
+		log_error("reload_refused", "policy=%s error=%s keep=old", log_q(rc->path), log_q(err));
+		return;
+	}
+	if (server_reload(rc->s, p) < 0) {
+		log_error("reload_refused", "policy=%s error=out_of_memory keep=old", log_q(rc->path));
+		policy_free(p);
+		return;
+	}
+	log_info("policy_reloaded", "policy=%s routes=%zu targets=%zu%s", log_q(rc->path),
+		 p->n_routes, p->n_targets,
+		 policy_has_service_targets(p) ? " service_targets=unresolvable" : "");
+}
+
 static json_t *summary(const struct policy *p)
 {
 	json_t *t = json_array(), *r = json_array();
@@ -169,11 +195,15 @@ int main(int argc, char **argv)
 	log_info("router_listen", "addr=%s port=%d policy=%s routes=%zu targets=%zu",
 		 so.listen ? so.listen : p->listen, server_port(s), log_q(p->path), p->n_routes,
 		 p->n_targets);
-	uv_signal_t sint, sterm;
+	uv_signal_t sint, sterm, shup;
+	struct reload_ctx rc = {.s = s, .path = policy_path};
 	uv_signal_init(loop, &sint);
 	uv_signal_init(loop, &sterm);
+	uv_signal_init(loop, &shup);
+	shup.data = &rc;
 	uv_signal_start(&sint, on_signal, SIGINT);
 	uv_signal_start(&sterm, on_signal, SIGTERM);
+	uv_signal_start(&shup, on_hup, SIGHUP);
 	uv_run(loop, UV_RUN_DEFAULT);
 	server_stop(s);
 	return 0;

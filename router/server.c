@@ -42,9 +42,21 @@ struct connrec {
 	int got_request, shut;
 };
 
+/* One policy and what the router keeps per target and route of it. Requests
+ * hold the generation they started on: a reloaded policy serves new requests
+ * while those in flight finish on the old one, freed with its last request. */
+struct gen {
+	struct policy *p;
+	int refs;                        /* requests, +1 while current */
+	struct tstate ts[POLICY_MAX_TARGETS];
+	uint64_t rng[POLICY_MAX_ROUTES];
+	unsigned char keyhash[POLICY_MAX_LIST][32];
+	char *upkey[POLICY_MAX_TARGETS]; /* "Authorization: Bearer ..." or NULL */
+};
+
 struct server {
 	uv_loop_t *loop;
-	struct policy *p;
+	struct gen *g;                   /* current */
 	struct MHD_Daemon *d;
 	uv_poll_t mpoll;
 	uv_timer_t mtimer, sweep;
@@ -53,16 +65,14 @@ struct server {
 	FILE *log;
 	int port;
 	uint64_t next_id;
-	struct tstate ts[POLICY_MAX_TARGETS];
-	uint64_t rng[POLICY_MAX_ROUTES];
-	unsigned char keyhash[POLICY_MAX_LIST][32];
-	char *upkey[POLICY_MAX_TARGETS]; /* "Authorization: Bearer ..." or NULL */
 	struct connrec conns;            /* list head */
 	struct sessions *sess;
+	int idle_s;                      /* idle_timeout_s at start-up (MHD's too) */
 };
 
 struct rq {
 	struct server *s;
+	struct gen *g;                   /* the policy it was decided on */
 	struct MHD_Connection *c;
 	enum ep ep;
 	char id[72];
@@ -119,6 +129,7 @@ static uint64_t now_ns(void)
 
 static void mhd_kick(struct server *s);
 static void begin_attempt(struct rq *r);
+static void gen_unref(struct gen *g);
 static void rq_maybe_free(struct rq *r);
 
 /* ---- answers ---- */
@@ -127,7 +138,7 @@ static void set_common_headers(struct rq *r, struct MHD_Response *resp)
 {
 	MHD_add_response_header(resp, "X-Request-Id", r->id);
 	if (r->decided) {
-		const struct policy *p = r->s->p;
+		const struct policy *p = r->g->p;
 		MHD_add_response_header(resp, "X-Spark-Route", r->d.route->name);
 		MHD_add_response_header(resp, "X-Spark-Rule", r->d.rule);
 		int t = r->cur >= 0 ? r->cur : r->d.target;
@@ -254,26 +265,26 @@ static void resume(struct rq *r)
 
 /* ---- targets: concurrency, queue ---- */
 
-static void target_gauges(struct server *s, int t)
+static void target_gauges(struct server *s, struct gen *g, int t)
 {
 	char l[128];
-	snprintf(l, sizeof l, "target=\"%s\"", s->p->targets[t].name);
-	metrics_set(s->m, "spark_router_inflight", l, s->ts[t].inflight);
-	metrics_set(s->m, "spark_router_queue_depth", l, s->ts[t].qlen);
+	snprintf(l, sizeof l, "target=\"%s\"", g->p->targets[t].name);
+	metrics_set(s->m, "spark_router_inflight", l, g->ts[t].inflight);
+	metrics_set(s->m, "spark_router_queue_depth", l, g->ts[t].qlen);
 }
 
 static void attempt_metric(struct rq *r, int t, const char *outcome)
 {
 	char l[192];
-	snprintf(l, sizeof l, "target=\"%s\",outcome=\"%s\"", r->s->p->targets[t].name, outcome);
+	snprintf(l, sizeof l, "target=\"%s\",outcome=\"%s\"", r->g->p->targets[t].name, outcome);
 	metrics_add(r->s->m, "spark_router_upstream_attempts_total", l, 1);
 }
 
 /* A finished attempt: failures in a row cool a target down for a while. */
-static void target_health(struct server *s, int t, bool failed)
+static void target_health(struct server *s, struct gen *g, int t, bool failed)
 {
-	struct tstate *ts = &s->ts[t];
-	const struct target *tg = &s->p->targets[t];
+	struct tstate *ts = &g->ts[t];
+	const struct target *tg = &g->p->targets[t];
 	char l[128];
 	snprintf(l, sizeof l, "target=\"%s\"", tg->name);
 	if (!failed) {
@@ -293,7 +304,7 @@ static void unqueue(struct rq *r)
 {
 	if (!r->queued)
 		return;
-	struct tstate *ts = &r->s->ts[r->cur];
+	struct tstate *ts = &r->g->ts[r->cur];
 	struct rq **pp = &ts->qhead;
 	ts->qtail = NULL;
 	for (struct rq *q = ts->qhead; q; q = q->qnext) {
@@ -307,19 +318,19 @@ static void unqueue(struct rq *r)
 	ts->qlen--;
 	r->queued = false;
 	uv_timer_stop(&r->qtimer);
-	target_gauges(r->s, r->cur);
+	target_gauges(r->s, r->g, r->cur);
 }
 
 static int start_curl(struct rq *r, int t);
 
 /* A slot of target t is free: start the next queued request. */
-static void target_release(struct server *s, int t)
+static void target_release(struct server *s, struct gen *g, int t)
 {
-	struct tstate *ts = &s->ts[t];
+	struct tstate *ts = &g->ts[t];
 	ts->inflight--;
-	target_gauges(s, t);
-	while (ts->qhead && (s->p->targets[t].max_concurrency == 0 ||
-			     ts->inflight < s->p->targets[t].max_concurrency)) {
+	target_gauges(s, g, t);
+	while (ts->qhead && (g->p->targets[t].max_concurrency == 0 ||
+			     ts->inflight < g->p->targets[t].max_concurrency)) {
 		struct rq *q = ts->qhead;
 		unqueue(q);
 		if (start_curl(q, t) < 0) {
@@ -450,7 +461,7 @@ static size_t on_write(char *b, size_t size, size_t n, void *arg)
 static int start_curl(struct rq *r, int t)
 {
 	struct server *s = r->s;
-	const struct target *tg = &s->p->targets[t];
+	const struct target *tg = &r->g->p->targets[t];
 	const char *path = r->ep == EP_CHAT ? "/chat/completions" : "/completions";
 	char url[2048];
 	if ((size_t)snprintf(url, sizeof url, "%s%s", tg->url, path) >= sizeof url)
@@ -474,8 +485,8 @@ static int start_curl(struct rq *r, int t)
 	h = curl_slist_append(h, "Content-Type: application/json");
 	h = curl_slist_append(h, "Expect:");
 	h = curl_slist_append(h, rid);
-	if (s->upkey[t])
-		h = curl_slist_append(h, s->upkey[t]);
+	if (r->g->upkey[t])
+		h = curl_slist_append(h, r->g->upkey[t]);
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
 	curl_easy_setopt(e, CURLOPT_POST, 1L);
@@ -506,8 +517,8 @@ static int start_curl(struct rq *r, int t)
 	r->hdrs = h;
 	r->cur = t;
 	r->attempts++;
-	s->ts[t].inflight++;
-	target_gauges(s, t);
+	r->g->ts[t].inflight++;
+	target_gauges(s, r->g, t);
 	return 0;
 }
 
@@ -518,12 +529,12 @@ static int start_judge(struct rq *r)
 {
 	struct server *s = r->s;
 	const struct route *rt = r->d.route;
-	const struct target *tg = &s->p->targets[rt->judge];
+	const struct target *tg = &r->g->p->targets[rt->judge];
 	char url[2048];
 	if ((size_t)snprintf(url, sizeof url, "%s/chat/completions", tg->url) >= sizeof url)
 		return -1;
 	free(r->up_body);
-	r->up_body = classifier_body(s->p, rt, &r->ri);
+	r->up_body = classifier_body(r->g->p, rt, &r->ri);
 	CURL *e = r->up_body ? upstream_get(s->up) : NULL;
 	if (!e)
 		return -1;
@@ -533,8 +544,8 @@ static int start_judge(struct rq *r)
 	h = curl_slist_append(h, "Content-Type: application/json");
 	h = curl_slist_append(h, "Expect:");
 	h = curl_slist_append(h, rid);
-	if (s->upkey[rt->judge])
-		h = curl_slist_append(h, s->upkey[rt->judge]);
+	if (r->g->upkey[rt->judge])
+		h = curl_slist_append(h, r->g->upkey[rt->judge]);
 	long to = rt->judge_timeout_ms;
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
@@ -586,7 +597,7 @@ static void judge_done(struct rq *r, CURLcode rc)
 	r->judging = false;
 	const char *why = rc == CURLE_OPERATION_TIMEDOUT ? "no answer within timeout_ms"
 							 : curl_easy_strerror(rc);
-	int used = classifier_pick(r->s->p, rc == CURLE_OK ? r->rbuf + r->roff : NULL,
+	int used = classifier_pick(r->g->p, rc == CURLE_OK ? r->rbuf + r->roff : NULL,
 				   r->rlen - r->roff, r->status, why, &r->d);
 	judge_metric(r, used == 0 ? "ok"
 			: rc == CURLE_OPERATION_TIMEDOUT ? "timeout"
@@ -622,7 +633,7 @@ static void cancel_upstream(struct rq *r)
 	r->easy = NULL;
 	r->hdrs = NULL;
 	attempt_metric(r, r->cur, "cancelled");
-	target_release(r->s, r->cur);
+	target_release(r->s, r->g, r->cur);
 }
 
 /* Try d.chain[attempt], then the next ones; answers when none is left. */
@@ -631,7 +642,7 @@ static void begin_attempt(struct rq *r)
 	struct server *s = r->s;
 	for (; r->attempt < r->d.n_chain; r->attempt++) {
 		int t = r->d.chain[r->attempt];
-		const struct target *tg = &s->p->targets[t];
+		const struct target *tg = &r->g->p->targets[t];
 		r->cur = t;
 		if (tg->kind == TARGET_SERVICE) {
 			attempt_metric(r, t, "unresolvable");
@@ -639,7 +650,7 @@ static void begin_attempt(struct rq *r)
 				r->last_fail = 503;
 			continue;
 		}
-		struct tstate *ts = &s->ts[t];
+		struct tstate *ts = &r->g->ts[t];
 		if (ts->cooled_until_ms > util_now_ms() && r->attempt + 1 < r->d.n_chain) {
 			attempt_metric(r, t, "cooled_down");
 			if (!r->last_fail)
@@ -662,7 +673,7 @@ static void begin_attempt(struct rq *r)
 					r->handles++;
 				}
 				uv_timer_start(&r->qtimer, on_queue_timeout, (uint64_t)tg->queue_timeout_ms, 0);
-				target_gauges(s, t);
+				target_gauges(s, r->g, t);
 				return;
 			}
 			attempt_metric(r, t, "queue_full");
@@ -735,7 +746,7 @@ static void on_upstream_done(CURL *e, CURLcode rc, void *arg)
 	if (rc != CURLE_OK && r->headers_done)
 		outcome = rc == CURLE_OPERATION_TIMEDOUT ? "timeout" : "broken";
 	attempt_metric(r, t, outcome);
-	target_health(s, t, rc != CURLE_OK || r->status >= 500 || r->status == 429);
+	target_health(s, r->g, t, rc != CURLE_OK || r->status >= 500 || r->status == 429);
 	if (r->probe400 && rc == CURLE_OK &&
 	    is_context_error(r->rbuf + r->roff, r->rlen - r->roff)) {
 		attempt_metric(r, t, "context_length");
@@ -745,7 +756,7 @@ static void on_upstream_done(CURL *e, CURLcode rc, void *arg)
 	if (r->streaming) {
 		r->up_done = true;
 		r->up_rc = rc;
-		target_release(s, t);
+		target_release(s, r->g, t);
 		resume(r);
 		return;
 	}
@@ -756,13 +767,13 @@ static void on_upstream_done(CURL *e, CURLcode rc, void *arg)
 		if (r->discard && r->status == 400)
 			r->last_fail = 400;
 		r->attempt++;
-		target_release(s, t); /* may start queued requests (not this one) */
+		target_release(s, r->g, t); /* may start queued requests (not this one) */
 		begin_attempt(r);
 		if (r->response_ready)
 			resume(r);
 		return;
 	}
-	target_release(s, t);
+	target_release(s, r->g, t);
 	if (rc != CURLE_OK) {
 		r->last_fail = rc == CURLE_OPERATION_TIMEDOUT ? 504 : 502;
 		r->attempt = r->d.n_chain;
@@ -813,7 +824,7 @@ static const char *hdr_lookup(void *ctx, const char *name)
 
 static void do_models(struct rq *r)
 {
-	const struct policy *p = r->s->p;
+	const struct policy *p = r->g->p;
 	json_t *data = json_array();
 	for (size_t i = 0; i < p->n_routes; i++) {
 		json_array_append_new(data, json_pack("{s:s, s:s, s:i, s:s}", "id", p->routes[i].name,
@@ -842,7 +853,7 @@ static uint64_t session_of(struct rq *r, const struct route *rt)
 {
 	if (rt->sticky == STICKY_OFF)
 		return 0;
-	const char *h = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, r->s->p->session_header);
+	const char *h = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, r->g->p->session_header);
 	if (h && *h)
 		return session_key(rt->name, h, strlen(h) < 256 ? strlen(h) : 256);
 	if (rt->sticky != STICKY_HASH || r->ri.kind != REQ_CHAT)
@@ -868,16 +879,16 @@ static bool parse_and_decide(struct rq *r, enum req_kind kind)
 		return false;
 	}
 	r->have_ri = true;
-	const struct route *rt = policy_route(s->p, r->ri.model);
-	if (!rt && s->p->default_route)
-		rt = policy_route(s->p, s->p->default_route);
-	uint64_t *rng = rt ? &s->rng[rt - s->p->routes] : &s->rng[0];
+	const struct route *rt = policy_route(r->g->p, r->ri.model);
+	if (!rt && r->g->p->default_route)
+		rt = policy_route(r->g->p, r->g->p->default_route);
+	uint64_t *rng = rt ? &r->g->rng[rt - r->g->p->routes] : &r->g->rng[0];
 	r->skey = rt ? session_of(r, rt) : 0;
 	int pin = r->skey ? sessions_get(s->sess, r->skey, util_now_ms()) : -1;
-	if (pin >= 0 && (size_t)pin < s->p->n_targets && s->p->targets[pin].kind == TARGET_URL &&
-	    s->ts[pin].cooled_until_ms <= util_now_ms()) {
-		decision_pin(s->p, rt, pin, &r->d);
-	} else if (route_decide(s->p, &r->ri, hdr_lookup, r->c, rng, &r->d) < 0) {
+	if (pin >= 0 && (size_t)pin < r->g->p->n_targets && r->g->p->targets[pin].kind == TARGET_URL &&
+	    r->g->ts[pin].cooled_until_ms <= util_now_ms()) {
+		decision_pin(r->g->p, rt, pin, &r->d);
+	} else if (route_decide(r->g->p, &r->ri, hdr_lookup, r->c, rng, &r->d) < 0) {
 		char m[400];
 		snprintf(m, sizeof m,
 			 "the model '%.200s' does not exist here: GET /v1/models lists the routes of this spark-router",
@@ -892,7 +903,7 @@ static bool parse_and_decide(struct rq *r, enum req_kind kind)
 		return true;
 	}
 	if (start_judge(r) < 0) {
-		classifier_pick(s->p, NULL, 0, 0, "the request to it could not be made", &r->d);
+		classifier_pick(r->g->p, NULL, 0, 0, "the request to it could not be made", &r->d);
 		judge_metric(r, "error");
 		observe_overhead(r);
 	}
@@ -901,7 +912,7 @@ static bool parse_and_decide(struct rq *r, enum req_kind kind)
 
 static void answer_decision(struct rq *r)
 {
-	json_t *o = decision_json(r->s->p, &r->d);
+	json_t *o = decision_json(r->g->p, &r->d);
 	json_object_set_new(o, "request_id", json_string(r->id));
 	json_object_set_new(o, "request",
 			    json_pack("{s:s, s:I, s:I, s:b, s:b, s:b}", "model", r->ri.model,
@@ -931,7 +942,7 @@ static void do_proxy(struct rq *r)
 
 static bool authorized(struct server *s, struct MHD_Connection *c)
 {
-	if (s->p->n_api_keys == 0)
+	if (s->g->p->n_api_keys == 0)
 		return true;
 	const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
 	if (!a || strncasecmp(a, "Bearer ", 7))
@@ -941,8 +952,8 @@ static bool authorized(struct server *s, struct MHD_Connection *c)
 	if (!EVP_Digest(a + 7, strlen(a + 7), h, &hl, EVP_sha256(), NULL))
 		return false;
 	int ok = 0;
-	for (size_t i = 0; i < s->p->n_api_keys; i++)
-		ok |= CRYPTO_memcmp(h, s->keyhash[i], 32) == 0;
+	for (size_t i = 0; i < s->g->p->n_api_keys; i++)
+		ok |= CRYPTO_memcmp(h, s->g->keyhash[i], 32) == 0;
 	return ok;
 }
 
@@ -981,6 +992,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		if (!r)
 			return MHD_NO;
 		r->s = s;
+		r->g = s->g;
+		r->g->refs++;
 		r->c = c;
 		r->cur = -1;
 		r->t0 = now_ns();
@@ -1024,7 +1037,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 				     "missing or wrong API key: send Authorization: Bearer KEY with a key of the policy's api_keys");
 		} else if (!strcmp(method, "POST")) {
 			const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-			if (cl && strtoll(cl, NULL, 10) > s->p->max_body_bytes)
+			if (cl && strtoll(cl, NULL, 10) > r->g->p->max_body_bytes)
 				answer_error(r, 413, "invalid_request_error", "request_too_large",
 					     "the request body is larger than the policy's max_body_bytes");
 		}
@@ -1036,7 +1049,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		size_t n = *upload_size;
 		*upload_size = 0;
 		if (r->response_ready || r->too_large ||
-		    r->blen + n > (size_t)s->p->max_body_bytes) {
+		    r->blen + n > (size_t)r->g->p->max_body_bytes) {
 			r->too_large = true;
 			return MHD_YES;
 		}
@@ -1108,6 +1121,7 @@ static void rq_maybe_free(struct rq *r)
 	free(r->body);
 	free(r->up_body);
 	free(r->rbuf);
+	gen_unref(r->g);
 	free(r);
 }
 
@@ -1124,7 +1138,7 @@ static void log_request(struct rq *r, enum MHD_RequestTerminationCode toe)
 	double ttft = r->t_first ? (double)(r->t_first - r->t0) / 1e9 : -1;
 	const char *route = r->d.route->name;
 	int t = r->cur >= 0 ? r->cur : r->d.target;
-	const char *target = s->p->targets[t].name;
+	const char *target = r->g->p->targets[t].name;
 	char l[192];
 	snprintf(l, sizeof l, "route=\"%s\",target=\"%s\",code=\"%u\"", route, target,
 		 r->resp_code ? r->resp_code : 499);
@@ -1224,7 +1238,7 @@ static void on_sweep(uv_timer_t *t)
 {
 	struct server *s = t->data;
 	uint64_t now = util_now_ms();
-	uint64_t lim = (uint64_t)s->p->idle_timeout_s * 1000;
+	uint64_t lim = (uint64_t)s->idle_s * 1000;
 	for (struct connrec *cr = s->conns.next; cr != &s->conns; cr = cr->next)
 		if (!cr->got_request && !cr->shut && now - cr->start_ms > lim) {
 			shutdown(cr->fd, SHUT_RDWR);
@@ -1256,6 +1270,74 @@ static void on_mhd_poll(uv_poll_t *h, int status, int events)
 	(void)status;
 	(void)events;
 	mhd_kick(h->data);
+}
+
+static struct gen *gen_new(struct policy *p)
+{
+	struct gen *g = calloc(1, sizeof *g);
+	if (!g)
+		return NULL;
+	g->p = p;
+	g->refs = 1;
+	for (size_t i = 0; i < p->n_api_keys; i++) {
+		unsigned int hl;
+		EVP_Digest(p->api_keys[i], strlen(p->api_keys[i]), g->keyhash[i], &hl, EVP_sha256(), NULL);
+	}
+	for (size_t i = 0; i < p->n_targets; i++) {
+		const char *env = p->targets[i].api_key_env;
+		const char *k = env ? getenv(env) : NULL;
+		if (env && !k)
+			log_warn("target_key_missing", "target=%s env=%s", p->targets[i].name, env);
+		if (k && asprintf(&g->upkey[i], "Authorization: Bearer %s", k) < 0)
+			g->upkey[i] = NULL;
+	}
+	for (size_t i = 0; i < p->n_routes; i++) {
+		uint64_t seed = p->routes[i].seed;
+		if (!p->routes[i].has_seed)
+			RAND_bytes((unsigned char *)&seed, sizeof seed);
+		g->rng[i] = seed;
+	}
+	return g;
+}
+
+/* Free a generation but not its policy (start-up failures: the caller keeps it). */
+static void gen_drop(struct gen *g)
+{
+	for (size_t i = 0; g && i < g->p->n_targets; i++)
+		free(g->upkey[i]);
+	free(g);
+}
+
+static void gen_unref(struct gen *g)
+{
+	if (--g->refs > 0)
+		return;
+	for (size_t i = 0; i < g->p->n_targets; i++)
+		free(g->upkey[i]);
+	policy_free(g->p);
+	OPENSSL_cleanse(g->keyhash, sizeof g->keyhash);
+	free(g);
+}
+
+int server_reload(struct server *s, struct policy *p)
+{
+	struct gen *g = gen_new(p);
+	if (!g)
+		return -ENOMEM;
+	struct sessions *ns = sessions_new((size_t)p->max_sessions, (uint64_t)p->session_ttl_s * 1000);
+	if (!ns) {
+		gen_drop(g);
+		return -ENOMEM;
+	}
+	struct gen *old = s->g;
+	s->g = g;
+	/* pins name targets by index in the old policy */
+	sessions_free(s->sess);
+	s->sess = ns;
+	for (size_t i = 0; i < p->n_targets; i++)
+		target_gauges(s, g, (int)i);
+	gen_unref(old);
+	return 0;
 }
 
 int server_is_loopback(const char *host)
@@ -1312,31 +1394,19 @@ int server_start(uv_loop_t *loop, struct policy *p, const struct server_opts *o,
 	if (!s)
 		return -ENOMEM;
 	s->loop = loop;
-	s->p = p;
+	s->g = gen_new(p);
+	if (!s->g) {
+		free(s);
+		return -ENOMEM;
+	}
 	s->conns.next = s->conns.prev = &s->conns;
-	for (size_t i = 0; i < p->n_api_keys; i++) {
-		unsigned int hl;
-		EVP_Digest(p->api_keys[i], strlen(p->api_keys[i]), s->keyhash[i], &hl, EVP_sha256(), NULL);
-	}
-	for (size_t i = 0; i < p->n_targets; i++) {
-		const char *env = p->targets[i].api_key_env;
-		const char *k = env ? getenv(env) : NULL;
-		if (env && !k)
-			log_warn("target_key_missing", "target=%s env=%s", p->targets[i].name, env);
-		if (k && asprintf(&s->upkey[i], "Authorization: Bearer %s", k) < 0)
-			s->upkey[i] = NULL;
-	}
-	for (size_t i = 0; i < p->n_routes; i++) {
-		uint64_t seed = p->routes[i].seed;
-		if (!p->routes[i].has_seed)
-			RAND_bytes((unsigned char *)&seed, sizeof seed);
-		s->rng[i] = seed;
-	}
+	s->idle_s = p->idle_timeout_s;
 	const char *lp = o->log_path ? o->log_path : p->log_path;
 	if (lp) {
 		s->log = strcmp(lp, "-") ? fopen(lp, "a") : stdout;
 		if (!s->log) {
 			snprintf(err, errlen, "cannot open the routing log %s: %s (create its directory, or change log: in the policy or --log)", lp, strerror(errno));
+			gen_drop(s->g);
 			free(s);
 			return -errno;
 		}
@@ -1363,7 +1433,7 @@ int server_start(uv_loop_t *loop, struct policy *p, const struct server_opts *o,
 	metrics_family(s->m, "spark_router_inflight", METRIC_GAUGE, "Upstream requests in flight, by target");
 	metrics_family(s->m, "spark_router_queue_depth", METRIC_GAUGE, "Requests waiting for a target slot");
 	for (size_t i = 0; i < p->n_targets; i++)
-		target_gauges(s, (int)i);
+		target_gauges(s, s->g, (int)i);
 	s->up = upstream_new(loop, on_upstream_done, s);
 	s->sess = sessions_new((size_t)p->max_sessions, (uint64_t)p->session_ttl_s * 1000);
 	s->d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, s,
@@ -1380,6 +1450,7 @@ int server_start(uv_loop_t *loop, struct policy *p, const struct server_opts *o,
 		if (s->d)
 			MHD_stop_daemon(s->d);
 		metrics_free(s->m);
+		gen_drop(s->g);
 		free(s);
 		return -EADDRINUSE;
 	}

@@ -20,6 +20,12 @@ struct server;
 /* Start listening. 0, or a negative errno with a message for people in err. */
 int server_start(uv_loop_t *loop, struct policy *p, const struct server_opts *o,
 		 struct server **out, char *err, size_t errlen);
+/* The server owns p from a successful server_start on. */
+/* Serve new requests with policy p (owned from now on); requests in flight
+ * finish on the old one, which is freed with the last of them. Sessions are
+ * forgotten. listen, max_connections and idle_timeout_s, log keep their
+ * start-up values. 0 or -ENOMEM (p is then the caller's). */
+int server_reload(struct server *s, struct policy *p);
 /* The port actually bound (useful with port 0). */
 int server_port(const struct server *s);
 void server_stop(struct server *s);

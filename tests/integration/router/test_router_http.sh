@@ -342,6 +342,53 @@ assert any(x["client_closed"] for x in rows)
 PY
 ok "JSON-lines routing log names request id, route, rule, target, status"
 
+# SIGHUP under load: a new policy is checked, then swapped in; no request is dropped
+sed 's/^    default: small$/    default: big/' "$DIR/policy.yaml" >"$DIR/policy2.yaml"
+grep -q '^    default: big$' "$DIR/policy2.yaml" || die "test: policy2"
+cp "$DIR/policy.yaml" "$DIR/policy1.yaml"
+python3 - "$RPORT" "$RPID" "$DIR" <<'PY' || die "reload under load"
+import json, os, shutil, signal, sys, threading, time, urllib.request
+port, pid, d = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+stop = time.time() + 3
+res = {"ok": 0, "bad": [], "targets": []}
+lock = threading.Lock()
+def worker():
+    body = json.dumps({"model": "auto", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    while time.time() < stop:
+        try:
+            r = urllib.request.urlopen(urllib.request.Request(
+                "http://127.0.0.1:%s/v1/chat/completions" % port, data=body,
+                headers={"content-type": "application/json"}), timeout=5)
+            t = r.headers["x-spark-target"]
+            with lock:
+                res["ok"] += 1
+                res["targets"].append((time.time(), t))
+        except Exception as e:
+            with lock:
+                res["bad"].append(repr(e))
+ths = [threading.Thread(target=worker) for _ in range(4)]
+for t in ths: t.start()
+time.sleep(0.8)
+shutil.copy(d + "/policy.yaml", d + "/keep.yaml")
+with open(d + "/policy.yaml", "w") as f: f.write("routes: [broken\n")
+os.kill(pid, signal.SIGHUP)          # a bad file: refused, the old policy stays
+time.sleep(0.5)
+shutil.copy(d + "/policy2.yaml", d + "/policy.yaml")
+t_reload = time.time()
+os.kill(pid, signal.SIGHUP)          # the good one: swapped in
+for t in ths: t.join()
+assert not res["bad"], res["bad"][:3]
+before = [t for ts, t in res["targets"] if ts < t_reload]
+after = [t for ts, t in res["targets"] if ts > t_reload + 0.3]
+assert before and set(before) == {"small"}, set(before)
+assert after and set(after) == {"big"}, set(after)
+print("reload: %d requests, none failed" % res["ok"])
+PY
+grep -q 'msg=reload_refused' "$DIR/router-main.log" || die "no reload_refused log line"
+grep -q 'msg=policy_reloaded' "$DIR/router-main.log" || die "no policy_reloaded log line"
+cp "$DIR/policy1.yaml" "$DIR/policy.yaml"
+ok "SIGHUP under load: a bad policy is refused and the old one stays; a good one is swapped in; no request failed"
+
 # API keys: required when set; elsewhere than loopback refused without them
 export ROUTER_TEST_KEY=client-key-0123456789abcdef
 cat >"$DIR/keys.yaml" <<EOF
