@@ -152,7 +152,7 @@ int main(int argc, char **argv)
 	char err[600];
 	struct policy *p = NULL;
 	if (policy_load(policy_path, &p, err, sizeof err) < 0) {
-		fprintf(stderr, "spark-router: %s\nspark-router: fix the policy and run 'spark-router --policy %s --check' again\n",
+		fprintf(stderr, "spark-router: %s (fix it, then check with 'spark-router --policy %s --check')\n",
 			err, policy_path);
 		return 1;
 	}

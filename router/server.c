@@ -180,6 +180,9 @@ static void answer_error(struct rq *r, unsigned code, const char *type, const ch
 	answer_json(r, code, e);
 	if (r->resp && code == 401)
 		MHD_add_response_header(r->resp, "WWW-Authenticate", "Bearer");
+	/* a refused client keeps no connection (and its body is never read) */
+	if (r->resp && (code == 401 || code == 413))
+		MHD_add_response_header(r->resp, "Connection", "close");
 	if (r->resp && code == 429)
 		MHD_add_response_header(r->resp, "Retry-After", "1");
 	char l[96];

@@ -305,6 +305,26 @@ if s.recv(100) not in (b"",):
     pass
 sys.exit(0 if time.time() - t0 < 6 else 1)
 PY
+# malformed HTTP and a 100 KiB header: refused, the router lives
+python3 - "$RPORT" <<'PY' || die "malformed HTTP"
+import socket, sys
+def ask(data):
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+    try:
+        s.sendall(data)
+    except (BrokenPipeError, ConnectionResetError):
+        return b""
+    try:
+        return s.recv(200)
+    except ConnectionResetError:
+        return b""
+r = ask(b"\x16\x03\x01 garbage\r\n\r\n")
+assert r == b"" or r.startswith(b"HTTP/1.1 400"), r
+r = ask(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100000 + b"\r\n\r\n")
+assert r == b"" or r.startswith(b"HTTP/1.1 431") or r.startswith(b"HTTP/1.1 413") or r.startswith(b"HTTP/1.1 400"), r
+r = ask(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\n\r\n")
+assert r == b"" or r[:12] in (b"HTTP/1.1 400", b"HTTP/1.1 413"), r
+PY
 # 500 idle connections, then the router still answers
 python3 - "$RPORT" <<'PY' || die "idle connections"
 import socket, sys, urllib.request
@@ -402,6 +422,8 @@ U=http://127.0.0.1:$RPORT
 [ "$(chat auto hi -H 'Authorization: Bearer client-key-0123456789abcdeX')" = 401 ] || die "wrong key accepted"
 [ "$(chat auto hi -H "Authorization: Bearer $ROUTER_TEST_KEY")" = 200 ] || die "right key refused"
 [ "$(curl -sS -o /dev/null -w '%{http_code}' "$U/metrics")" = 401 ] || die "/metrics open without key"
+code=$(curl -sS -o "$DIR/body" -D "$DIR/hdrs" -w '%{http_code}' "$U/v1/chat/completions" -H 'Transfer-Encoding: chunked' --data-binary @"$DIR/huge")
+[ "$code" = 401 ] && [ "$(hdr connection)" = close ] || die "unauthenticated upload: $code $(cat "$DIR/hdrs")"
 [ "$(curl -sS "$U/health")" = '{"status":"ok"}' ] || die "/health needs no key"
 auth=$(curl -sS "http://127.0.0.1:$PORT_b/stats" | sed -n 's/.*"last_auth":\(null\|"[^"]*"\).*/\1/p')
 [ "$auth" = null ] || die "the client's key was passed upstream: $auth"
