@@ -118,6 +118,9 @@ struct rq {
 	double overhead_s;
 	long long prompt_tokens, completion_tokens;
 	uint64_t skey;                   /* session key, 0: none */
+	char *line;                      /* a streamed answer's current SSE line (for usage) */
+	size_t llen;
+	bool lskip;                      /* the line is too long to matter: skip to its end */
 };
 
 static uint64_t now_ns(void)
@@ -381,6 +384,7 @@ static size_t on_header(char *b, size_t size, size_t n, void *arg)
 }
 
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max);
+static void usage_tokens(struct rq *r, const char *b, size_t n);
 
 static int rbuf_add(struct rq *r, const char *b, size_t n)
 {
@@ -436,6 +440,40 @@ static void first_bytes(struct rq *r)
 	}
 }
 
+/* Watch a stream's SSE lines for the upstream's usage chunk (sent with
+ * stream_options.include_usage): only lines holding "usage" are parsed. */
+#define LINE_MAX_USAGE 65536
+static void sse_scan(struct rq *r, const char *b, size_t n)
+{
+	while (n) {
+		const char *nl = memchr(b, '\n', n);
+		size_t k = nl ? (size_t)(nl - b) : n;
+		if (!r->lskip) {
+			if (r->llen + k > LINE_MAX_USAGE) {
+				r->lskip = true;
+			} else {
+				if (!r->line)
+					r->line = malloc(LINE_MAX_USAGE + 1);
+				if (!r->line)
+					return;
+				memcpy(r->line + r->llen, b, k);
+				r->llen += k;
+			}
+		}
+		if (!nl)
+			return;
+		if (!r->lskip && r->llen > 6 && !memcmp(r->line, "data: ", 6)) {
+			r->line[r->llen] = 0;
+			if (strstr(r->line, "\"usage\""))
+				usage_tokens(r, r->line + 6, r->llen - 6);
+		}
+		r->llen = 0;
+		r->lskip = false;
+		b += k + 1;
+		n -= k + 1;
+	}
+}
+
 static size_t on_write(char *b, size_t size, size_t n, void *arg)
 {
 	struct rq *r = arg;
@@ -453,6 +491,7 @@ static size_t on_write(char *b, size_t size, size_t n, void *arg)
 		}
 		if (rbuf_add(r, b, len) < 0)
 			return 0;
+		sse_scan(r, b, len);
 		resume(r);
 		return len;
 	}
@@ -717,8 +756,11 @@ static void usage_tokens(struct rq *r, const char *b, size_t n)
 	json_t *j = json_loadb(b, n, 0, NULL);
 	json_t *u = json_object_get(j, "usage");
 	if (json_is_object(u)) {
-		r->prompt_tokens = json_integer_value(json_object_get(u, "prompt_tokens"));
-		r->completion_tokens = json_integer_value(json_object_get(u, "completion_tokens"));
+		json_int_t pt = json_integer_value(json_object_get(u, "prompt_tokens"));
+		json_int_t ct = json_integer_value(json_object_get(u, "completion_tokens"));
+		/* bounded: a hostile upstream cannot make the counters absurd */
+		r->prompt_tokens = pt > 0 && pt < (1LL << 40) ? pt : 0;
+		r->completion_tokens = ct > 0 && ct < (1LL << 40) ? ct : 0;
 	}
 	json_decref(j);
 }
@@ -1124,6 +1166,7 @@ static void rq_maybe_free(struct rq *r)
 	free(r->body);
 	free(r->up_body);
 	free(r->rbuf);
+	free(r->line);
 	gen_unref(r->g);
 	free(r);
 }

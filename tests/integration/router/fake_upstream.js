@@ -97,6 +97,9 @@ const server = http.createServer((req, res) => {
           setTimeout(tick, 100);
         } else {
           done = true;
+          if (body.stream_options && body.stream_options.include_usage)
+            res.write(`data: ${JSON.stringify({ id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 0,
+              model: body.model, choices: [], usage: { prompt_tokens: 11, completion_tokens: 5, total_tokens: 16 } })}\n\n`);
           res.end('data: [DONE]\n\n');
         }
       };

@@ -262,6 +262,12 @@ first=$(head -1 "$DIR/stream" | cut -d' ' -f1)
 last=$(tail -1 "$DIR/stream" | cut -d' ' -f1)
 gap=$(((last - first) / 1000000))
 [ "$gap" -ge 350 ] || die "the stream was buffered: first to last chunk $gap ms"
+tok0=$(curl -sS "$U/metrics" | sed -n 's/^spark_router_tokens_total{target="small",kind="completion"} //p')
+curl -sS -N "$U/v1/chat/completions" -d '{"model":"auto","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"s"}]}' >"$DIR/stream2"
+grep -q '"usage"' "$DIR/stream2" || die "the usage chunk was not passed on"
+sleep 0.2
+tok1=$(curl -sS "$U/metrics" | sed -n 's/^spark_router_tokens_total{target="small",kind="completion"} //p')
+[ "$((${tok1:-0} - ${tok0:-0}))" = 5 ] || die "stream usage not counted: $tok0 -> $tok1"
 ok "stream:true passed on as SSE chunk by chunk (first to last chunk: $gap ms, upstream 5 x 100 ms)"
 
 # a client that goes away cancels the upstream request (stalled stream, then waiting for an answer)
