@@ -131,6 +131,7 @@ static uint64_t now_ns(void)
 }
 
 static void mhd_kick(struct server *s);
+static void mhd_soon(struct server *s);
 static void begin_attempt(struct rq *r);
 static void gen_unref(struct gen *g);
 static void rq_maybe_free(struct rq *r);
@@ -232,7 +233,7 @@ static void on_client_gone(uv_poll_t *h, int status, int events)
 	if (r->suspended) {
 		r->suspended = false;
 		MHD_resume_connection(r->c);
-		mhd_kick(r->s);
+		mhd_soon(r->s);
 	}
 }
 
@@ -266,7 +267,9 @@ static void resume(struct rq *r)
 		return;
 	r->suspended = false;
 	MHD_resume_connection(r->c);
-	mhd_kick(r->s);
+	/* not MHD_run now: this may be inside a curl callback, where MHD's
+	 * handlers must not call curl (CURLM_RECURSIVE_API_CALL) */
+	mhd_soon(r->s);
 }
 
 /* ---- targets: concurrency, queue ---- */
@@ -342,6 +345,8 @@ static void target_release(struct server *s, struct gen *g, int t)
 		if (start_curl(q, t) < 0) {
 			q->attempt++;
 			begin_attempt(q);
+			if (q->response_ready)
+				resume(q);
 		}
 	}
 }
@@ -1299,6 +1304,12 @@ static void on_sweep(uv_timer_t *t)
 static void on_mhd_timer(uv_timer_t *t)
 {
 	mhd_kick(t->data);
+}
+
+/* Run MHD on the next loop iteration (from anywhere). */
+static void mhd_soon(struct server *s)
+{
+	uv_timer_start(&s->mtimer, on_mhd_timer, 0, 0);
 }
 
 static void mhd_kick(struct server *s)

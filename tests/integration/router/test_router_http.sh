@@ -270,6 +270,43 @@ tok1=$(curl -sS "$U/metrics" | sed -n 's/^spark_router_tokens_total{target="smal
 [ "$((${tok1:-0} - ${tok0:-0}))" = 5 ] || die "stream usage not counted: $tok0 -> $tok1"
 ok "stream:true passed on as SSE chunk by chunk (first to last chunk: $gap ms, upstream 5 x 100 ms)"
 
+# 24 concurrent streams, half of the clients leaving after the first chunk:
+# the others get every chunk, the router lives
+python3 - "$RPORT" <<'PY' || die "concurrent streams with disconnects"
+import socket, sys, threading
+port = int(sys.argv[1])
+body = b'{"model":"auto","stream":true,"messages":[{"role":"user","content":"s"}]}'
+req = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+       b"Content-Length: %d\r\n\r\n" % len(body)) + body
+res = {"full": 0, "bad": []}
+lock = threading.Lock()
+def client(i):
+    for _ in range(3):
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(req)
+        data = b""
+        while b"data: [DONE]" not in data:
+            c = s.recv(65536)
+            if not c:
+                break
+            data += c
+            if i % 2 and b"data: {" in data:
+                break  # leave mid-stream
+        s.close()
+        if i % 2 == 0:
+            with lock:
+                if data.count(b"data: {") == 5 and b"data: [DONE]" in data:
+                    res["full"] += 1
+                else:
+                    res["bad"].append(data[-200:])
+ths = [threading.Thread(target=client, args=(i,)) for i in range(24)]
+for t in ths: t.start()
+for t in ths: t.join()
+assert res["full"] == 36 and not res["bad"], (res["full"], res["bad"][:2])
+PY
+kill -0 "$RPID" || die "the router died under concurrent streams"
+ok "24 concurrent streams x 3, half the clients leaving mid-stream: every other stream complete"
+
 # a client that goes away cancels the upstream request (stalled stream, then waiting for an answer)
 ce0=$(curl -sS "http://127.0.0.1:$PORT_a/stats" | sed -n 's/.*"closed_early":\([0-9]*\).*/\1/p')
 curl -sS -N -m 1 "$U/v1/chat/completions" -d '{"model":"stalled","stream":true,"messages":[{"role":"user","content":"s"}]}' >/dev/null 2>&1 || true
