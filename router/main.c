@@ -103,6 +103,7 @@ int main(int argc, char **argv)
 		{NULL, 0, NULL, 0},
 	};
 	int ch;
+	opterr = 0; /* one line of our own instead of getopt's */
 	while ((ch = getopt_long(argc, argv, "ho:", lo, NULL)) != -1) {
 		switch (ch) {
 		case O_POLICY:
@@ -140,7 +141,8 @@ int main(int argc, char **argv)
 			fputs(USAGE, stdout);
 			return 0;
 		default:
-			fprintf(stderr, "spark-router: run 'spark-router --help' for usage\n");
+			fprintf(stderr, "spark-router: %s %s; run 'spark-router --help' for usage\n",
+				optopt ? "bad or incomplete option" : "unknown option", argv[optind - 1]);
 			return 2;
 		}
 	}

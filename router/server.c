@@ -1503,7 +1503,7 @@ int server_start(uv_loop_t *loop, struct policy *p, const struct server_opts *o,
 				MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
 				MHD_OPTION_END);
 	if (!s->d || !s->up || !s->sess) {
-		snprintf(err, errlen, "cannot listen on %s: %s (is the port in use?)", listen, strerror(errno));
+		snprintf(err, errlen, "cannot listen on %s: %s (another program may hold the port: choose another --listen)", listen, strerror(errno));
 		if (s->d)
 			MHD_stop_daemon(s->d);
 		metrics_free(s->m);
