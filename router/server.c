@@ -59,7 +59,8 @@ struct server {
 	struct gen *g;                   /* current */
 	struct MHD_Daemon *d;
 	uv_poll_t mpoll;
-	uv_timer_t mtimer, sweep;
+	uv_timer_t mtimer, sweep, watch;
+	struct rq *waiting;              /* suspended requests (the disconnect watch) */
 	struct upstream *up;
 	struct metrics *m;
 	FILE *log;
@@ -112,6 +113,8 @@ struct rq {
 	uv_timer_t qtimer;
 	/* client disconnects seen while suspended */
 	uv_poll_t *dpoll;                /* malloc'd: a closing one may outlive the next */
+	struct rq *wnext, *wprev;        /* in s->waiting while suspended */
+	uint64_t susp_ms;
 	int handles;                     /* libuv handles not yet closed */
 	/* timing (ms, monotonic) */
 	uint64_t t0, t_body, t_first;
@@ -221,6 +224,7 @@ static void dpoll_stop(struct rq *r)
 }
 
 static void cancel_upstream(struct rq *r);
+static void waiting_unlink(struct rq *r);
 
 static void on_client_gone(uv_poll_t *h, int status, int events)
 {
@@ -231,18 +235,16 @@ static void on_client_gone(uv_poll_t *h, int status, int events)
 	dpoll_stop(r);
 	cancel_upstream(r);
 	if (r->suspended) {
+		waiting_unlink(r);
 		r->suspended = false;
 		MHD_resume_connection(r->c);
 		mhd_soon(r->s);
 	}
 }
 
-static void suspend(struct rq *r)
+/* Watch a suspended request's socket for the client leaving. */
+static void dpoll_start(struct rq *r)
 {
-	if (r->suspended)
-		return;
-	MHD_suspend_connection(r->c);
-	r->suspended = true;
 	const union MHD_ConnectionInfo *ci =
 		MHD_get_connection_info(r->c, MHD_CONNECTION_INFO_CONNECTION_FD);
 	if (!ci || r->dpoll)
@@ -260,11 +262,51 @@ static void suspend(struct rq *r)
 	uv_poll_start(h, UV_DISCONNECT, on_client_gone);
 }
 
+static void waiting_unlink(struct rq *r)
+{
+	if (!r->wprev && r->s->waiting != r)
+		return;
+	if (r->wprev)
+		r->wprev->wnext = r->wnext;
+	else
+		r->s->waiting = r->wnext;
+	if (r->wnext)
+		r->wnext->wprev = r->wprev;
+	r->wnext = r->wprev = NULL;
+}
+
+/* Requests suspended for 200 ms get the watch; most answers come sooner, and
+ * a uv_poll per request costs 10 to 25% of the throughput (docs/router.md). */
+#define WATCH_AFTER_MS 200
+static void on_watch(uv_timer_t *t)
+{
+	struct server *s = t->data;
+	uint64_t now = util_now_ms();
+	for (struct rq *r = s->waiting; r; r = r->wnext)
+		if (!r->dpoll && now - r->susp_ms >= WATCH_AFTER_MS)
+			dpoll_start(r);
+}
+
+static void suspend(struct rq *r)
+{
+	if (r->suspended)
+		return;
+	MHD_suspend_connection(r->c);
+	r->suspended = true;
+	r->susp_ms = util_now_ms();
+	r->wprev = NULL;
+	r->wnext = r->s->waiting;
+	if (r->wnext)
+		r->wnext->wprev = r;
+	r->s->waiting = r;
+}
+
 static void resume(struct rq *r)
 {
 	dpoll_stop(r);
 	if (!r->suspended)
 		return;
+	waiting_unlink(r);
 	r->suspended = false;
 	MHD_resume_connection(r->c);
 	/* not MHD_run now: this may be inside a curl callback, where MHD's
@@ -1242,6 +1284,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	*con_cls = NULL;
 	if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
 		r->client_gone = true;
+	waiting_unlink(r);
 	dpoll_stop(r);
 	cancel_upstream(r);
 	log_request(r, toe);
@@ -1522,6 +1565,9 @@ int server_start(uv_loop_t *loop, struct policy *p, const struct server_opts *o,
 	uv_timer_init(loop, &s->sweep);
 	s->sweep.data = s;
 	uv_timer_start(&s->sweep, on_sweep, 1000, 1000);
+	uv_timer_init(loop, &s->watch);
+	s->watch.data = s;
+	uv_timer_start(&s->watch, on_watch, 100, 100);
 	mhd_kick(s);
 	*out = s;
 	return 0;
@@ -1539,6 +1585,7 @@ void server_stop(struct server *s)
 	uv_poll_stop(&s->mpoll);
 	uv_timer_stop(&s->mtimer);
 	uv_timer_stop(&s->sweep);
+	uv_timer_stop(&s->watch);
 	/* MHD must not be stopped with suspended connections; at exit the
 	 * process goes away with them, so only the listening socket is closed. */
 	MHD_quiesce_daemon(s->d);
