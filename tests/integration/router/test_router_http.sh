@@ -104,7 +104,8 @@ EOF
 "$ROUTER" --policy "$DIR/policy.yaml" --check >"$DIR/check.out" || die "--check refused a good policy"
 grep -q "valid: 15 targets, 19 routes" "$DIR/check.out" || die "check summary: $(cat "$DIR/check.out")"
 grep -q "not resolvable yet" "$DIR/check.out" || die "--check does not say service targets are unresolvable"
-ok "--check accepts the policy and says service targets are not resolvable yet"
+"$ROUTER" --policy "$S/dist/router.yaml" --check >/dev/null || die "the shipped example dist/router.yaml is not valid"
+ok "--check accepts the policy (and the shipped dist/router.yaml) and says service targets are not resolvable yet"
 
 start_router "$DIR/policy.yaml" main
 grep -q 'service_targets_unresolvable' "$DIR/router-main.log" || die "no start-up warning about service targets"
