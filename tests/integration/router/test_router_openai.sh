@@ -25,14 +25,16 @@ cleanup() {
 }
 trap cleanup EXIT
 die() { echo "FAIL: $*" >&2; tail -20 "$DIR"/*.log >&2 || true; exit 1; }
-start_fake() {
+start_fake() { # NAME (in this shell, so that cleanup knows its pid)
   node "$HERE/fake_upstream.js" "$1" >"$DIR/$1.out" 2>"$DIR/$1.log" &
   pids+=($!)
   for _ in $(seq 100); do grep -q '^PORT ' "$DIR/$1.out" && break; sleep 0.05; done
-  awk '/^PORT/{print $2}' "$DIR/$1.out"
 }
-PA=$(start_fake a)
-PB=$(start_fake b)
+start_fake a
+start_fake b
+PA=$(awk '/^PORT/{print $2}' "$DIR/a.out")
+PB=$(awk '/^PORT/{print $2}' "$DIR/b.out")
+[ -n "$PA" ] && [ -n "$PB" ] || die "fake upstreams did not start"
 export ROUTER_OA_KEY=sdk-key-0123456789abcdef
 cat >"$DIR/policy.yaml" <<EOP
 api_keys: [{env: ROUTER_OA_KEY}]
