@@ -303,3 +303,101 @@ int cfg_check_keys(json_t *obj, const char *where, const char *const allowed[], 
 	}
 	return 0;
 }
+
+/* cfg_locate: skip the node whose start event is ev (consumed). */
+static int loc_skip(yaml_parser_t *p, yaml_event_t *ev)
+{
+	int depth = 0;
+	for (;;) {
+		yaml_event_type_t t = ev->type;
+		yaml_event_delete(ev);
+		if (t == YAML_MAPPING_START_EVENT || t == YAML_SEQUENCE_START_EVENT)
+			depth++;
+		else if (t == YAML_MAPPING_END_EVENT || t == YAML_SEQUENCE_END_EVENT)
+			depth--;
+		else if (t == YAML_STREAM_END_EVENT || t == YAML_NO_EVENT)
+			return -ENOENT;
+		if (depth <= 0)
+			return 0;
+		if (!yaml_parser_parse(p, ev))
+			return -ENOENT;
+	}
+}
+
+/* ev is the start event of the current node (consumed); find path[i..n). */
+static int loc_find(yaml_parser_t *p, yaml_event_t *ev, const char *const path[], size_t i,
+		    size_t n, yaml_mark_t *out)
+{
+	if (i == n) {
+		*out = ev->start_mark;
+		yaml_event_delete(ev);
+		return 0;
+	}
+	int is_map = ev->type == YAML_MAPPING_START_EVENT;
+	if (!is_map && ev->type != YAML_SEQUENCE_START_EVENT) {
+		yaml_event_delete(ev);
+		return -ENOENT;
+	}
+	yaml_event_delete(ev);
+	char *end = NULL;
+	unsigned long want = is_map ? 0 : strtoul(path[i], &end, 10);
+	if (!is_map && (!*path[i] || *end))
+		return -ENOENT;
+	for (unsigned long idx = 0;; idx++) {
+		yaml_event_t k;
+		if (!yaml_parser_parse(p, &k))
+			return -ENOENT;
+		if (k.type == YAML_MAPPING_END_EVENT || k.type == YAML_SEQUENCE_END_EVENT ||
+		    k.type == YAML_STREAM_END_EVENT || k.type == YAML_NO_EVENT) {
+			yaml_event_delete(&k);
+			return -ENOENT;
+		}
+		if (!is_map) {
+			if (idx == want)
+				return loc_find(p, &k, path, i + 1, n, out);
+			if (loc_skip(p, &k) < 0)
+				return -ENOENT;
+			continue;
+		}
+		int match = k.type == YAML_SCALAR_EVENT &&
+			    k.data.scalar.length == strlen(path[i]) &&
+			    memcmp(k.data.scalar.value, path[i], k.data.scalar.length) == 0;
+		if (loc_skip(p, &k) < 0)
+			return -ENOENT;
+		yaml_event_t v;
+		if (!yaml_parser_parse(p, &v))
+			return -ENOENT;
+		if (match)
+			return loc_find(p, &v, path, i + 1, n, out);
+		if (loc_skip(p, &v) < 0)
+			return -ENOENT;
+	}
+}
+
+int cfg_locate(const char *text, size_t len, const char *const path[], size_t n, size_t *line,
+	       size_t *col)
+{
+	yaml_parser_t p;
+	if (!yaml_parser_initialize(&p))
+		return -ENOMEM;
+	yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+	int r = -ENOENT;
+	yaml_event_t ev;
+	while (yaml_parser_parse(&p, &ev)) {
+		yaml_event_type_t t = ev.type;
+		if (t == YAML_MAPPING_START_EVENT) {
+			yaml_mark_t m;
+			r = loc_find(&p, &ev, path, 0, n, &m);
+			if (r == 0) {
+				*line = m.line + 1;
+				*col = m.column + 1;
+			}
+			break;
+		}
+		yaml_event_delete(&ev);
+		if (t == YAML_STREAM_END_EVENT || t == YAML_DOCUMENT_END_EVENT)
+			break;
+	}
+	yaml_parser_delete(&p);
+	return r;
+}

@@ -28,4 +28,11 @@ int cfg_get_int(json_t *root, const char *dotted, long long min, long long max, 
 int cfg_check_keys(json_t *obj, const char *where, const char *const allowed[], char *err,
 		   size_t errlen);
 
+/* Where the node at a path starts in YAML text, for messages about a value
+ * (a policy's unknown target, say) after cfg_parse accepted the file.
+ * path[] are mapping keys, or decimal indices into sequences. 0 with
+ * *line, *col (1-based), or -ENOENT (no such node, or text does not parse). */
+int cfg_locate(const char *text, size_t len, const char *const path[], size_t n, size_t *line,
+	       size_t *col);
+
 #endif

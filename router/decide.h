@@ -1,0 +1,84 @@
+/* decide: what the router knows of a request and where it goes. Pure: no
+ * I/O, no clock; the caller passes the headers (a lookup function) and the
+ * random state of weighted routes. req_parse reads an OpenAI request body
+ * (chat completions or completions); route_decide applies a policy to it:
+ * the route is the requested model's, a rules route's first matching rule
+ * wins, else its default. decision_json explains a decision. */
+#ifndef SPARK_ROUTER_DECIDE_H
+#define SPARK_ROUTER_DECIDE_H
+
+#include "policy.h"
+
+#include <jansson.h>
+
+enum req_kind { REQ_CHAT, REQ_COMPLETIONS };
+
+struct req_info {
+	enum req_kind kind;
+	const char *model;     /* points into the parsed body */
+	long long chars;       /* code points of all prompt text */
+	long long tokens;      /* estimated: ceil(chars / 4) */
+	bool tools, images, stream;
+	char *last_user;       /* text of the last user message (completions: the prompt) */
+	char *system;          /* text of the system/developer messages */
+};
+
+/* Parse and check a request body (at most len bytes, need not be NUL-terminated).
+ * 0 with *out filled and *body the parsed JSON (the caller keeps it while
+ * *out is used, and frees both), or -EINVAL with an OpenAI-style message
+ * ("'messages' must be a non-empty array") in err. */
+int req_parse(const char *text, size_t len, enum req_kind kind, struct req_info *out,
+	      json_t **body, char *err, size_t errlen);
+void req_info_free(struct req_info *r);
+
+/* Value of a request header (case-insensitive name), or NULL. */
+typedef const char *(*header_fn)(void *ctx, const char *name);
+
+#define DECISION_MAX_CHAIN (1 + POLICY_MAX_LIST)
+
+struct decision {
+	const struct route *route;
+	int target;                         /* the chosen target */
+	char rule[POLICY_NAME_MAX];         /* rule name, "default", "passthrough", "weighted" */
+	char reason[256];                   /* for people: why this target */
+	int chain[DECISION_MAX_CHAIN];      /* target, then the route's fallbacks (no repeats) */
+	size_t n_chain;
+	bool pending;                       /* classifier route: ask the judge, then classifier_pick */
+};
+
+/* Next random number of a weighted route (splitmix64 over *state). */
+uint64_t decide_rand(uint64_t *state);
+
+/* Decide. rng is this route's state (see decide_rand), used by weighted
+ * routes only. 0, or -ENOENT when no route has the requested model name
+ * (and the policy has no default_route). */
+int route_decide(const struct policy *p, const struct req_info *r, header_fn hdr, void *hctx,
+		 uint64_t *rng, struct decision *d);
+/* Does a rule's condition hold (exported for the tests)? */
+bool cond_match(const struct cond *c, const struct req_info *r, header_fn hdr, void *hctx);
+
+/* Classifier routes. classifier_body: the chat completion request for the
+ * judge (the route's prompt with {{message}}, {{system}} and {{targets}}
+ * filled in; the judge target's model: or "classifier"), malloc'd.
+ * classifier_pick: read the judge's answer (an OpenAI chat completion whose
+ * message content is, or contains, a JSON object {"target": NAME} or
+ * {"p_solve": X}) and settle d on its target; any other answer, an HTTP
+ * status other than 200 or a failed call (body NULL, why says what) settles
+ * d on the route's default. 0 when the judge's answer was used, -EINVAL not. */
+char *classifier_body(const struct policy *p, const struct route *rt, const struct req_info *r);
+int classifier_pick(const struct policy *p, const char *body, size_t len, long status,
+		    const char *why, struct decision *d);
+
+/* Settle d on target t of route rt for a conversation pinned there (rule
+ * "session"), with the route's fallbacks after it. */
+void decision_pin(const struct policy *p, const struct route *rt, int t, struct decision *d);
+
+/* Does an upstream's error body say the prompt is too long for its context
+ * window (vLLM, SGLang, llama.cpp and OpenAI phrasings)? */
+bool is_context_error(const char *body, size_t len);
+
+/* {"route", "route_type", "target", "target_kind", "rule", "reason",
+ *  "fallbacks": [...], "resolvable", "note"?} */
+json_t *decision_json(const struct policy *p, const struct decision *d);
+
+#endif

@@ -1,0 +1,212 @@
+/* spark-router: flags, the policy, the loop. See docs/router.md. */
+#include "policy.h"
+#include "server.h"
+
+#include "log.h"
+#include "spark_config.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <uv.h>
+
+static const char USAGE[] =
+	"Usage: spark-router --policy FILE [--listen HOST:PORT] [--log FILE|-]\n"
+	"       spark-router --policy FILE --check [-o text|json]\n"
+	"\n"
+	"An OpenAI-compatible HTTP router: it sends each request to a target chosen by the\n"
+	"routes of a YAML policy (docs/router.md).\n"
+	"\n"
+	"  --policy FILE       the policy (targets, routes, api_keys, listen)\n"
+	"  --listen HOST:PORT  listen address (default: the policy's listen:, else 127.0.0.1:4000);\n"
+	"                      an address other than loopback needs api_keys in the policy\n"
+	"  --log FILE          append the JSON-lines routing log to FILE (\"-\": stdout)\n"
+	"  --check             validate the policy, print a summary and exit (0 valid, 1 not)\n"
+	"  -o, --output FMT    the --check summary as text (default) or json\n"
+	"  --log-level LEVEL   error, warn, info (default), debug\n"
+	"  --version           print the version\n"
+	"  -h, --help          this help\n"
+	"\n"
+	"Endpoints: POST /v1/chat/completions, /v1/completions, /v1/decision;\n"
+	"GET /v1/models, /health, /metrics.\n";
+
+static void on_signal(uv_signal_t *h, int sig)
+{
+	log_info("router_stop", "signal=%d", sig);
+	uv_stop(h->loop);
+}
+
+struct reload_ctx {
+	struct server *s;
+	const char *path;
+};
+
+/* SIGHUP: check the policy file again and swap it in, or keep the old one. */
+static void on_hup(uv_signal_t *h, int sig)
+{
+	(void)sig;
+	struct reload_ctx *rc = h->data;
+	char err[600];
+	struct policy *p = NULL;
+	if (policy_load(rc->path, &p, err, sizeof err) < 0) {
+		log_error("reload_refused", "policy=%s error=%s keep=old", log_q(rc->path), log_q(err));
+		return;
+	}
+	if (server_reload(rc->s, p) < 0) {
+		log_error("reload_refused", "policy=%s error=out_of_memory keep=old", log_q(rc->path));
+		policy_free(p);
+		return;
+	}
+	log_info("policy_reloaded", "policy=%s routes=%zu targets=%zu%s", log_q(rc->path),
+		 p->n_routes, p->n_targets,
+		 policy_has_service_targets(p) ? " service_targets=unresolvable" : "");
+}
+
+static json_t *summary(const struct policy *p)
+{
+	json_t *t = json_array(), *r = json_array();
+	for (size_t i = 0; i < p->n_targets; i++) {
+		const struct target *tg = &p->targets[i];
+		json_array_append_new(
+			t, json_pack("{s:s, s:s, s:s, s:b}", "name", tg->name, "kind",
+				     tg->kind == TARGET_URL ? "url" : "service", "address",
+				     tg->url ? tg->url : tg->service, "resolvable", tg->kind == TARGET_URL));
+	}
+	for (size_t i = 0; i < p->n_routes; i++)
+		json_array_append_new(r, json_pack("{s:s, s:s}", "name", p->routes[i].name, "type",
+						   route_type_name(p->routes[i].type)));
+	return json_pack("{s:s, s:b, s:s, s:i, s:o, s:o}", "policy", p->path, "valid", 1, "listen",
+			 p->listen, "api_keys", (int)p->n_api_keys, "targets", t, "routes", r);
+}
+
+int main(int argc, char **argv)
+{
+	const char *policy_path = NULL, *out_fmt = "text";
+	struct server_opts so = {0};
+	int check = 0;
+	enum { O_POLICY = 256, O_LISTEN, O_LOG, O_CHECK, O_LEVEL, O_VERSION };
+	static const struct option lo[] = {
+		{"policy", required_argument, NULL, O_POLICY},
+		{"listen", required_argument, NULL, O_LISTEN},
+		{"log", required_argument, NULL, O_LOG},
+		{"check", no_argument, NULL, O_CHECK},
+		{"output", required_argument, NULL, 'o'},
+		{"log-level", required_argument, NULL, O_LEVEL},
+		{"version", no_argument, NULL, O_VERSION},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	int ch;
+	opterr = 0; /* one line of our own instead of getopt's */
+	while ((ch = getopt_long(argc, argv, "ho:", lo, NULL)) != -1) {
+		switch (ch) {
+		case O_POLICY:
+			policy_path = optarg;
+			break;
+		case O_LISTEN:
+			so.listen = optarg;
+			break;
+		case O_LOG:
+			so.log_path = optarg;
+			break;
+		case O_CHECK:
+			check = 1;
+			break;
+		case 'o':
+			out_fmt = optarg;
+			if (strcmp(out_fmt, "text") && strcmp(out_fmt, "json")) {
+				fprintf(stderr, "spark-router: -o takes text or json; run 'spark-router --help' for usage\n");
+				return 2;
+			}
+			break;
+		case O_LEVEL: {
+			int l = log_parse_level(optarg);
+			if (l < 0) {
+				fprintf(stderr, "spark-router: --log-level takes error, warn, info or debug\n");
+				return 2;
+			}
+			log_set_level((enum log_level)l);
+			break;
+		}
+		case O_VERSION:
+			printf("spark-router %s\n", SPARK_VERSION);
+			return 0;
+		case 'h':
+			fputs(USAGE, stdout);
+			return 0;
+		default:
+			fprintf(stderr, "spark-router: %s %s; run 'spark-router --help' for usage\n",
+				optopt ? "bad or incomplete option" : "unknown option", argv[optind - 1]);
+			return 2;
+		}
+	}
+	if (optind < argc || !policy_path) {
+		fprintf(stderr, "spark-router: %s; run 'spark-router --help' for usage\n",
+			optind < argc ? "unexpected argument" : "--policy FILE is required");
+		return 2;
+	}
+	char err[600];
+	struct policy *p = NULL;
+	if (policy_load(policy_path, &p, err, sizeof err) < 0) {
+		fprintf(stderr, "spark-router: %s (fix it, then check with 'spark-router --policy %s --check')\n",
+			err, policy_path);
+		return 1;
+	}
+	bool svc = policy_has_service_targets(p);
+	if (check) {
+		if (!strcmp(out_fmt, "json")) {
+			json_t *o = summary(p);
+			if (svc)
+				json_object_set_new(o, "note", json_string("service targets are not resolvable yet (issue 19)"));
+			json_dumpf(o, stdout, JSON_INDENT(2));
+			putchar('\n');
+			json_decref(o);
+		} else {
+			printf("%s: valid: %zu targets, %zu routes, listen %s, %zu api keys\n", p->path,
+			       p->n_targets, p->n_routes, p->listen, p->n_api_keys);
+			if (svc)
+				printf("note: service targets are not resolvable yet (issue 19): requests to them go to the route's fallbacks\n");
+		}
+		policy_free(p);
+		return 0;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	uv_loop_t *loop = uv_default_loop();
+	struct server *s = NULL;
+	int r = server_start(loop, p, &so, &s, err, sizeof err);
+	if (r < 0) {
+		fprintf(stderr, "spark-router: %s\n", err);
+		policy_free(p);
+		return r == -EPERM || r == -EINVAL ? 2 : 1;
+	}
+	if (svc)
+		log_warn("service_targets_unresolvable",
+			 "detail=%s", log_q("service targets are not resolvable yet (issue 19): requests to them go to the route's fallbacks"));
+	log_info("router_listen", "addr=%s port=%d policy=%s routes=%zu targets=%zu",
+		 so.listen ? so.listen : p->listen, server_port(s), log_q(p->path), p->n_routes,
+		 p->n_targets);
+	uv_signal_t sint, sterm, shup;
+	struct reload_ctx rc = {.s = s, .path = policy_path};
+	uv_signal_init(loop, &sint);
+	uv_signal_init(loop, &sterm);
+	uv_signal_init(loop, &shup);
+	shup.data = &rc;
+	uv_signal_start(&sint, on_signal, SIGINT);
+	uv_signal_start(&sterm, on_signal, SIGTERM);
+	uv_signal_start(&shup, on_hup, SIGHUP);
+	uv_run(loop, UV_RUN_DEFAULT);
+	server_stop(s);
+	return 0;
+}

@@ -1,0 +1,481 @@
+#!/usr/bin/env bash
+# spark-router over real HTTP on loopback: two fake OpenAI-compatible upstreams
+# (fake_upstream.js) behind a real spark-router, driven with curl.
+# Checks what a user would: decisions and the headers naming target and rule,
+# fallbacks before the first byte, concurrency limit / queue / 429 with
+# Retry-After, streams arriving chunk by chunk, a client disconnect cancelling
+# the upstream, API keys, the no-open-proxy default, hostile clients (bad JSON,
+# huge bodies, slowloris, many idle connections), /metrics (promtool when
+# installed), the JSON-lines routing log.
+set -euo pipefail
+B=${SPARK_BUILD_DIR:?}
+S=${SPARK_SOURCE_DIR:?}
+ROUTER=$B/router/spark-router
+FAKE=$S/tests/integration/router/fake_upstream.js
+command -v node >/dev/null || { echo "SKIP: node is not installed (scripts/deps.sh --test)"; exit 77; }
+command -v curl >/dev/null || { echo "SKIP: curl is not installed"; exit 77; }
+DIR=$(mktemp -d /tmp/spark-router-it-XXXXXX)
+pids=()
+cleanup() {
+  for p in ${pids[@]+"${pids[@]}"}; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+pass=0
+ok() { pass=$((pass + 1)); echo "ok $pass - $*"; }
+die() { echo "FAIL: $*" >&2; for f in "$DIR"/*.log; do echo "== $f" >&2; tail -20 "$f" >&2; done; exit 1; }
+
+start_fake() { # NAME -> sets PORT_NAME
+  node "$FAKE" "$1" >"$DIR/$1.out" 2>"$DIR/$1.log" &
+  pids+=($!)
+  for _ in $(seq 100); do
+    if grep -q '^PORT ' "$DIR/$1.out"; then break; fi
+    sleep 0.05
+  done
+  eval "PORT_$1=$(awk '/^PORT/{print $2}' "$DIR/$1.out")"
+}
+start_router() { # POLICY TAG [ARGS...] -> RPORT, RPID
+  local pol=$1 tag=$2
+  shift 2
+  "$ROUTER" --policy "$pol" --listen 127.0.0.1:0 "$@" 2>"$DIR/router-$tag.log" &
+  RPID=$!
+  pids+=($RPID)
+  for _ in $(seq 100); do
+    if grep -q 'msg=router_listen' "$DIR/router-$tag.log"; then break; fi
+    sleep 0.05
+  done
+  RPORT=$(sed -n 's/.*msg=router_listen.* port=\([0-9]*\).*/\1/p' "$DIR/router-$tag.log")
+  [ -n "$RPORT" ] || die "router $tag did not start"
+}
+
+start_fake a
+start_fake b
+# shellcheck disable=SC2154
+[ -n "$PORT_a" ] && [ -n "$PORT_b" ] || die "fake upstreams did not start"
+export ROUTER_TEST_UPKEY=upstream-secret-key-1
+cat >"$DIR/policy.yaml" <<EOF
+log: $DIR/routing.jsonl
+idle_timeout_s: 2
+max_body_bytes: 65536
+max_connections: 600
+targets:
+  big:   {url: 'http://127.0.0.1:$PORT_a/v1', api_key_env: ROUTER_TEST_UPKEY}
+  small: {url: 'http://127.0.0.1:$PORT_b/v1/'}
+  broken: {url: 'http://127.0.0.1:$PORT_a/v1', model: fail}
+  dead:  {url: 'http://127.0.0.1:9/v1', connect_timeout_ms: 500}
+  slow1: {url: 'http://127.0.0.1:$PORT_a/v1', model: slow, max_concurrency: 1, queue: 1, queue_timeout_ms: 3000}
+  slow0: {url: 'http://127.0.0.1:$PORT_b/v1', model: slow, max_concurrency: 1, queue: 0}
+  stall: {url: 'http://127.0.0.1:$PORT_a/v1', model: stall}
+  tiny:  {url: 'http://127.0.0.1:$PORT_b/v1', model: slow, timeout_ms: 300}
+  pool:  {service: qwen-small}
+  ctx:   {url: 'http://127.0.0.1:$PORT_a/v1', model: ctxlen}
+  flaky: {url: 'http://127.0.0.1:$PORT_b/v1', model: fail, cooldown_after: 2, cooldown_s: 60}
+  judge: {url: 'http://127.0.0.1:$PORT_a/v1', model: judge}
+  judgep: {url: 'http://127.0.0.1:$PORT_a/v1', model: judge-p}
+  judgeg: {url: 'http://127.0.0.1:$PORT_a/v1', model: judge-garbage}
+  judges: {url: 'http://127.0.0.1:$PORT_a/v1', model: judge-slow}
+routes:
+  ab:     {type: weighted, targets: [small, big]}
+  abh:    {type: weighted, targets: [small, big], sticky: hash}
+  ctxfb:  {type: passthrough, target: ctx, fallbacks: [small]}
+  ctxonly: {type: passthrough, target: ctx}
+  cool:   {type: passthrough, target: flaky, fallbacks: [big]}
+  smart:  {type: classifier, classifier: judge, targets: [small, big], default: big}
+  smartp: {type: classifier, classifier: judgep, answer: p_solve, strong: big, weak: small, threshold: 0.5, default: big}
+  smartg: {type: classifier, classifier: judgeg, targets: [small, big], default: big}
+  smarts: {type: classifier, classifier: judges, targets: [small, big], default: big, timeout_ms: 300}
+  smartd: {type: classifier, classifier: dead, targets: [small, big], default: small}
+  auto:
+    type: rules
+    rules:
+      - {name: long, when: {min_tokens: 50}, target: big}
+      - {name: gold, when: {header: {name: x-tier, value: gold}}, target: big}
+    default: small
+  retry:   {type: passthrough, target: broken, fallbacks: [dead, small]}
+  nofb:    {type: passthrough, target: broken}
+  q1:      {type: passthrough, target: slow1}
+  q0:      {type: passthrough, target: slow0}
+  stalled: {type: passthrough, target: stall}
+  timeout: {type: passthrough, target: tiny}
+  svc:     {type: passthrough, target: pool, fallbacks: [small]}
+  svconly: {type: passthrough, target: pool}
+EOF
+"$ROUTER" --policy "$DIR/policy.yaml" --check >"$DIR/check.out" || die "--check refused a good policy"
+grep -q "valid: 15 targets, 19 routes" "$DIR/check.out" || die "check summary: $(cat "$DIR/check.out")"
+grep -q "not resolvable yet" "$DIR/check.out" || die "--check does not say service targets are unresolvable"
+"$ROUTER" --policy "$S/dist/router.yaml" --check >/dev/null || die "the shipped example dist/router.yaml is not valid"
+ok "--check accepts the policy (and the shipped dist/router.yaml) and says service targets are not resolvable yet"
+
+start_router "$DIR/policy.yaml" main
+grep -q 'service_targets_unresolvable' "$DIR/router-main.log" || die "no start-up warning about service targets"
+U=http://127.0.0.1:$RPORT
+chat() { # MODEL TEXT [curl args...]
+  local m=$1 t=$2
+  shift 2
+  curl -sS -o "$DIR/body" -D "$DIR/hdrs" -w '%{http_code}' "$U/v1/chat/completions" \
+    -H 'content-type: application/json' "$@" \
+    -d "{\"model\":\"$m\",\"messages\":[{\"role\":\"user\",\"content\":\"$t\"}]}"
+}
+bg_chat() { # MODEL TEXT: the same request, answer thrown away (for background use)
+  curl -sS -o /dev/null "$U/v1/chat/completions" \
+    -d "{\"model\":\"$1\",\"messages\":[{\"role\":\"user\",\"content\":\"$2\"}]}"
+}
+hdr() { sed -n "s/^$1: *\\(.*\\)\\r\$/\\1/Ip" "$DIR/hdrs"; }
+
+[ "$(curl -sS "$U/health")" = '{"status":"ok"}' ] || die "/health"
+curl -sS "$U/v1/models" | grep -q '"id":"auto"' || die "/v1/models lacks auto"
+ok "/health and /v1/models"
+
+code=$(chat auto hello)
+[ "$code" = 200 ] || die "chat auto: $code $(cat "$DIR/body")"
+grep -q '"content":"from b: hello"' "$DIR/body" || die "auto did not reach b: $(cat "$DIR/body")"
+[ "$(hdr x-spark-target)" = small ] && [ "$(hdr x-spark-rule)" = default ] && [ "$(hdr x-spark-route)" = auto ] ||
+  die "headers: $(cat "$DIR/hdrs")"
+rid=$(hdr x-request-id)
+[ -n "$rid" ] || die "no X-Request-Id"
+[ "$(curl -sS "http://127.0.0.1:$PORT_b/stats" | sed -n 's/.*"last_request_id":"\([^"]*\)".*/\1/p')" = "$rid" ] ||
+  die "the upstream did not get the request id"
+code=$(chat auto hello -H 'x-tier: gold' -H 'x-request-id: my-id-42')
+[ "$code" = 200 ] && grep -q 'from a: hello' "$DIR/body" && [ "$(hdr x-spark-rule)" = gold ] ||
+  die "header rule: $code $(cat "$DIR/hdrs")"
+[ "$(hdr x-request-id)" = my-id-42 ] || die "client request id not kept"
+auth=$(curl -sS "http://127.0.0.1:$PORT_a/stats" | sed -n 's/.*"last_auth":"\([^"]*\)".*/\1/p')
+[ "$auth" = "Bearer upstream-secret-key-1" ] || die "upstream key not sent: $auth"
+long=$(printf 'x%.0s' $(seq 200))
+code=$(chat auto "$long")
+[ "$(hdr x-spark-rule)" = long ] && [ "$(hdr x-spark-target)" = big ] || die "long rule: $(cat "$DIR/hdrs")"
+ok "rules route: default, header and length rules; target/rule/route headers; request ids; upstream key"
+
+dec=$(curl -sS "$U/v1/decision" -d '{"model":"auto","messages":[{"role":"user","content":"hi"}]}')
+echo "$dec" | grep -q '"target":"small"' && echo "$dec" | grep -q '"rule":"default"' || die "decision: $dec"
+n_before=$(curl -sS "http://127.0.0.1:$PORT_b/stats" | sed -n 's/.*"requests":\([0-9]*\).*/\1/p')
+curl -sS "$U/v1/decision" -d '{"model":"svc","messages":[{"role":"user","content":"hi"}]}' >"$DIR/dec"
+grep -q '"resolvable":false' "$DIR/dec" && grep -q 'not resolvable yet' "$DIR/dec" || die "service decision: $(cat "$DIR/dec")"
+n_after=$(curl -sS "http://127.0.0.1:$PORT_b/stats" | sed -n 's/.*"requests":\([0-9]*\).*/\1/p')
+[ "$n_before" = "$n_after" ] || die "/v1/decision called a model"
+ok "/v1/decision explains without calling a model; service targets say they are not resolvable"
+
+code=$(chat retry hi)
+[ "$code" = 200 ] && grep -q 'from b: hi' "$DIR/body" && [ "$(hdr x-spark-target)" = small ] ||
+  die "fallback: $code $(cat "$DIR/body") $(cat "$DIR/hdrs")"
+code=$(chat nofb hi)
+[ "$code" = 500 ] && grep -q 'a failed' "$DIR/body" || die "no fallback: upstream 500 not passed on: $code"
+code=$(chat svc hi)
+[ "$code" = 200 ] && [ "$(hdr x-spark-target)" = small ] || die "service -> fallback: $code"
+code=$(chat svconly hi)
+[ "$code" = 503 ] && grep -q '"code":"target_unresolvable"' "$DIR/body" || die "service only: $code $(cat "$DIR/body")"
+code=$(chat timeout hi)
+[ "$code" = 504 ] && grep -q 'upstream_timeout' "$DIR/body" || die "timeout: $code $(cat "$DIR/body")"
+ok "fallbacks: 500 and a dead target skipped before the first byte; 500 passed on without fallback; 503 for service-only; 504 on timeout"
+
+# a context-length 400 tries the next target; without one it is passed on
+code=$(chat ctxfb hi)
+[ "$code" = 200 ] && [ "$(hdr x-spark-target)" = small ] || die "context-length fallback: $code $(cat "$DIR/body")"
+code=$(chat ctxonly hi)
+[ "$code" = 400 ] && grep -q 'maximum context length' "$DIR/body" || die "context-length passed on: $code $(cat "$DIR/body")"
+# two failures in a row cool a target down: the third request goes straight to the fallback
+nb0=$(curl -sS "http://127.0.0.1:$PORT_b/stats" | sed -n 's/.*"requests":\([0-9]*\).*/\1/p')
+for i in 1 2 3; do
+  code=$(chat cool "c$i")
+  [ "$code" = 200 ] && [ "$(hdr x-spark-target)" = big ] || die "cooldown request $i: $code"
+done
+nb1=$(curl -sS "http://127.0.0.1:$PORT_b/stats" | sed -n 's/.*"requests":\([0-9]*\).*/\1/p')
+[ "$((nb1 - nb0))" = 2 ] || die "the cooled-down target was still asked ($nb0 -> $nb1)"
+curl -sS "$U/metrics" | grep -q 'spark_router_target_cooled{target="flaky"} 1' || die "no cooled gauge"
+ok "context-length 400: next target, or passed on; a target failing twice in a row is skipped (cooled down)"
+
+# classifier routes: the judge's answer picks the target; garbage, late or failed -> default
+code=$(chat smart "HARD question")
+[ "$code" = 200 ] && [ "$(hdr x-spark-target)" = big ] && [ "$(hdr x-spark-rule)" = classifier ] || die "classifier HARD: $code $(cat "$DIR/hdrs")"
+code=$(chat smart "simple question")
+[ "$code" = 200 ] && grep -q 'from b: simple question' "$DIR/body" && [ "$(hdr x-spark-rule)" = classifier ] || die "classifier fenced small: $code"
+code=$(chat smartp "an easy one")
+[ "$(hdr x-spark-target)" = small ] || die "p_solve 0.9: $(cat "$DIR/hdrs")"
+code=$(chat smartp "a tough one")
+[ "$(hdr x-spark-target)" = big ] || die "p_solve 0.2: $(cat "$DIR/hdrs")"
+for r in smartg smarts smartd; do
+  code=$(chat $r "x")
+  [ "$code" = 200 ] && [ "$(hdr x-spark-rule)" = classifier_default ] || die "classifier $r default: $code $(cat "$DIR/hdrs")"
+done
+[ "$(hdr x-spark-target)" = small ] || die "smartd default is small"
+dec=$(curl -sS "$U/v1/decision" -d '{"model":"smarts","messages":[{"role":"user","content":"x"}]}')
+echo "$dec" | grep -q '"rule":"classifier_default"' && echo "$dec" | grep -q 'no answer within timeout_ms' || die "late classifier decision: $dec"
+dec=$(curl -sS "$U/v1/decision" -d '{"model":"smart","messages":[{"role":"user","content":"HARD"}]}')
+echo "$dec" | grep -q '"target":"big"' && echo "$dec" | grep -q '"classifier":"judge"' || die "classifier decision: $dec"
+ok "classifier routes: target and p_solve answers (fenced JSON too); garbage, late (300 ms) and failed judges fall back to the default"
+
+# sessions: a conversation stays on the target it started on
+for sid in s1 s2 s3 s4; do
+  first=""
+  for i in 1 2 3 4; do
+    chat ab "turn $i" -H "x-session-id: $sid" >/dev/null
+    t=$(hdr x-spark-target)
+    [ -z "$first" ] && first=$t
+    [ "$t" = "$first" ] || die "session $sid moved from $first to $t"
+    [ "$i" = 1 ] || [ "$(hdr x-spark-rule)" = session ] || die "session rule: $(cat "$DIR/hdrs")"
+  done
+done
+seen=""
+for i in $(seq 30); do chat ab "x" >/dev/null; seen="$seen $(hdr x-spark-target)"; done
+case "$seen" in *small*big* | *big*small*) ;; *) die "without a session the weighted split is stuck: $seen" ;; esac
+body='{"model":"abh","messages":[{"role":"system","content":"S"},{"role":"user","content":"same start"}]}'
+t1=$(curl -sS -D - -o /dev/null "$U/v1/chat/completions" -d "$body" | sed -n 's/^X-Spark-Target: *\(.*\)\r$/\1/Ip')
+[ -n "$t1" ] || die "sticky: hash request failed"
+for i in 1 2 3 4 5; do
+  t=$(curl -sS -D - -o /dev/null "$U/v1/chat/completions" -d "${body%]\}},{\"role\":\"assistant\",\"content\":\"a\"},{\"role\":\"user\",\"content\":\"more $i\"}]}" | sed -n 's/^X-Spark-Target: *\(.*\)\r$/\1/Ip')
+  [ "$t" = "$t1" ] || die "sticky: hash moved from $t1 to $t"
+done
+ja0=$(curl -sS "http://127.0.0.1:$PORT_a/stats" | sed -n 's/.*"requests":\([0-9]*\).*/\1/p')
+chat smart "simple question" -H 'x-session-id: cls-1' >/dev/null
+chat smart "HARD follow-up" -H 'x-session-id: cls-1' >/dev/null
+[ "$(hdr x-spark-target)" = small ] && [ "$(hdr x-spark-rule)" = session ] || die "classifier session: $(cat "$DIR/hdrs")"
+ja1=$(curl -sS "http://127.0.0.1:$PORT_a/stats" | sed -n 's/.*"requests":\([0-9]*\).*/\1/p')
+[ "$((ja1 - ja0))" = 1 ] || die "the classifier was asked again within a session ($ja0 -> $ja1)"
+ok "sessions: x-session-id keeps a conversation on its target (4 sessions x 4 turns), sticky: hash by the first messages, the classifier asked once per session"
+
+# concurrency 1, queue 0: the second concurrent request gets 429 + Retry-After
+bg_chat q0 one &
+p1=$!
+sleep 0.3
+code=$(chat q0 two)
+wait $p1
+[ "$code" = 429 ] && [ "$(hdr retry-after)" = 1 ] && grep -q '"type":"rate_limit_error"' "$DIR/body" ||
+  die "limit: $code $(cat "$DIR/hdrs")"
+# concurrency 1, queue 1: the second waits its turn and succeeds (~3 s for both)
+t0=$(date +%s%N)
+bg_chat q1 one &
+p1=$!
+sleep 0.2
+code=$(chat q1 two)
+wait $p1
+t1=$(date +%s%N)
+ms=$(((t1 - t0) / 1000000))
+[ "$code" = 200 ] && [ "$ms" -ge 2900 ] || die "queue: $code after $ms ms"
+ok "per-target limit: 429 with Retry-After beyond the queue; a queued request waits its turn ($ms ms for two 1.5 s answers)"
+
+# streaming, chunk by chunk: the first chunk comes long before the last
+curl -sS -N "$U/v1/chat/completions" -d '{"model":"auto","stream":true,"messages":[{"role":"user","content":"s"}]}' |
+  while IFS= read -r line; do if [ -n "$line" ]; then echo "$(date +%s%N) $line"; fi; done >"$DIR/stream"
+n=$(grep -c 'data: ' "$DIR/stream" || true)
+[ "$n" = 6 ] && tail -1 "$DIR/stream" | grep -q 'data: \[DONE\]' || die "stream: $(cat "$DIR/stream")"
+first=$(head -1 "$DIR/stream" | cut -d' ' -f1)
+last=$(tail -1 "$DIR/stream" | cut -d' ' -f1)
+gap=$(((last - first) / 1000000))
+[ "$gap" -ge 350 ] || die "the stream was buffered: first to last chunk $gap ms"
+tok0=$(curl -sS "$U/metrics" | sed -n 's/^spark_router_tokens_total{target="small",kind="completion"} //p')
+curl -sS -N "$U/v1/chat/completions" -d '{"model":"auto","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"s"}]}' >"$DIR/stream2"
+grep -q '"usage"' "$DIR/stream2" || die "the usage chunk was not passed on"
+sleep 0.2
+tok1=$(curl -sS "$U/metrics" | sed -n 's/^spark_router_tokens_total{target="small",kind="completion"} //p')
+[ "$((${tok1:-0} - ${tok0:-0}))" = 5 ] || die "stream usage not counted: $tok0 -> $tok1"
+ok "stream:true passed on as SSE chunk by chunk (first to last chunk: $gap ms, upstream 5 x 100 ms)"
+
+# 24 concurrent streams, half of the clients leaving after the first chunk:
+# the others get every chunk, the router lives
+python3 - "$RPORT" <<'PY' || die "concurrent streams with disconnects"
+import socket, sys, threading
+port = int(sys.argv[1])
+body = b'{"model":"auto","stream":true,"messages":[{"role":"user","content":"s"}]}'
+req = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+       b"Content-Length: %d\r\n\r\n" % len(body)) + body
+res = {"full": 0, "bad": []}
+lock = threading.Lock()
+def client(i):
+    for _ in range(3):
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(req)
+        data = b""
+        while b"data: [DONE]" not in data:
+            c = s.recv(65536)
+            if not c:
+                break
+            data += c
+            if i % 2 and b"data: {" in data:
+                break  # leave mid-stream
+        s.close()
+        if i % 2 == 0:
+            with lock:
+                if data.count(b"data: {") == 5 and b"data: [DONE]" in data:
+                    res["full"] += 1
+                else:
+                    res["bad"].append(data[-200:])
+ths = [threading.Thread(target=client, args=(i,)) for i in range(24)]
+for t in ths: t.start()
+for t in ths: t.join()
+assert res["full"] == 36 and not res["bad"], (res["full"], res["bad"][:2])
+PY
+kill -0 "$RPID" || die "the router died under concurrent streams"
+ok "24 concurrent streams x 3, half the clients leaving mid-stream: every other stream complete"
+
+# a client that goes away cancels the upstream request (stalled stream, then waiting for an answer)
+ce0=$(curl -sS "http://127.0.0.1:$PORT_a/stats" | sed -n 's/.*"closed_early":\([0-9]*\).*/\1/p')
+curl -sS -N -m 1 "$U/v1/chat/completions" -d '{"model":"stalled","stream":true,"messages":[{"role":"user","content":"s"}]}' >/dev/null 2>&1 || true
+curl -sS -m 0.5 "$U/v1/chat/completions" -d '{"model":"q1","messages":[{"role":"user","content":"s"}]}' >/dev/null 2>&1 || true
+sleep 0.5
+ce1=$(curl -sS "http://127.0.0.1:$PORT_a/stats" | sed -n 's/.*"closed_early":\([0-9]*\).*/\1/p')
+[ "$((ce1 - ce0))" = 2 ] || die "client disconnect did not cancel the upstream ($ce0 -> $ce1)"
+ok "a client disconnect cancels the upstream request (mid-stream and while waiting)"
+
+# hostile clients
+code=$(curl -sS -o "$DIR/body" -w '%{http_code}' "$U/v1/chat/completions" -d '{"model":')
+[ "$code" = 400 ] && grep -q '"type":"invalid_request_error"' "$DIR/body" || die "bad json: $code"
+code=$(chat nosuchmodel hi)
+[ "$code" = 404 ] && grep -q '"code":"model_not_found"' "$DIR/body" || die "unknown model: $code"
+head -c 200000 /dev/zero | tr '\0' 'a' >"$DIR/huge"
+code=$(curl -sS -o "$DIR/body" -w '%{http_code}' "$U/v1/chat/completions" --data-binary @"$DIR/huge")
+[ "$code" = 413 ] || die "huge body: $code"
+code=$(curl -sS -o "$DIR/body" -w '%{http_code}' "$U/v1/chat/completions" -H 'Transfer-Encoding: chunked' --data-binary @"$DIR/huge")
+[ "$code" = 413 ] || die "huge chunked body: $code"
+code=$(curl -sS -o /dev/null -w '%{http_code}' "$U/nope")
+[ "$code" = 404 ] || die "unknown path: $code"
+ok "bad JSON 400, unknown model 404, huge bodies 413 (declared and chunked), unknown path 404: OpenAI-style errors"
+
+# slowloris: headers trickled byte by byte are cut off after idle_timeout_s (2 s)
+python3 - "$RPORT" <<'PY' || die "slowloris connection was kept"
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+t0 = time.time()
+req = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 100
+try:
+    for ch in req:
+        s.send(bytes([ch]))
+        time.sleep(0.5)
+        if time.time() - t0 > 8:
+            sys.exit(1)
+except (BrokenPipeError, ConnectionResetError):
+    pass
+if s.recv(100) not in (b"",):
+    pass
+sys.exit(0 if time.time() - t0 < 6 else 1)
+PY
+# malformed HTTP and a 100 KiB header: refused, the router lives
+python3 - "$RPORT" <<'PY' || die "malformed HTTP"
+import socket, sys
+def ask(data):
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+    try:
+        s.sendall(data)
+    except (BrokenPipeError, ConnectionResetError):
+        return b""
+    try:
+        return s.recv(200)
+    except ConnectionResetError:
+        return b""
+r = ask(b"\x16\x03\x01 garbage\r\n\r\n")
+assert r == b"" or r.startswith(b"HTTP/1.1 400"), r
+r = ask(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100000 + b"\r\n\r\n")
+assert r == b"" or r.startswith(b"HTTP/1.1 431") or r.startswith(b"HTTP/1.1 413") or r.startswith(b"HTTP/1.1 400"), r
+r = ask(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\n\r\n")
+assert r == b"" or r[:12] in (b"HTTP/1.1 400", b"HTTP/1.1 413"), r
+PY
+# 500 idle connections, then the router still answers
+python3 - "$RPORT" <<'PY' || die "idle connections"
+import socket, sys, urllib.request
+socks = [socket.create_connection(("127.0.0.1", int(sys.argv[1]))) for _ in range(500)]
+r = urllib.request.urlopen("http://127.0.0.1:%s/health" % sys.argv[1], timeout=5)
+assert r.read() == b'{"status":"ok"}'
+PY
+ok "slowloris cut off within the header deadline; 500 idle connections and the router still answers"
+kill -0 "$RPID" || die "the router died"
+
+# metrics
+curl -sS "$U/metrics" >"$DIR/metrics"
+grep -q 'spark_router_requests_total{route="auto",target="small",code="200"}' "$DIR/metrics" || die "metrics: requests"
+grep -q 'spark_router_upstream_attempts_total{target="broken",outcome="http_5xx"}' "$DIR/metrics" || die "metrics: attempts"
+grep -q 'spark_router_time_to_first_token_seconds_bucket{route="auto"' "$DIR/metrics" || die "metrics: ttft"
+grep -q 'spark_router_routing_overhead_seconds_count{route_type="rules"}' "$DIR/metrics" || die "metrics: overhead"
+grep -q 'spark_router_queue_depth{target="slow1"} 0' "$DIR/metrics" || die "metrics: queue depth"
+grep -q 'spark_router_classifier_total{route="smarts",outcome="timeout"} 2' "$DIR/metrics" || die "metrics: classifier"
+
+if command -v promtool >/dev/null; then
+  promtool check metrics <"$DIR/metrics" || die "promtool refuses /metrics"
+  ok "/metrics: requests, attempts by outcome, ttft, overhead, queue depth; promtool check metrics accepts it"
+else
+  ok "/metrics: requests, attempts by outcome, ttft, overhead, queue depth (promtool not installed: not linted)"
+fi
+
+# routing log: one JSON object per proxied request
+python3 - "$DIR/routing.jsonl" <<'PY' || die "routing log"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) >= 15, len(rows)
+r = [x for x in rows if x["request_id"] == "my-id-42"][0]
+assert r["route"] == "auto" and r["rule"] == "gold" and r["target"] == "big" and r["status"] == 200, r
+assert any(x["client_closed"] for x in rows)
+PY
+ok "JSON-lines routing log names request id, route, rule, target, status"
+
+# SIGHUP under load: a new policy is checked, then swapped in; no request is dropped
+sed 's/^    default: small$/    default: big/' "$DIR/policy.yaml" >"$DIR/policy2.yaml"
+grep -q '^    default: big$' "$DIR/policy2.yaml" || die "test: policy2"
+cp "$DIR/policy.yaml" "$DIR/policy1.yaml"
+python3 - "$RPORT" "$RPID" "$DIR" <<'PY' || die "reload under load"
+import json, os, shutil, signal, sys, threading, time, urllib.request
+port, pid, d = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+stop = time.time() + 3
+res = {"ok": 0, "bad": [], "targets": []}
+lock = threading.Lock()
+def worker():
+    body = json.dumps({"model": "auto", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    while time.time() < stop:
+        try:
+            r = urllib.request.urlopen(urllib.request.Request(
+                "http://127.0.0.1:%s/v1/chat/completions" % port, data=body,
+                headers={"content-type": "application/json"}), timeout=5)
+            t = r.headers["x-spark-target"]
+            with lock:
+                res["ok"] += 1
+                res["targets"].append((time.time(), t))
+        except Exception as e:
+            with lock:
+                res["bad"].append(repr(e))
+ths = [threading.Thread(target=worker) for _ in range(4)]
+for t in ths: t.start()
+time.sleep(0.8)
+shutil.copy(d + "/policy.yaml", d + "/keep.yaml")
+with open(d + "/policy.yaml", "w") as f: f.write("routes: [broken\n")
+os.kill(pid, signal.SIGHUP)          # a bad file: refused, the old policy stays
+time.sleep(0.5)
+shutil.copy(d + "/policy2.yaml", d + "/policy.yaml")
+t_reload = time.time()
+os.kill(pid, signal.SIGHUP)          # the good one: swapped in
+for t in ths: t.join()
+assert not res["bad"], res["bad"][:3]
+before = [t for ts, t in res["targets"] if ts < t_reload]
+after = [t for ts, t in res["targets"] if ts > t_reload + 0.3]
+assert before and set(before) == {"small"}, set(before)
+assert after and set(after) == {"big"}, set(after)
+print("reload: %d requests, none failed" % res["ok"])
+PY
+grep -q 'msg=reload_refused' "$DIR/router-main.log" || die "no reload_refused log line"
+grep -q 'msg=policy_reloaded' "$DIR/router-main.log" || die "no policy_reloaded log line"
+cp "$DIR/policy1.yaml" "$DIR/policy.yaml"
+ok "SIGHUP under load: a bad policy is refused and the old one stays; a good one is swapped in; no request failed"
+
+# API keys: required when set; elsewhere than loopback refused without them
+export ROUTER_TEST_KEY=client-key-0123456789abcdef
+cat >"$DIR/keys.yaml" <<EOF
+api_keys: [{env: ROUTER_TEST_KEY}]
+targets: {small: {url: 'http://127.0.0.1:$PORT_b/v1'}}
+routes: {auto: {type: passthrough, target: small}}
+EOF
+start_router "$DIR/keys.yaml" keys
+U=http://127.0.0.1:$RPORT
+[ "$(chat auto hi)" = 401 ] && grep -q '"type":"authentication_error"' "$DIR/body" || die "no key accepted"
+[ "$(chat auto hi -H 'Authorization: Bearer client-key-0123456789abcdeX')" = 401 ] || die "wrong key accepted"
+[ "$(chat auto hi -H "Authorization: Bearer $ROUTER_TEST_KEY")" = 200 ] || die "right key refused"
+[ "$(curl -sS -o /dev/null -w '%{http_code}' "$U/metrics")" = 401 ] || die "/metrics open without key"
+code=$(curl -sS -o "$DIR/body" -D "$DIR/hdrs" -w '%{http_code}' "$U/v1/chat/completions" -H 'Transfer-Encoding: chunked' --data-binary @"$DIR/huge")
+[ "$code" = 401 ] && [ "$(hdr connection)" = close ] || die "unauthenticated upload: $code $(cat "$DIR/hdrs")"
+[ "$(curl -sS "$U/health")" = '{"status":"ok"}' ] || die "/health needs no key"
+auth=$(curl -sS "http://127.0.0.1:$PORT_b/stats" | sed -n 's/.*"last_auth":\(null\|"[^"]*"\).*/\1/p')
+[ "$auth" = null ] || die "the client's key was passed upstream: $auth"
+set +e
+"$ROUTER" --policy "$DIR/policy.yaml" --listen 0.0.0.0:0 2>"$DIR/open.err"
+rc=$?
+set -e
+[ "$rc" = 2 ] && grep -q 'without api_keys' "$DIR/open.err" || die "listening on 0.0.0.0 without keys: rc $rc"
+ok "API keys: 401 without or with a wrong key, 200 with it, not forwarded; 0.0.0.0 without keys refused (exit 2)"
+kill "$RPID"
+echo "router_http: $pass checks passed"
