@@ -46,6 +46,16 @@ static json_t *build_model(struct cli_ctx *ctx, bool force, int *rc)
 		json_decref(st);
 		return NULL;
 	}
+	/* A verdict from before a membership or cabling change describes another
+	 * cluster: its ring order and cables would go into Slurm's files. */
+	if (json_is_object(tsum) && json_is_true(json_object_get(tsum, "stale")) && !force) {
+		cli_fail("the latest topology validation of cluster %s is out of date (%s); nothing "
+			 "was exported: run 'sparkctl topo validate' again, or export with --force",
+			 cli_jstr(json_object_get(st, "cluster"), "name"),
+			 cli_jstr(tsum, "stale_reason"));
+		json_decref(st);
+		return NULL;
+	}
 	if (cli_call(ctx, "group_ls", NULL, &gl, 0)) {
 		json_decref(st);
 		return NULL;

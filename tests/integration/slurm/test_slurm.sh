@@ -203,8 +203,8 @@ export_to() {
 }
 
 # After a change in sparkctl: a re-export differs only where the change is,
-# Slurm takes a drained node as drained, and a cabling that fails validation
-# is refused unless --force.
+# Slurm takes a drained node as drained, and a cabling that changed since the
+# last validation, or fails it, is refused unless --force.
 ring_changes() {
   cp -r "$D/etc" "$D/before"
   ctl 1 node drain "$P-4" >/dev/null
@@ -222,10 +222,24 @@ ring_changes() {
   st=$(in1 sinfo -h -N -n "$P-4" -p all -o '%t|%E')
   [ "$st" = "drain|drained in sparkctl" ] || fail "node 4 in Slurm after the drain: $st"
   ctl 1 node undrain "$P-4" >/dev/null
+  # a cable cut since the last validation: the verdict is out of date, refused too
+  "$SPARKCTL" sim fault cut "$P-1:0" >/dev/null
+  local out rc=0 i
+  for i in $(seq 50); do
+    rc=0
+    out=$(export_to "$D/stale" 2>&1) || rc=$?
+    [ $rc = 1 ] && break
+    rm -rf "$D/stale"
+    sleep 0.1
+  done
+  [ $rc = 1 ] || fail "export after a cabling change, before validating again, exited $rc: $out"
+  echo "$out" | grep -q "out of date" || fail "the refusal of a stale verdict does not say why: $out"
+  [ ! -e "$D/stale/sparkctl.conf" ] || fail "a refused export wrote files"
+  "$SPARKCTL" sim fault restore "$P-1:0" >/dev/null
   # node 1 re-cabled port to same port: validation fails, the export refuses
   "$SPARKCTL" sim fault swap "$P-1:0" "$P-1:1" >/dev/null
   ! ctl 1 topo validate --quick >/dev/null 2>&1 || fail "a same-port ring passed validation"
-  local out rc=0
+  rc=0
   out=$(export_to "$D/refused" 2>&1) || rc=$?
   [ $rc = 1 ] || fail "export of a failed validation exited $rc: $out"
   echo "$out" | grep -q "failed" || fail "the refusal does not say why: $out"
