@@ -643,6 +643,21 @@ int mm_from_json(const json_t *j, struct mm_manifest **out, char *err, size_t er
 			goto fail;
 		}
 		m->nfiles = i + 1;
+		/* The hash text before anything is allocated for it: a manifest
+		 * gets no more memory than the bytes it sent. */
+		size_t hl;
+		uint64_t nc = ((uint64_t)size + (uint64_t)cs - 1) / (uint64_t)cs;
+		if (!get_str(fo, "chunks", (size_t)-1, &hl, where, err, errlen)) {
+			r = -EINVAL;
+			goto fail;
+		}
+		if (nc > MM_MAX_CHUNKS || hl != nc * MM_HASH_LEN * 2) {
+			snprintf(err, errlen, "%s: 'chunks' holds %zu hex digits, %llu chunks need %llu",
+				 where, hl, (unsigned long long)nc,
+				 (unsigned long long)(nc * MM_HASH_LEN * 2));
+			r = -EINVAL;
+			goto fail;
+		}
 		f->size = (uint64_t)size;
 		f->mtime_ns = mt;
 		f->mode = (uint32_t)mode;
@@ -694,8 +709,10 @@ int mm_from_json(const json_t *j, struct mm_manifest **out, char *err, size_t er
 		r = -EINVAL;
 		goto fail;
 	}
-	if ((r = layout(m, err, errlen)))
+	if ((r = layout(m, err, errlen))) {
+		r = r == -E2BIG ? -EINVAL : r; /* too many chunks: a bad manifest */
 		goto fail;
+	}
 	for (size_t i = 0; i < m->nfiles; i++) {
 		struct mm_file *f = &m->files[i];
 		size_t hl;
@@ -704,12 +721,6 @@ int mm_from_json(const json_t *j, struct mm_manifest **out, char *err, size_t er
 		const char *hex = get_str(json_array_get(files, i), "chunks", (size_t)-1, &hl, where,
 					  err, errlen);
 		if (!hex) {
-			r = -EINVAL;
-			goto fail;
-		}
-		if (hl != (size_t)f->nchunks * MM_HASH_LEN * 2) {
-			snprintf(err, errlen, "%s: 'chunks' holds %zu hex digits, %u chunks need %zu",
-				 where, hl, f->nchunks, (size_t)f->nchunks * MM_HASH_LEN * 2);
 			r = -EINVAL;
 			goto fail;
 		}
