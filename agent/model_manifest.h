@@ -131,6 +131,11 @@ int mm_store_begin(const char *root, const struct mm_manifest *m, const struct m
  * its file's .sparkpart. */
 int mm_store_put(const char *root, const struct mm_manifest *m, size_t chunk, const void *data,
 		 size_t len);
+/* Read chunk i back from the store (the final file, else the .sparkpart) into
+ * buf (chunk_size bytes); -EBADMSG when what is there no longer matches its
+ * hash (a damaged disk), -ENOENT when neither file is there. */
+int mm_store_get(const char *root, const struct mm_manifest *m, size_t chunk, void *buf,
+		 uint32_t *len);
 /* Every chunk of file f is in: fsync, mode and mtime from the manifest,
  * rename to the final name, record it complete in ROOT/.meta/NAME.json. */
 int mm_store_finish_file(const char *root, const struct mm_manifest *m, size_t file);

@@ -686,3 +686,35 @@ int mm_store_verify(const char *root, const char *name, json_t **bad, char *err,
 	mm_free(m);
 	return 0;
 }
+
+int mm_store_get(const char *root, const struct mm_manifest *m, size_t chunk, void *buf,
+		 uint32_t *len)
+{
+	uint64_t off;
+	const struct mm_file *f = mm_chunk_file(m, chunk, &off, len);
+	if (!f)
+		return -EINVAL;
+	char final[PATH_MAX], part[PATH_MAX];
+	int r = mm_store_paths(root, m, (size_t)(f - m->files), final, sizeof final, part,
+			       sizeof part);
+	if (r < 0)
+		return r;
+	int fd = open(final, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		fd = open(part, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return -errno;
+	size_t got = 0;
+	while (got < *len) {
+		ssize_t k = pread(fd, (uint8_t *)buf + got, *len - got, (off_t)(off + got));
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			break;
+		got += (size_t)k;
+	}
+	close(fd);
+	if (got != *len)
+		return -EBADMSG;
+	return mm_check_chunk(m, chunk, buf, *len);
+}
