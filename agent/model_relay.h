@@ -83,6 +83,9 @@ int mr_push_start(struct mr_engine *e, const struct mr_push_opts *o, const struc
 		  void *data, char *err, size_t errlen);
 /* Stop a push: its links close, on_done is called with -ECANCELED. */
 void mr_push_cancel(struct mr_engine *e, const char *push_id);
+/* Tests only (tests/fuzz/fuzz_model_relay.c): accept the connection pending
+ * on a plain listener as a link from peer_id, as if its certificate named it. */
+int mr_engine_adopt(struct mr_engine *e, uv_stream_t *server, const char *peer_id);
 /* Close everything; the engine is freed once its last handle has closed
  * (run the loop). No callback runs after this. */
 void mr_engine_close(struct mr_engine *e);
