@@ -53,6 +53,13 @@ int cmd_plan_decode(struct cli_ctx *, int, char **);
 int cmd_recipe_ls(struct cli_ctx *, int, char **);
 int cmd_recipe_show(struct cli_ctx *, int, char **);
 int cmd_serve(struct cli_ctx *, int, char **);
+/* cmd_push.c (handlers and their writers) */
+int cmd_model_ls(struct cli_ctx *, int, char **);
+int cmd_model_rm(struct cli_ctx *, int, char **);
+int cmd_model_verify(struct cli_ctx *, int, char **);
+void cli_text_model_ls(const struct cli_answer *a);
+void cli_text_model_rm(const struct cli_answer *a);
+void cli_text_model_verify(const struct cli_answer *a);
 /* @@extern-decls: areas add their handler declarations above this line */
 
 const struct cli_cmd cli_commands[] = {
@@ -328,6 +335,17 @@ const struct cli_cmd cli_commands[] = {
 	 "Sockets use the fabric address each node has in a subnet every other node has, else\n"
 	 "the management addresses (a ring of 4+). Exit 1 when the model does not fit per node\n"
 	 "(the line says on how many nodes it would). See docs/serve.md.\n"},
+	{"model", "ls", cmd_model_ls, cli_text_model_ls, "model ls [-o table|json]",
+	 "the models this node holds in its store (models.dir, default STATE_DIR/models)",
+	 "A model is complete when every file is verified and under its final name, partial\n"
+	 "while files are still .sparkpart. See docs/models.md.\n"},
+	{"model", "rm", cmd_model_rm, cli_text_model_rm, "model rm NAME",
+	 "remove a model from this node's store (admin)", NULL},
+	{"model", "verify", cmd_model_verify, cli_text_model_verify,
+	 "model verify NAME [-o table|json]",
+	 "re-hash every chunk of a model on this node against its manifest (SHA-256)",
+	 "Exit 1 when a file is missing, has the wrong size or a chunk does not match; the\n"
+	 "table names each (path, chunk, problem).\n"},
 	/* @@table-entries: areas add their rows above this line */
 	{NULL, NULL, NULL, NULL, NULL, NULL, NULL},
 };
