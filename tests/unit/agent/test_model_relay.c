@@ -341,7 +341,7 @@ Test(relay, node_down_mid_push_then_completed)
 {
 	start_engines();
 	kill_at = 2;
-	kill_after = 8 * CS; /* n2 stops after 8 of its 40 chunks */
+	kill_after = 8 * CS; /* n2 stops after 8 of its 39 chunks */
 	push("04", 0);
 	cr_assert_neq(nodes[0].status, 0, "not complete everywhere");
 	cr_assert_str_eq(json_string_value(json_object_get(report_of("n2"), "status")), "down");
