@@ -16,6 +16,7 @@
 #include <string.h>
 
 #define MR_PROGRESS_MS 200
+#define MR_CHAIN_MAX 64
 
 struct mr_link;
 
@@ -62,7 +63,22 @@ struct mr_push {
 	json_t *report;           /* downstream nodes' reports */
 	bool done;
 	bool freed;
+
+	/* the manifest as text, sent down after each hello */
+	char *mtext;
+	size_t mtext_len, mtext_got;
+	/* a push this node learnt of from its upstream's hello (mr_engine_accept) */
+	bool auto_push;
+	struct mm_manifest *m_owned;
+	int prep;                 /* PREP_*: not yet taking chunks */
+	uv_work_t work;
+	bool work_running, free_after_work;
+	int work_rc;
+	char work_err[256];
 };
+
+enum { PREP_NONE, PREP_MANIFEST, PREP_WORK, PREP_DOWN };
+#define MR_MANIFEST_MAX ((size_t)64 << 20)
 
 enum { LINK_UP, LINK_DOWN }; /* LINK_UP: the peer is our upstream (we receive) */
 
@@ -87,6 +103,11 @@ struct mr_engine {
 	bool listening;
 	struct mr_push *pushes;
 	struct mr_link *links;
+	bool accept;              /* pushes announced by an upstream's hello */
+	char store_root[PATH_MAX];
+	struct mr_cbs inc_cbs;
+	void *inc_data;
+	uint64_t test_avail;      /* tests: free bytes this node claims (0: statvfs) */
 	unsigned handles; /* listener, links, timers still open */
 	bool closing;
 };
@@ -177,6 +198,12 @@ static struct mr_push *find_push(struct mr_engine *e, const char *id)
 }
 
 static void push_check_end(struct mr_push *p);
+static void down_settled(struct mr_push *p);
+static bool valid_push_id(const char *s);
+static void prep_start(struct mr_push *p, struct mr_link *l);
+static struct mr_push *push_new(struct mr_engine *e, const char *id, const struct mr_member *chain,
+				size_t n, size_t self);
+static void on_timer_closed(uv_handle_t *h);
 static void down_connect(struct mr_push *p);
 static void pump(struct mr_push *p);
 
@@ -199,6 +226,8 @@ static void push_free(struct mr_push *p)
 	free(p->sent);
 	free(p->rd_buf);
 	free(p->chain);
+	free(p->mtext);
+	mm_free(p->m_owned);
 	json_decref(p->report);
 	struct mr_push **pp = &p->e->pushes;
 	while (*pp && *pp != p)
@@ -212,6 +241,10 @@ static void on_timer_closed(uv_handle_t *h)
 {
 	struct mr_push *p = h->data;
 	struct mr_engine *e = p->e;
+	if (p->work_running) { /* its preparation still runs: freed when it ends */
+		p->free_after_work = true;
+		return;
+	}
 	push_free(p);
 	engine_unref(e);
 }
@@ -227,7 +260,7 @@ static void push_finish(struct mr_push *p, int status)
 	json_t *all = json_array();
 	if (p->self > 0)
 		json_array_append_new(all, own_report(p));
-	else if (status < 0)
+	else if (status < 0 && status != -ENOSPC && status != -ECANCELED)
 		json_array_append_new(all, json_pack("{s:s, s:s, s:i, s:i, s:i, s:s}", "node",
 						     p->chain[0].id, "status", "failed",
 						     "bytes_written", 0, "chunks_written", 0,
@@ -241,7 +274,7 @@ static void push_finish(struct mr_push *p, int status)
 			if (strcmp(json_string_value(json_object_get(r, "status")), "complete"))
 				st = -EIO;
 	}
-	if (p->up && p->self > 0 && status != -ECANCELED) {
+	if (p->up && p->self > 0 && status != -ECANCELED && status != -ENOSPC && !p->prep) {
 		json_t *d = msg("mp_done");
 		json_object_set(d, "nodes", all);
 		conn_send_new(p->up->c, d);
@@ -421,6 +454,31 @@ static void on_up_frame(struct mr_link *l, const json_t *f)
 {
 	struct mr_push *p = l->p;
 	const char *t = proto_type(f);
+	if (!strcmp(t, "mp_manifest")) {
+		if (p->prep != PREP_MANIFEST)
+			return; /* a registered push knows its manifest: the text is not needed */
+		json_t *jt = json_object_get(f, "text");
+		json_int_t off = proto_int(f, "off", -1);
+		if (!json_is_string(jt) || off != (json_int_t)p->mtext_got ||
+		    json_string_length(jt) > p->mtext_len - p->mtext_got) {
+			send_error(l->c, "bad_frame", "mp_manifest: text at offset %zu expected",
+				   p->mtext_got);
+			push_finish(p, -EPROTO);
+			return;
+		}
+		memcpy(p->mtext + p->mtext_got, json_string_value(jt), json_string_length(jt));
+		p->mtext_got += json_string_length(jt);
+		if (p->mtext_got == p->mtext_len) {
+			p->mtext[p->mtext_len] = 0;
+			prep_start(p, l);
+		}
+		return;
+	}
+	if (p->prep) {
+		send_error(l->c, "bad_frame", "%.32s before this node was ready", t);
+		push_finish(p, -EPROTO);
+		return;
+	}
 	if (!strcmp(t, "mp_piece")) {
 		on_piece(p, l, f);
 	} else if (!strcmp(t, "mp_end")) {
@@ -436,12 +494,89 @@ static void on_up_frame(struct mr_link *l, const json_t *f)
 	}
 }
 
+/* A push nobody registered here: the hello names the chain and announces the
+ * manifest; this node must be in the chain, the sender before it. */
+static void auto_hello(struct mr_link *l, const json_t *f)
+{
+	struct mr_engine *e = l->e;
+	const char *pid = proto_str(f, "push"), *from = proto_str(f, "from");
+	json_t *ch = json_object_get(f, "chain");
+	json_int_t mbytes = proto_int(f, "manifest_bytes", -1);
+	size_t n = json_array_size(ch);
+	if (!valid_push_id(pid) || !from || !json_is_array(ch) || n < 2 || n > MR_CHAIN_MAX ||
+	    mbytes < 2 || (size_t)mbytes > MR_MANIFEST_MAX) {
+		send_error(l->c, "bad_frame", "mp_hello: push, from, chain (2-%d members) and "
+			   "manifest_bytes (at most %zu) are required", MR_CHAIN_MAX, MR_MANIFEST_MAX);
+		return;
+	}
+	struct mr_member mem[MR_CHAIN_MAX];
+	size_t self = n, peer = n;
+	for (size_t i = 0; i < n; i++) {
+		json_t *m = json_array_get(ch, i);
+		const char *id = proto_str(m, "id"), *host = proto_str(m, "host");
+		json_int_t port = proto_int(m, "port", -1);
+		if (!id || !host || !id[0] || strlen(id) >= sizeof mem[i].id || !host[0] ||
+		    strlen(host) >= sizeof mem[i].host || port < 1 || port > 65535) {
+			send_error(l->c, "bad_frame", "mp_hello: chain[%zu] needs id, host and port", i);
+			return;
+		}
+		for (size_t k = 0; k < i; k++)
+			if (!strcmp(mem[k].id, id)) {
+				send_error(l->c, "bad_frame", "mp_hello: %s twice in the chain", id);
+				return;
+			}
+		util_strlcpy(mem[i].id, id, sizeof mem[i].id);
+		util_strlcpy(mem[i].host, host, sizeof mem[i].host);
+		mem[i].port = (int)port;
+		if (!strcmp(id, e->self_id))
+			self = i;
+		if (!strcmp(id, l->peer_id))
+			peer = i;
+	}
+	if (self == n || self == 0 || peer >= self || strcmp(from, l->peer_id)) {
+		log_warn("model_peer_refused", "push=%s cn=%s peer=%s", pid, log_q(l->peer_id),
+			 conn_peer_name(l->c));
+		send_error(l->c, "not_upstream", "node %s does not send push %s to %s", l->peer_id,
+			   pid, e->self_id);
+		return;
+	}
+	struct mr_push *p = push_new(e, pid, mem, n, self);
+	char *text = malloc((size_t)mbytes + 1);
+	if (!p || !text) {
+		free(text);
+		if (p) {
+			p->done = p->freed = true;
+			uv_close((uv_handle_t *)&p->up_timer, on_timer_closed);
+		}
+		send_error(l->c, "internal", "out of memory");
+		return;
+	}
+	p->auto_push = true;
+	p->cbs = e->inc_cbs;
+	p->data = e->inc_data;
+	util_strlcpy(p->root, e->store_root, sizeof p->root);
+	p->mtext = text;
+	p->mtext_len = (size_t)mbytes;
+	p->prep = PREP_MANIFEST;
+	l->hello = true;
+	l->p = p;
+	l->dir = LINK_UP;
+	l->peer_idx = peer;
+	p->up = l;
+	conn_set_max_frame(l->c, 0);
+	log_info("model_push_in", "push=%s from=%s chain=%zu place=%zu", pid, l->peer_id, n, self);
+}
+
 /* mp_hello on an accepted link: who is it, for which push. */
 static void on_hello(struct mr_link *l, const json_t *f)
 {
 	struct mr_engine *e = l->e;
 	const char *pid = proto_str(f, "push"), *from = proto_str(f, "from");
 	struct mr_push *p = pid ? find_push(e, pid) : NULL;
+	if (!p && e->accept && pid) {
+		auto_hello(l, f);
+		return;
+	}
 	if (!p || p->self == 0 || p->done) {
 		log_debug("model_unknown_push", "self=%s push=%s from=%s", e->self_id,
 			  pid ? pid : "", l->peer_id);
@@ -574,6 +709,7 @@ static void on_down_frame(struct mr_link *l, const json_t *f)
 		p->scan = 0;
 		p->end_sent = false;
 		p->down_ready = true;
+		down_settled(p);
 		pump(p);
 	} else if ((!strcmp(t, "mp_ack") || !strcmp(t, "mp_bad")) && p->down_ready && c >= 0 &&
 		   (uint64_t)c < p->m->nchunks && bit_get(p->sent, (size_t)c) && p->inflight > 0) {
@@ -609,6 +745,27 @@ static void on_down_frame(struct mr_link *l, const json_t *f)
 		p->down_idx = p->n;
 		conn_close(l->c, 0);
 		push_check_end(p);
+	} else if (!strcmp(t, "error") && !p->down_ready &&
+		   !strcmp(proto_str(f, "code") ? proto_str(f, "code") : "", "no_space")) {
+		/* a node below lacks room: the push is refused before its first byte */
+		const char *m = proto_str(f, "message") ? proto_str(f, "message") : "no room";
+		const char *who = l->peer_id; /* the node named, if it is one below this one */
+		for (size_t i = p->self + 1; i < p->n; i++)
+			if (proto_str(f, "node") && !strcmp(proto_str(f, "node"), p->chain[i].id))
+				who = p->chain[i].id;
+		json_array_append_new(p->report,
+				      json_pack("{s:s, s:s, s:i, s:i, s:i, s:s}", "node", who,
+						"status", "failed", "bytes_written", 0, "chunks_written",
+						0, "chunks_bad", 0, "message", m));
+		util_strlcpy(p->up_msg, m, sizeof p->up_msg);
+		if (p->up && p->self > 0) {
+			json_t *ef = proto_error(0, "no_space", m);
+			json_object_set_new(ef, "node", json_string(who));
+			conn_send_new(p->up->c, ef);
+			conn_close(p->up->c, 0);
+		}
+		l->got_done = true; /* not "down": it answered */
+		push_finish(p, -ENOSPC);
 	} else if (!strcmp(t, "error")) {
 		log_warn("model_down_error", "push=%s node=%s code=%s message=%s", p->id, l->peer_id,
 			 log_q(proto_str(f, "code")), log_q(proto_str(f, "message")));
@@ -618,9 +775,25 @@ static void on_down_frame(struct mr_link *l, const json_t *f)
 	}
 }
 
+/* The chain below this node is ready (or gone): answer the upstream's hello. */
+static void down_settled(struct mr_push *p)
+{
+	if (p->prep != PREP_DOWN)
+		return;
+	p->prep = PREP_NONE;
+	if (p->up) {
+		send_need(p, p->up);
+		send_progress(p, true);
+	}
+}
+
 static void push_check_end(struct mr_push *p)
 {
 	if (p->done)
+		return;
+	if (p->prep == PREP_DOWN && p->down_idx >= p->n && !p->down)
+		down_settled(p);
+	if (p->prep)
 		return;
 	if (p->up_ended && (p->down_idx >= p->n || p->self + 1 >= p->n) && !p->down)
 		push_finish(p, 0);
@@ -655,7 +828,22 @@ static void link_ready(conn *c, int status)
 		json_t *h = msg("mp_hello");
 		json_object_set_new(h, "push", json_string(p->id));
 		json_object_set_new(h, "from", json_string(p->chain[p->self].id));
+		json_t *ch = json_array();
+		for (size_t i = 0; i < p->n; i++)
+			json_array_append_new(ch, json_pack("{s:s, s:s, s:i}", "id", p->chain[i].id,
+							    "host", p->chain[i].host, "port",
+							    p->chain[i].port));
+		json_object_set_new(h, "chain", ch);
+		json_object_set_new(h, "manifest_bytes", json_integer((json_int_t)p->mtext_len));
 		conn_send_new(c, h);
+		/* the manifest as text, in pieces a frame holds */
+		for (size_t off = 0; off < p->mtext_len; off += MR_PIECE) {
+			size_t k = p->mtext_len - off < MR_PIECE ? p->mtext_len - off : MR_PIECE;
+			json_t *mf = msg("mp_manifest");
+			json_object_set_new(mf, "off", json_integer((json_int_t)off));
+			json_object_set_new(mf, "text", json_stringn(p->mtext + off, k));
+			conn_send_new(c, mf);
+		}
 	}
 }
 
@@ -868,6 +1056,90 @@ static bool valid_push_id(const char *s)
 	return true;
 }
 
+/* The arrays of a push whose manifest is known. */
+static int push_alloc(struct mr_push *p)
+{
+	const struct mm_manifest *m = p->m;
+	size_t words = m->nchunks / 64 + 1;
+	p->need_down = calloc(words, sizeof *p->need_down);
+	p->sent = calloc(words, sizeof *p->sent);
+	p->bad_count = calloc(m->nchunks ? m->nchunks : 1, 1);
+	p->file_left = calloc(m->nfiles ? m->nfiles : 1, sizeof *p->file_left);
+	p->rd_buf = malloc(m->chunk_size);
+	p->asm_buf = malloc(m->chunk_size);
+	if (!p->mtext) {
+		json_t *j = mm_to_json(m);
+		p->mtext = j ? json_dumps(j, JSON_COMPACT) : NULL;
+		json_decref(j);
+		p->mtext_len = p->mtext ? strlen(p->mtext) : 0;
+	}
+	if (!p->need_down || !p->sent || !p->bad_count || !p->file_left || !p->rd_buf ||
+	    !p->asm_buf || !p->mtext)
+		return -ENOMEM;
+	return 0;
+}
+
+/* After mm_store_have: what this node lacks, per file and in all. */
+static void push_count_missing(struct mr_push *p)
+{
+	const struct mm_manifest *m = p->m;
+	for (size_t i = 0; i < m->nfiles; i++) {
+		const struct mm_file *f = &m->files[i];
+		for (uint32_t c = 0; c < f->nchunks; c++)
+			if (!mm_have_test(&p->have, f->first_chunk + c)) {
+				p->file_left[i]++;
+				p->missing++;
+				uint32_t len;
+				mm_chunk_file(m, f->first_chunk + c, NULL, &len);
+				p->need_bytes += len;
+			}
+	}
+}
+
+static struct mr_push *push_new(struct mr_engine *e, const char *id, const struct mr_member *chain,
+				size_t n, size_t self)
+{
+	struct mr_push *p = calloc(1, sizeof *p);
+	if (!p)
+		return NULL;
+	p->e = e;
+	util_strlcpy(p->id, id, sizeof p->id);
+	p->n = n;
+	p->self = self;
+	p->up_wait_ms = MR_UP_WAIT_MS;
+	p->chain = malloc(n * sizeof *p->chain);
+	p->report = json_array();
+	if (!p->chain || !p->report) {
+		free(p->chain);
+		json_decref(p->report);
+		free(p);
+		return NULL;
+	}
+	memcpy(p->chain, chain, n * sizeof *p->chain);
+	uv_timer_init(e->loop, &p->up_timer);
+	p->up_timer.data = p;
+	e->handles++;
+	p->next = e->pushes;
+	e->pushes = p;
+	return p;
+}
+
+/* A receiver waits for its upstream (up_wait_ms) and dials its downstream. */
+static void push_go(struct mr_push *p)
+{
+	if (p->self > 0 && !p->up) {
+		p->timer_on = true;
+		snprintf(p->up_msg, sizeof p->up_msg, "no upstream node connected within %u ms",
+			 p->up_wait_ms);
+		uv_timer_start(&p->up_timer, up_timeout, p->up_wait_ms, 0);
+	}
+	p->down_idx = p->self + 1;
+	if (p->down_idx < p->n)
+		down_connect(p);
+	else
+		push_check_end(p);
+}
+
 int mr_push_start(struct mr_engine *e, const struct mr_push_opts *o, const struct mr_cbs *cbs,
 		  void *data, char *err, size_t errlen)
 {
@@ -880,37 +1152,20 @@ int mr_push_start(struct mr_engine *e, const struct mr_push_opts *o, const struc
 		snprintf(err, errlen, "push %s is already running here", o->push_id);
 		return -EEXIST;
 	}
-	struct mr_push *p = calloc(1, sizeof *p);
+	struct mr_push *p = push_new(e, o->push_id, o->chain, o->nchain, o->self);
 	if (!p)
 		return -ENOMEM;
-	p->e = e;
-	util_strlcpy(p->id, o->push_id, sizeof p->id);
-	p->n = o->nchain;
-	p->self = o->self;
 	p->m = o->m;
 	p->cbs = *cbs;
 	p->data = data;
 	p->test_corrupt = o->test_corrupt;
-	p->up_wait_ms = o->up_wait_ms ? o->up_wait_ms : MR_UP_WAIT_MS;
-	size_t words = o->m->nchunks / 64 + 1;
-	p->chain = malloc(o->nchain * sizeof *p->chain);
-	p->need_down = calloc(words, sizeof *p->need_down);
-	p->sent = calloc(words, sizeof *p->sent);
-	p->bad_count = calloc(o->m->nchunks ? o->m->nchunks : 1, 1);
-	p->file_left = calloc(o->m->nfiles ? o->m->nfiles : 1, sizeof *p->file_left);
-	p->rd_buf = malloc(o->m->chunk_size);
-	p->asm_buf = malloc(o->m->chunk_size);
-	p->report = json_array();
-	int r = 0;
-	if (!p->chain || !p->need_down || !p->sent || !p->bad_count || !p->file_left ||
-	    !p->rd_buf || !p->asm_buf || !p->report)
-		r = -ENOMEM;
-	if (r == 0)
-		memcpy(p->chain, o->chain, o->nchain * sizeof *p->chain);
+	if (o->up_wait_ms)
+		p->up_wait_ms = o->up_wait_ms;
+	int r = push_alloc(p);
 	if (r == 0 && o->self == 0) {
 		util_strlcpy(p->src, o->src_dir, sizeof p->src);
 		p->have.nchunks = o->m->nchunks;
-		p->have.bits = calloc(words, sizeof *p->have.bits);
+		p->have.bits = calloc(o->m->nchunks / 64 + 1, sizeof *p->have.bits);
 		if (!p->have.bits)
 			r = -ENOMEM;
 		for (size_t i = 0; r == 0 && i < o->m->nchunks; i++)
@@ -920,52 +1175,113 @@ int mr_push_start(struct mr_engine *e, const struct mr_push_opts *o, const struc
 		util_strlcpy(p->root, o->store_root, sizeof p->root);
 		if ((r = mm_store_have(p->root, o->m, &p->have, err, errlen)) == 0)
 			r = mm_store_begin(p->root, o->m, &p->have, err, errlen);
-		for (size_t i = 0; r == 0 && i < o->m->nfiles; i++) {
-			const struct mm_file *f = &o->m->files[i];
-			for (uint32_t c = 0; c < f->nchunks; c++)
-				if (!mm_have_test(&p->have, f->first_chunk + c)) {
-					p->file_left[i]++;
-					p->missing++;
-					uint32_t len;
-					mm_chunk_file(o->m, f->first_chunk + c, NULL, &len);
-					p->need_bytes += len;
-				}
-		}
+		if (r == 0)
+			push_count_missing(p);
 	}
 	if (r < 0) {
 		if (!err[0])
 			snprintf(err, errlen, "%s", strerror(-r));
-		p->e = e;
-		p->next = NULL;
-		mm_have_free(&p->have);
-		free(p->file_left);
-		free(p->bad_count);
-		free(p->asm_buf);
-		free(p->need_down);
-		free(p->sent);
-		free(p->rd_buf);
-		free(p->chain);
-		json_decref(p->report);
-		free(p);
+		p->done = p->freed = true;
+		uv_close((uv_handle_t *)&p->up_timer, on_timer_closed);
 		return r;
 	}
-	uv_timer_init(e->loop, &p->up_timer);
-	p->up_timer.data = p;
-	e->handles++;
-	p->next = e->pushes;
-	e->pushes = p;
-	if (p->self > 0) {
-		p->timer_on = true;
-		snprintf(p->up_msg, sizeof p->up_msg, "no upstream node connected within %u ms",
-			 p->up_wait_ms);
-		uv_timer_start(&p->up_timer, up_timeout, p->up_wait_ms, 0);
-	}
-	p->down_idx = p->self + 1;
-	if (p->down_idx < p->n)
-		down_connect(p);
-	else
-		push_check_end(p);
+	push_go(p);
 	return 0;
+}
+
+/* In a worker thread: what this node holds, room, the partial files. */
+static void prep_work(uv_work_t *w)
+{
+	struct mr_push *p = w->data;
+	p->work_rc = mm_store_have(p->root, p->m, &p->have, p->work_err, sizeof p->work_err);
+	if (p->work_rc < 0)
+		return;
+	uint64_t need, avail;
+	char e2[256];
+	p->work_rc = mm_store_space(p->root, p->m, &p->have, &need, &avail, e2, sizeof e2);
+	if (p->e->test_avail)
+		avail = p->e->test_avail;
+	if (p->work_rc == -ENOSPC || p->e->test_avail)
+		p->work_rc = mm_space_check(p->chain[p->self].id, need, avail, p->work_err,
+					    sizeof p->work_err);
+	else if (p->work_rc < 0)
+		util_strlcpy(p->work_err, e2, sizeof p->work_err);
+	if (p->work_rc == 0)
+		p->work_rc = mm_store_begin(p->root, p->m, &p->have, p->work_err,
+					    sizeof p->work_err);
+}
+
+static void prep_done(uv_work_t *w, int status)
+{
+	struct mr_push *p = w->data;
+	struct mr_engine *e = p->e;
+	p->work_running = false;
+	if (p->free_after_work) {
+		push_free(p);
+		engine_unref(e);
+		return;
+	}
+	if (p->done)
+		return;
+	if (status < 0 && p->work_rc == 0)
+		p->work_rc = status;
+	if (p->work_rc < 0) {
+		util_strlcpy(p->up_msg, p->work_err[0] ? p->work_err : strerror(-p->work_rc),
+			     sizeof p->up_msg);
+		log_warn("model_push_refused", "push=%s reason=%s", p->id, log_q(p->up_msg));
+		if (p->up) {
+			json_t *ef = proto_error(0, p->work_rc == -ENOSPC ? "no_space" : "store",
+						 p->up_msg);
+			json_object_set_new(ef, "node", json_string(p->chain[p->self].id));
+			conn_send_new(p->up->c, ef);
+			conn_close(p->up->c, 0);
+		}
+		push_finish(p, p->work_rc == -ENOSPC ? -ENOSPC : -EIO);
+		return;
+	}
+	push_count_missing(p);
+	p->prep = PREP_DOWN;
+	push_go(p); /* the downstream first: this node answers once the chain below is ready */
+	if (p->down_idx >= p->n && !p->done)
+		down_settled(p);
+}
+
+static void prep_start(struct mr_push *p, struct mr_link *l)
+{
+	char err[256] = "";
+	if (mm_parse(p->mtext, p->mtext_len, &p->m_owned, err, sizeof err) < 0) {
+		send_error(l->c, "bad_frame", "%s", err);
+		push_finish(p, -EPROTO);
+		return;
+	}
+	p->m = p->m_owned;
+	if (push_alloc(p) < 0) {
+		send_error(l->c, "internal", "out of memory");
+		push_finish(p, -ENOMEM);
+		return;
+	}
+	p->prep = PREP_WORK;
+	p->work.data = p;
+	if (uv_queue_work(p->e->loop, &p->work, prep_work, prep_done) < 0) {
+		send_error(l->c, "internal", "cannot prepare the store");
+		push_finish(p, -EIO);
+		return;
+	}
+	p->work_running = true;
+}
+
+void mr_engine_accept(struct mr_engine *e, const char *store_root, const struct mr_cbs *cbs,
+		      void *data)
+{
+	e->accept = true;
+	util_strlcpy(e->store_root, store_root, sizeof e->store_root);
+	e->inc_cbs = *cbs;
+	e->inc_data = data;
+}
+
+void mr_engine_test_avail(struct mr_engine *e, uint64_t bytes)
+{
+	e->test_avail = bytes;
 }
 
 void mr_push_cancel(struct mr_engine *e, const char *push_id)

@@ -9,8 +9,11 @@
  * contexts, the chain with the members' data addresses and the manifest; the
  * control plane (who takes part, the space check, the CLI's progress) is the
  * caller's. On a link, upstream U and downstream D:
- *   U -> D  mp_hello {push, from}      D checks U's certificate: a member before it
- *   D -> U  mp_need {node, bits}       the chunks D lacks (base64 bitmap)
+ *   U -> D  mp_hello {push, from, chain, manifest_bytes}
+ *                                      D checks U's certificate: a member before it
+ *   U -> D  mp_manifest {off, text}    the manifest's JSON text in pieces
+ *   D -> U  mp_need {node, bits}       the chunks D lacks (base64 bitmap), once
+ *                                      the chain below D is ready too
  *   U -> D  mp_piece {chunk, off, data} pieces of a chunk in order, data base64
  *   D -> U  mp_ack {chunk} | mp_bad {chunk} (hash mismatch: U sends it again)
  *   D -> U  mp_progress {node, bytes, total}   (relayed up to the source)
@@ -81,6 +84,16 @@ int mr_engine_port(struct mr_engine *e);
  * chain[1]. 0 or a negative errno with err filled. */
 int mr_push_start(struct mr_engine *e, const struct mr_push_opts *o, const struct mr_cbs *cbs,
 		  void *data, char *err, size_t errlen);
+/* Take part in pushes announced by an upstream's mp_hello (its chain and
+ * manifest: this node must be in the chain, the sender before it): each is
+ * received into store_root (after the room check: a node that lacks room
+ * answers no_space and the push is refused before its first byte), with cbs
+ * and data for its progress and end. Without this, only pushes started here
+ * with mr_push_start are accepted. */
+void mr_engine_accept(struct mr_engine *e, const char *store_root, const struct mr_cbs *cbs,
+		      void *data);
+/* Tests only: the free bytes this node claims for the room check. */
+void mr_engine_test_avail(struct mr_engine *e, uint64_t bytes);
 /* Stop a push: its links close, on_done is called with -ECANCELED. */
 void mr_push_cancel(struct mr_engine *e, const char *push_id);
 /* Tests only (tests/fuzz/fuzz_model_relay.c): accept the connection pending

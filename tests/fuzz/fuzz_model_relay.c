@@ -7,7 +7,8 @@
  * been checked). The input is decoded into frames: whole chunks sent right,
  * the same with one byte flipped, pieces with fuzzed chunk, offset and data
  * (base64 of input bytes, raw strings, other JSON types), mp_end, more
- * hellos, frames of the other direction, unknown types and raw bytes. The
+ * hellos (some announcing another push with its chain and the manifest's
+ * text, whole or cut), frames of the other direction, unknown types and raw bytes. The
  * loop runs after each; then the peer closes and the engine is closed.
  * Invariants (abort): ASan/UBSan clean; no file stands under its final name
  * in the store unless it has exactly the source's bytes; every handle closes
@@ -38,6 +39,7 @@ static uint8_t *content[3];
 static size_t content_len[3];
 static const size_t lens[3] = {700, 3 * 65536 + 11, 65536};
 static uv_loop_t loop;
+static char *mtext;
 static struct mr_engine *eng;
 static bool done;
 
@@ -71,6 +73,9 @@ static void make_model(void)
 	char err[256];
 	if (mm_build(src, "fz", MM_CHUNK_MIN, &man, err, sizeof err) < 0)
 		abort();
+	json_t *j = mm_to_json(man);
+	mtext = json_dumps(j, JSON_COMPACT);
+	json_decref(j);
 }
 
 static int rm_one(const char *p, const struct stat *st, int type, struct FTW *ftw)
@@ -218,6 +223,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	nftw(store, rm_one, 8, FTW_DEPTH | FTW_PHYS);
 	uv_loop_init(&loop);
 	eng = mr_engine_new(&loop, NULL, NULL, "n1");
+	mr_engine_accept(eng, store, &cbs, NULL);
 	uv_pipe_t lst;
 	uv_pipe_init(&loop, &lst, 0);
 	unlink(sock);
@@ -267,10 +273,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			send_json(proto_msg("mp_end", 0));
 			break;
 		case 4: {
+			/* a hello again, or one announcing push beef (with its chain
+			 * and the manifest's text, right or cut short) */
 			json_t *h = proto_msg("mp_hello", 0);
 			json_object_set_new(h, "push", json_string(c & 1 ? "f00d" : "beef"));
 			json_object_set_new(h, "from", json_string(c & 2 ? "src" : "n1"));
+			size_t tl = strlen(mtext), cut = c & 4 ? tl : take(&in) % (tl + 1);
+			json_object_set_new(h, "chain", json_pack("[{s:s,s:s,s:i},{s:s,s:s,s:i}]", "id",
+								   "src", "host", "127.0.0.1", "port", 9,
+								   "id", "n1", "host", "127.0.0.1",
+								   "port", 9));
+			json_object_set_new(h, "manifest_bytes", json_integer((json_int_t)tl));
 			send_json(h);
+			json_t *mf = proto_msg("mp_manifest", 0);
+			json_object_set_new(mf, "off", json_integer(0));
+			json_object_set_new(mf, "text", json_stringn(mtext, cut));
+			send_json(mf);
+			for (int k = 0; k < 4; k++)
+				uv_run(&loop, UV_RUN_NOWAIT);
 			break;
 		}
 		case 5: {

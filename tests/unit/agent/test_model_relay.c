@@ -458,3 +458,103 @@ Test(relay, strangers_get_nothing_and_write_nothing)
 	cr_assert_eq(nodes[2].status, -ECANCELED);
 	cleanup_push();
 }
+
+/* ---- pushes announced by the hello (what sparkd does) ---- */
+
+static void push_announced(const char *id)
+{
+	char err[256] = "";
+	if (!man)
+		cr_assert_eq(mm_build(src, "tiny", CS, &man, err, sizeof err), 0, "%s", err);
+	for (int i = 0; i < NN; i++) {
+		json_decref(nodes[i].report);
+		nodes[i].report = NULL;
+		nodes[i].done = false;
+		if (i > 0)
+			mr_engine_accept(nodes[i].e, nodes[i].store, &cbs, &nodes[i]);
+	}
+	struct mr_push_opts o = {.push_id = id, .m = man, .chain = chain, .nchain = NN, .self = 0,
+				 .src_dir = src};
+	cr_assert_eq(mr_push_start(nodes[0].e, &o, &cbs, &nodes[0], err, sizeof err), 0, "%s", err);
+	for (int spins = 0; spins < 200000 && !nodes[0].done; spins++)
+		uv_run(&loop, UV_RUN_ONCE);
+	cr_assert(nodes[0].done);
+	for (int spins = 0; spins < 2000; spins++) /* the others' last frames */
+		uv_run(&loop, UV_RUN_NOWAIT);
+	char *r = json_dumps(nodes[0].report, JSON_COMPACT);
+	cr_log_info("push %s: status %d, %s", id, nodes[0].status, r);
+	free(r);
+}
+
+Test(relay, announced_push_reaches_every_node)
+{
+	start_engines();
+	push_announced("a1");
+	cr_assert_eq(nodes[0].status, 0);
+	for (int i = 1; i < NN; i++) {
+		cr_assert_str_eq(json_string_value(json_object_get(report_of(ids[i]), "status")),
+				 "complete");
+		cr_assert(nodes[i].done, "%s ended its part", ids[i]);
+		same_content(i);
+	}
+	push_announced("a2");
+	cr_assert_eq(nodes[0].status, 0);
+	for (int i = 1; i < NN; i++)
+		cr_assert_eq(json_integer_value(json_object_get(report_of(ids[i]), "bytes_written")),
+			     0);
+	cleanup_push();
+}
+
+Test(relay, a_node_without_room_refuses_before_the_first_byte)
+{
+	start_engines();
+	mr_engine_test_avail(nodes[2].e, 1000);
+	push_announced("a3");
+	cr_assert_eq(nodes[0].status, -ENOSPC);
+	json_t *r2 = report_of("n2");
+	cr_assert_str_eq(json_string_value(json_object_get(r2, "status")), "failed");
+	const char *m = json_string_value(json_object_get(r2, "message"));
+	char want[64];
+	snprintf(want, sizeof want, "%llu bytes", (unsigned long long)man->total_bytes);
+	cr_assert(strstr(m, "n2 lacks room") && strstr(m, want) && strstr(m, "1000 bytes"), "%s",
+		  m);
+	char err[256];
+	for (int i = 1; i < NN; i++) {
+		struct mm_have h;
+		cr_assert_eq(mm_store_have(nodes[i].store, man, &h, err, sizeof err), 0);
+		cr_assert_eq(h.count, 0, "no chunk reached %s", ids[i]);
+		mm_have_free(&h);
+	}
+	cleanup_push();
+}
+
+Test(relay, announced_push_refuses_a_lying_chain)
+{
+	start_engines();
+	for (int i = 1; i < NN; i++)
+		mr_engine_accept(nodes[i].e, nodes[i].store, &cbs, &nodes[i]);
+	char err[256] = "";
+	cr_assert_eq(mm_build(src, "tiny", CS, &man, err, sizeof err), 0, "%s", err);
+	/* the outsider n9 announces a push whose chain says "src" is first: its
+	 * certificate says n9 */
+	struct mr_member fake[2];
+	fake[0] = chain[0];
+	fake[1] = chain[1];
+	struct mr_engine *rogue = mr_engine_new(&loop, srv[0], outsider_cli, "n9");
+	struct mr_push_opts o = {.push_id = "a4", .m = man, .chain = fake, .nchain = 2, .self = 0,
+				 .src_dir = src};
+	struct node rn = {0};
+	cr_assert_eq(mr_push_start(rogue, &o, &cbs, &rn, err, sizeof err), 0, "%s", err);
+	for (int spins = 0; spins < 100000 && !rn.done; spins++)
+		uv_run(&loop, UV_RUN_ONCE);
+	cr_assert_neq(rn.status, 0, "refused");
+	cr_assert_str_eq(json_string_value(json_object_get(json_array_get(rn.report, 0), "status")),
+			 "down");
+	json_decref(rn.report);
+	struct mm_have h;
+	cr_assert_eq(mm_store_have(nodes[1].store, man, &h, err, sizeof err), 0);
+	cr_assert_eq(h.count, 0, "nothing written on n1");
+	mm_have_free(&h);
+	mr_engine_close(rogue);
+	cleanup_push();
+}
