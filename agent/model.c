@@ -4,15 +4,23 @@
  *   model_ls                 -> {"node", "dir", "models": [mm_store_list rows]}
  *   model_rm {name}          -> {"node", "name", "removed": true}     (admin)
  *   model_verify {name}      -> {"node", "name", "files", "bytes", "ok", "problems": [...]}
+ *   model_push {dir, name, chain: [{id, host, port}]} (admin, streams)
+ *        -> "stream" {event: "progress", node, bytes, total} ..., then
+ *           {"name", "files", "bytes", "seconds", "nodes": [report]}
  * verify re-hashes every chunk in a libuv worker thread, so the agent keeps
- * answering meanwhile. The push itself (model_relay.c, the data connections
- * between nodes) is not served yet. */
+ * answering meanwhile; so does model_push for the manifest. A push is the
+ * chain of data links of model_relay.c: once this node has an identity, it
+ * listens on the agent's address, port + 1 (MODEL_DATA_PORT_OFFSET), for the
+ * pushes of members before it in a chain, received into its store. */
 #include "agent.h"
 #include "model_manifest.h"
+#include "model_relay.h"
 #include "service.h"
 
 #include "cfg.h"
+#include "conn.h"
 #include "log.h"
+#include "pki.h"
 #include "util.h"
 
 #include <errno.h>
@@ -20,10 +28,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#define MODEL_DATA_PORT_OFFSET 1
+
+struct push_job;
 
 struct model_svc {
 	char root[PATH_MAX];
 	unsigned verifying; /* verify jobs in worker threads */
+	struct mr_engine *eng;
+	SSL_CTX *srv, *cli;
+	struct push_job *pushes;
+	unsigned seq;
 };
 
 static const char *node_name(struct agent *a)
@@ -67,10 +84,89 @@ static int model_init(struct agent *a, char *err, size_t len)
 	return 0;
 }
 
+static void push_unlink(struct agent *a, struct push_job *j);
 static void model_free(struct agent *a)
 {
+	if (!a->model)
+		return;
+	while (a->model->pushes)
+		push_unlink(a, a->model->pushes);
+	SSL_CTX_free(a->model->srv);
+	SSL_CTX_free(a->model->cli);
 	free(a->model);
 	a->model = NULL;
+}
+
+struct push_job;
+static void push_unlink(struct agent *a, struct push_job *j);
+
+static void in_done(void *data, int status, const json_t *report)
+{
+	(void)data;
+	json_t *me = json_array_get(report, 0);
+	log_info("model_push_received", "status=%d node_status=%s bytes=%lld message=%s", status,
+		 json_string_value(json_object_get(me, "status")),
+		 (long long)json_integer_value(json_object_get(me, "bytes_written")),
+		 log_q(json_string_value(json_object_get(me, "message"))));
+}
+
+static const struct mr_cbs in_cbs = {.on_done = in_done};
+
+/* The data port, once this node has certificates: TLS contexts of its own
+ * (both directions, the revocation list too). Logged, not fatal: a node
+ * whose data port is taken still serves everything else. */
+static void engine_start(struct agent *a)
+{
+	struct model_svc *m = a->model;
+	if (m->eng || a->id.role == ROLE_NONE || a->id.removed)
+		return;
+	char crt[512], key[512], ca[512], crl[512], err[256] = "";
+	identity_paths(a, "node.crt", crt, sizeof crt);
+	identity_paths(a, "node.key", key, sizeof key);
+	identity_paths(a, "ca.crt", ca, sizeof ca);
+	identity_paths(a, "crl.pem", crl, sizeof crl);
+	m->srv = tls_server_ctx(crt, key, ca, err, sizeof err);
+	m->cli = m->srv ? tls_client_ctx(crt, key, ca, err, sizeof err) : NULL;
+	if (m->cli && access(crl, F_OK) == 0 &&
+	    (tls_ctx_load_crl(m->srv, crl, err, sizeof err) < 0 ||
+	     tls_ctx_load_crl(m->cli, crl, err, sizeof err) < 0)) {
+		SSL_CTX_free(m->cli);
+		m->cli = NULL;
+	}
+	if (!m->cli) {
+		log_error("model_data_off", "reason=%s", log_q(err));
+		SSL_CTX_free(m->srv);
+		m->srv = NULL;
+		return;
+	}
+	m->eng = mr_engine_new(a->loop, m->srv, m->cli, a->id.node_id);
+	int port = a->opts.listen_port + MODEL_DATA_PORT_OFFSET;
+	if (!m->eng || mr_engine_listen(m->eng, a->opts.listen_host, port, err, sizeof err) < 0) {
+		log_error("model_data_off", "reason=%s", log_q(err));
+		if (m->eng)
+			mr_engine_close(m->eng);
+		m->eng = NULL;
+		return;
+	}
+	mr_engine_accept(m->eng, m->root, &in_cbs, a);
+	log_info("model_data_listening", "addr=%s:%d store=%s", a->opts.listen_host, port,
+		 log_q(m->root));
+}
+
+static int model_start(struct agent *a, char *err, size_t len)
+{
+	(void)err;
+	(void)len;
+	engine_start(a);
+	return 0;
+}
+
+static void model_stop(struct agent *a)
+{
+	if (a->model && a->model->eng) {
+		mr_engine_close(a->model->eng);
+		a->model->eng = NULL;
+	}
 }
 
 static void r_model_ls(struct agent *a, const struct svc_req *r)
@@ -204,20 +300,228 @@ static void r_model_verify(struct agent *a, const struct svc_req *r)
 	jobs_running = j;
 }
 
+static void push_cli_gone(struct agent *a, conn *c);
+
 static void model_event(struct agent *a, enum svc_event ev, const struct svc_event_arg *arg)
 {
-	(void)a;
+	if (ev == SVC_EV_ROLE || ev == SVC_EV_HEAD_UP) {
+		engine_start(a);
+		return;
+	}
 	if (ev != SVC_EV_CONN_GONE)
 		return;
 	for (struct verify_job *j = jobs_running; j; j = j->next)
 		if (j->reply == arg->c)
 			j->gone = true;
+	push_cli_gone(a, arg->c);
+}
+
+/* ---- model_push: this node is the source ---- */
+
+struct push_job {
+	struct push_job *next;
+	struct agent *a;
+	conn *reply;
+	json_int_t id;
+	bool gone, started, dry_run;
+	char push_id[33];
+	char dir[PATH_MAX];
+	char name[MM_NAME_MAX + 1];
+	struct mr_member *chain;
+	size_t n;
+	struct mm_manifest *m;
+	int rc;
+	char err[512];
+	uint64_t t0;
+	uv_work_t w;
+};
+
+static void push_unlink(struct agent *a, struct push_job *j)
+{
+	struct push_job **pp = &a->model->pushes;
+	while (*pp && *pp != j)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = j->next;
+	mm_free(j->m);
+	free(j->chain);
+	free(j);
+}
+
+static void push_cli_gone(struct agent *a, conn *c)
+{
+	if (!a->model)
+		return;
+	for (struct push_job *j = a->model->pushes; j; j = j->next)
+		if (j->reply == c)
+			j->gone = true; /* the push goes on; its answer goes nowhere */
+}
+
+static void on_push_progress(void *data, const char *node, uint64_t bytes, uint64_t total)
+{
+	struct push_job *j = data;
+	if (j->gone)
+		return;
+	json_t *f = proto_msg("stream", j->id);
+	json_object_set_new(f, "event", json_string("progress"));
+	json_object_set_new(f, "node", json_string(node));
+	json_object_set_new(f, "bytes", json_integer((json_int_t)bytes));
+	json_object_set_new(f, "total", json_integer((json_int_t)total));
+	json_object_set_new(f, "ms", json_integer((json_int_t)(util_now_ms() - j->t0)));
+	conn_send_new(j->reply, f);
+}
+
+static void on_push_done(void *data, int status, const json_t *report)
+{
+	struct push_job *j = data;
+	struct agent *a = j->a;
+	double secs = (double)(util_now_ms() - j->t0) / 1000.0;
+	log_info("model_push_done", "name=%s status=%d seconds=%.1f", j->name, status, secs);
+	if (!j->gone) {
+		struct svc_req r = {.reply = j->reply, .id = j->id};
+		svc_reply(&r, json_pack("{s:s, s:I, s:I, s:f, s:b, s:O}", "name", j->name, "files",
+					(json_int_t)j->m->nfiles, "bytes",
+					(json_int_t)j->m->total_bytes, "seconds", secs, "complete",
+					status == 0, "nodes", report));
+	}
+	push_unlink(a, j);
+}
+
+static void manifest_work(uv_work_t *w)
+{
+	struct push_job *j = w->data;
+	j->rc = mm_build(j->dir, j->name, 0, &j->m, j->err, sizeof j->err);
+}
+
+static void manifest_done(uv_work_t *w, int status)
+{
+	struct push_job *j = w->data;
+	struct agent *a = j->a;
+	struct svc_req r = {.reply = j->reply, .id = j->id};
+	if (status < 0 || j->rc < 0 || !a->model || !a->model->eng) {
+		if (!j->gone)
+			svc_error(&r, j->rc == -ENOENT || j->rc == -ENOTDIR ? "not_found" : "failed",
+				  "%s", j->rc < 0 ? j->err : "the data port of this node is not open");
+		push_unlink(a, j);
+		return;
+	}
+	if (j->dry_run) {
+		json_t *ch = json_array();
+		for (size_t i = 0; i < j->n; i++)
+			json_array_append_new(ch, json_pack("{s:s, s:s, s:i}", "id", j->chain[i].id,
+							    "host", j->chain[i].host, "port",
+							    j->chain[i].port));
+		if (!j->gone)
+			svc_reply(&r, json_pack("{s:s, s:I, s:I, s:I, s:b, s:o}", "name", j->name,
+						"files", (json_int_t)j->m->nfiles, "bytes",
+						(json_int_t)j->m->total_bytes, "chunks",
+						(json_int_t)j->m->nchunks, "dry_run", 1, "chain", ch));
+		else
+			json_decref(ch);
+		push_unlink(a, j);
+		return;
+	}
+	struct mr_push_opts o = {.push_id = j->push_id, .m = j->m, .chain = j->chain,
+				 .nchain = j->n, .self = 0, .src_dir = j->dir};
+	static const struct mr_cbs cbs = {.on_progress = on_push_progress, .on_done = on_push_done};
+	char err[256] = "";
+	j->t0 = util_now_ms();
+	if (mr_push_start(a->model->eng, &o, &cbs, j, err, sizeof err) < 0) {
+		if (!j->gone)
+			svc_error(&r, "failed", "%s", err);
+		push_unlink(a, j);
+		return;
+	}
+	log_info("model_push_start", "name=%s files=%zu bytes=%llu nodes=%zu", j->name,
+		 j->m->nfiles, (unsigned long long)j->m->total_bytes, j->n - 1);
+}
+
+static void r_model_push(struct agent *a, const struct svc_req *r)
+{
+	const char *dir = proto_str(r->msg, "dir"), *name = proto_str(r->msg, "name");
+	json_t *ch = json_object_get(r->msg, "chain");
+	size_t n = json_array_size(ch);
+	if (!dir || dir[0] != '/' || strlen(dir) >= PATH_MAX) {
+		svc_error(r, "bad_request", "dir must be an absolute path");
+		return;
+	}
+	if (!mm_valid_name(name)) {
+		svc_error(r, "bad_request", "'%s' is not a model name (1-%d of letters, digits, "
+			  "'.', '_', '-')", name, MM_NAME_MAX);
+		return;
+	}
+	if (n < 2 || n > 64) {
+		svc_error(r, "bad_request", "chain must list this node and 1-63 others");
+		return;
+	}
+	if (!a->model->eng) {
+		svc_error(r, "failed", "this node's data port is not open (not in a cluster, or "
+			  "port %d taken: see sparkd's log)", a->opts.listen_port +
+			  MODEL_DATA_PORT_OFFSET);
+		return;
+	}
+	struct push_job *j = calloc(1, sizeof *j);
+	struct mr_member *mem = calloc(n, sizeof *mem);
+	if (!j || !mem) {
+		free(j);
+		free(mem);
+		svc_error(r, "internal", "out of memory");
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		json_t *e = json_array_get(ch, i);
+		const char *id = proto_str(e, "id"), *host = proto_str(e, "host");
+		json_int_t port = proto_int(e, "port", -1);
+		if (!id || !host || !id[0] || strlen(id) >= sizeof mem[i].id || !host[0] ||
+		    strlen(host) >= sizeof mem[i].host || port < 1 || port > 65535) {
+			svc_error(r, "bad_request", "chain[%zu] needs id, host and port (1-65535)", i);
+			free(j);
+			free(mem);
+			return;
+		}
+		for (size_t k = 0; k < i; k++)
+			if (!strcmp(mem[k].id, id)) {
+				svc_error(r, "bad_request", "node %s is twice in the chain", id);
+				free(j);
+				free(mem);
+				return;
+			}
+		util_strlcpy(mem[i].id, id, sizeof mem[i].id);
+		util_strlcpy(mem[i].host, host, sizeof mem[i].host);
+		mem[i].port = (int)port;
+	}
+	if (strcmp(mem[0].id, a->id.node_id)) {
+		svc_error(r, "bad_request", "the chain must start at this node (%s)", node_name(a));
+		free(j);
+		free(mem);
+		return;
+	}
+	j->a = a;
+	j->reply = r->reply;
+	j->id = r->id;
+	j->chain = mem;
+	j->n = n;
+	j->dry_run = json_is_true(json_object_get(r->msg, "dry_run"));
+	util_strlcpy(j->dir, dir, sizeof j->dir);
+	util_strlcpy(j->name, name, sizeof j->name);
+	if (pki_random_hex(j->push_id, 16) < 0)
+		snprintf(j->push_id, sizeof j->push_id, "%08x%08x", (unsigned)util_now_ms(),
+			 ++a->model->seq);
+	j->w.data = j;
+	j->next = a->model->pushes;
+	a->model->pushes = j;
+	if (uv_queue_work(a->loop, &j->w, manifest_work, manifest_done) < 0) {
+		svc_error(r, "internal", "cannot start the manifest");
+		push_unlink(a, j);
+	}
 }
 
 static const struct svc_request requests[] = {
 	{"model_ls", r_model_ls, RIGHT_USER, SVC_LOCAL},
 	{"model_rm", r_model_rm, RIGHT_ADMIN, SVC_LOCAL, 0, {{"name", 's'}, {NULL, 0}}},
 	{"model_verify", r_model_verify, RIGHT_USER, SVC_LOCAL, 0, {{"name", 's'}, {NULL, 0}}},
+	{"model_push", r_model_push, RIGHT_ADMIN, SVC_LOCAL, SVC_STREAMS,
+	 {{"dir", 's'}, {"name", 's'}, {"chain", 'a'}, {"dry_run", 'B'}, {NULL, 0}}},
 	{NULL},
 };
 
@@ -225,6 +529,8 @@ const struct service model_service = {
 	.name = "model",
 	.requests = requests,
 	.init = model_init,
+	.start = model_start,
+	.stop = model_stop,
 	.free = model_free,
 	.on_event = model_event,
 };

@@ -410,6 +410,8 @@ int mm_store_begin(const char *root, const struct mm_manifest *m, const struct m
 			break;
 		}
 	}
+	if (r == 0 && json_array_size(json_object_get(meta, "complete")) == m->nfiles)
+		json_object_set_new(meta, "finished_at", json_integer(util_now())); /* nothing to move */
 	if (r == 0)
 		r = meta_save(root, m->name, meta);
 	json_decref(meta);

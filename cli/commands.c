@@ -57,6 +57,8 @@ int cmd_serve(struct cli_ctx *, int, char **);
 int cmd_model_ls(struct cli_ctx *, int, char **);
 int cmd_model_rm(struct cli_ctx *, int, char **);
 int cmd_model_verify(struct cli_ctx *, int, char **);
+int cmd_model_push(struct cli_ctx *, int, char **);
+void cli_text_model_push(const struct cli_answer *a);
 void cli_text_model_ls(const struct cli_answer *a);
 void cli_text_model_rm(const struct cli_answer *a);
 void cli_text_model_verify(const struct cli_answer *a);
@@ -335,6 +337,20 @@ const struct cli_cmd cli_commands[] = {
 	 "Sockets use the fabric address each node has in a subnet every other node has, else\n"
 	 "the management addresses (a ring of 4+). Exit 1 when the model does not fit per node\n"
 	 "(the line says on how many nodes it would). See docs/serve.md.\n"},
+	{"model", "push", cmd_model_push, cli_text_model_push,
+	 "model push DIR (--group G | --nodes a,b,c) [--name NAME] [--dry-run] [-o table|json]",
+	 "copy a model directory from this node to other nodes: verified, resumable, relayed",
+	 "  DIR          the model's folder on this node (regular files; symlinks inside it)\n"
+	 "  --group G    every member of the group ('sparkctl group show G'), in its order\n"
+	 "  --nodes LIST names or ids, in the order the chunks should travel\n"
+	 "  --name NAME  the name on the nodes (default: the folder's name)\n"
+	 "  --dry-run    print the chain and the model's size; move nothing\n"
+	 "Chunks of 4 MiB named by SHA-256 travel node to node (each forwards what it holds\n"
+	 "while it receives the rest) over mutual TLS to each node's agent port + 1, on the\n"
+	 "address the node joined with; each chunk is checked before it is written, files\n"
+	 "appear under their name only when complete. A node that lacks room refuses before\n"
+	 "the first byte. Run it again after a failure: only missing chunks move. Exit 1 when\n"
+	 "a node is not complete. See docs/models.md.\n"},
 	{"model", "ls", cmd_model_ls, cli_text_model_ls, "model ls [-o table|json]",
 	 "the models this node holds in its store (models.dir, default STATE_DIR/models)",
 	 "A model is complete when every file is verified and under its final name, partial\n"

@@ -12,18 +12,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 static struct h_cluster *c;
-static char src[512], store[512], cfg[512];
+static char srcroot[256], src[512], store[512], cfg[512];
 
 static void setup(void)
 {
 	c = h_cluster_new(1);
-	snprintf(src, sizeof src, "%s/model-src", c->root);
+	snprintf(srcroot, sizeof srcroot, "/tmp/sparkctl-it-src-XXXXXX");
+	cr_assert_not_null(mkdtemp(srcroot));
+	snprintf(src, sizeof src, "%s/model-src", srcroot);
 	snprintf(store, sizeof store, "%s/bigdisk/models", c->root);
 	snprintf(cfg, sizeof cfg, "%s/sparkd.yaml", c->root);
 	cr_assert_eq(mkdir(src, 0755), 0);
@@ -45,6 +48,10 @@ static void setup(void)
 static void teardown(void)
 {
 	h_cluster_free(c);
+	char cmd[400];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", srcroot);
+	if (system(cmd) != 0)
+		cr_log_warn("could not remove %s", srcroot);
 }
 
 TestSuite(models, .init = setup, .fini = teardown, .timeout = 60);
@@ -250,4 +257,154 @@ Test(models, hostile_requests_refused)
 	cr_assert_eq(r.rc, 0, "%s", r.err);
 	h_result_free(&r);
 	mm_free(m);
+}
+
+/* ---- model push between real agents (a head and two workers on loopback) ---- */
+
+static void start_three(const char *cfg2)
+{
+	h_cluster_free(c);
+	c = h_cluster_new(3);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(i == 2 && cfg2 ? h_start_cfg(c, i, cfg2) : h_start(c, i), 0,
+			     "sparkd %d", i);
+	char *tok = h_init(c);
+	for (int i = 1; i < 3; i++) {
+		struct h_result r = h_ctl(c, i, "join", h_addr(c, 0), "--token", tok, "--timeout",
+					  "3s", NULL);
+		cr_assert_eq(r.rc, 0, "join %d: %s", i, r.err);
+		h_result_free(&r);
+	}
+	free(tok);
+	for (int i = 1; i < 3; i++)
+		cr_assert(h_wait_state(c, 0, c->nodes[i].name, "ready", 5000) >= 0);
+}
+
+static void same_files(const char *store_dir, const char *name)
+{
+	char cmd[1400];
+	snprintf(cmd, sizeof cmd, "diff -r '%s' '%s/%s' >/dev/null", src, store_dir, name);
+	cr_assert_eq(system(cmd), 0, "%s/%s has the source's files", store_dir, name);
+}
+
+static json_t *node_report(json_t *j, const char *name)
+{
+	size_t i;
+	json_t *n;
+	json_array_foreach(json_object_get(j, "nodes"), i, n)
+		if (!strcmp(json_string_value(json_object_get(n, "name")), name))
+			return n;
+	cr_assert_fail("no report for %s", name);
+	return NULL;
+}
+
+Test(models, push_to_two_workers_then_nothing_moves)
+{
+	start_three(NULL);
+	char s1[600], s2[600];
+	snprintf(s1, sizeof s1, "%s/models", c->nodes[1].dir);
+	snprintf(s2, sizeof s2, "%s/models", c->nodes[2].dir);
+	struct h_result r = h_ctl(c, 0, "model", "push", src, "--nodes", "node-2,node-3",
+				  "--dry-run", NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.err);
+	cr_assert(strstr(r.out, "Would push model-src") && strstr(r.out, "node-3"), "%s", r.out);
+	h_result_free(&r);
+	cr_assert_neq(access(s1, F_OK), 0, "a dry run moves nothing");
+
+	r = h_ctl(c, 0, "model", "push", src, "--nodes", "node-2,node-3", "--name", "tiny", "-o",
+		  "json", NULL);
+	cr_assert_eq(r.rc, 0, "%s\n%s", r.out, r.err);
+	json_t *j = h_json(&r);
+	cr_assert(json_is_true(json_object_get(j, "complete")));
+	json_int_t total = json_integer_value(json_object_get(j, "bytes"));
+	cr_assert_eq(json_integer_value(json_object_get(node_report(j, "node-2"), "bytes_written")),
+		     total);
+	cr_assert_eq(json_integer_value(json_object_get(node_report(j, "node-3"), "bytes_written")),
+		     total);
+	json_decref(j);
+	h_result_free(&r);
+	same_files(s1, "tiny");
+	same_files(s2, "tiny");
+	r = h_ctl(c, 2, "model", "verify", "tiny", NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.err);
+	h_result_free(&r);
+
+	/* again: nothing moves */
+	r = h_ctl(c, 0, "model", "push", src, "--nodes", "node-2,node-3", "--name", "tiny", "-o",
+		  "json", NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.err);
+	j = h_json(&r);
+	cr_assert_eq(json_integer_value(json_object_get(node_report(j, "node-2"), "bytes_written")),
+		     0);
+	cr_assert_eq(json_integer_value(json_object_get(node_report(j, "node-3"), "bytes_written")),
+		     0);
+	json_decref(j);
+	h_result_free(&r);
+
+	/* one file changes on the source: only it moves */
+	char p[700];
+	snprintf(p, sizeof p, "%s/config.json", src);
+	FILE *f = fopen(p, "w");
+	fputs("{\"changed\": true}", f);
+	fclose(f);
+	r = h_ctl(c, 1, "model", "push", src, "--nodes", "node-1,node-3", "--name", "tiny", "-o",
+		  "json", NULL);
+	cr_assert_eq(r.rc, 0, "a push from a worker: %s", r.err);
+	j = h_json(&r);
+	cr_assert_eq(json_integer_value(json_object_get(node_report(j, "node-3"), "bytes_written")),
+		     17, "only config.json moved");
+	json_decref(j);
+	h_result_free(&r);
+	same_files(s2, "tiny");
+
+	/* bad input */
+	r = h_ctl(c, 0, "model", "push", "/nonexistent/model", "--nodes", "node-2", NULL);
+	cr_assert_eq(r.rc, 1);
+	cr_assert(strstr(r.err, "/nonexistent/model"), "%s", r.err);
+	h_result_free(&r);
+	r = h_ctl(c, 0, "model", "push", src, "--nodes", "node-9", NULL);
+	cr_assert_eq(r.rc, 1);
+	cr_assert(strstr(r.err, "node-9") && strstr(r.err, "node ls"), "%s", r.err);
+	h_result_free(&r);
+	r = h_ctl(c, 0, "model", "push", src, "--group", "nope", NULL);
+	cr_assert_eq(r.rc, 1, "a group that does not exist");
+	h_result_free(&r);
+	r = h_ctl(c, 0, "model", "push", src, NULL);
+	cr_assert_eq(r.rc, 2, "neither --group nor --nodes");
+	h_result_free(&r);
+}
+
+Test(models, push_refused_up_front_when_a_node_lacks_room)
+{
+	/* node-3's store is a 1 MiB tmpfs: the model (~197 KiB x 2 + ...) is made bigger */
+	char small[600], c3[700];
+	snprintf(small, sizeof small, "/tmp/sparkctl-it-small.%d", (int)getpid());
+	mkdir(small, 0755);
+	if (mount("tmpfs", small, "tmpfs", 0, "size=1m") < 0) {
+		rmdir(small);
+		cr_skip_test("cannot mount a tmpfs here: %s", strerror(errno));
+	}
+	char p[700];
+	snprintf(p, sizeof p, "%s/big.bin", src);
+	FILE *f = fopen(p, "wb");
+	for (int k = 0; k < 3 << 20; k++)
+		fputc(k & 0xff, f);
+	fclose(f);
+	snprintf(c3, sizeof c3, "%s/node3.yaml", "/tmp");
+	f = fopen(c3, "w");
+	fprintf(f, "models:\n  dir: %s\n", small);
+	fclose(f);
+	start_three(c3);
+	struct h_result r = h_ctl(c, 0, "model", "push", src, "--nodes", "node-2,node-3", NULL);
+	umount(small);
+	rmdir(small);
+	unlink(c3);
+	cr_assert_eq(r.rc, 1, "%s", r.out);
+	cr_assert(strstr(r.err, "node-3") || strstr(r.out, "lacks room"), "%s %s", r.out, r.err);
+	cr_assert(strstr(r.out, "lacks room") && strstr(r.out, "bytes"), "%s", r.out);
+	h_result_free(&r);
+	char s1[600];
+	snprintf(s1, sizeof s1, "%s/models/model-src/big.bin", c->nodes[1].dir);
+	struct stat st;
+	cr_assert_neq(stat(s1, &st), 0, "node-2 got no file");
 }
