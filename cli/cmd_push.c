@@ -1,14 +1,21 @@
-/* cmd_push: `sparkctl model ls|rm|verify` (issue 18, docs/models.md): the
- * models the local node holds in its store, served by its sparkd's `model`
- * service (agent/model.c). `model push` itself is not built yet. The text
- * writers of these answers are here too (declared in commands.c). */
+/* cmd_push: `sparkctl model push|ls|rm|verify` (issue 18, docs/models.md):
+ * copying a model directory from this node along a chain of other nodes, and
+ * the models the local node holds in its store, both served by its sparkd's
+ * `model` service (agent/model.c). The text writers of these answers are
+ * here too (declared in commands.c). */
 #include "cli.h"
 #include "output.h"
+#include "util.h"
 
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define VERIFY_TIMEOUT_MS (12u * 3600 * 1000) /* re-hashing hundreds of GB takes minutes */
 
@@ -164,14 +171,6 @@ void cli_text_model_verify(const struct cli_answer *a)
 }
 
 /* ---- model push ---- */
-
-#include "util.h"
-
-#include <errno.h>
-#include <limits.h>
-#include <stdlib.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 void cli_text_model_push(const struct cli_answer *a);
 

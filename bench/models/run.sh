@@ -3,8 +3,7 @@
 # machine (docs/models.md): the chunk hashes per core (SHA-256, and XXH3 when
 # Debian's libxxhash-dev is installed) and the data plane (a source and three
 # relays in one process, one core, TLS over loopback). The benchmark
-# against rsync over SSH in a rate-limited simulated cluster needs `sparkctl
-# model push`, which is not built yet.
+# against rsync over SSH in a rate-limited simulated cluster is not written yet.
 set -eu
 build=${1:?usage: $0 BUILD_DIR [MIB]}
 mib=${2:-256}
