@@ -120,6 +120,10 @@ static void engine_start(struct agent *a)
 	struct model_svc *m = a->model;
 	if (m->eng || a->id.role == ROLE_NONE || a->id.removed)
 		return;
+	if (a->opts.listen_port <= 0) { /* an agent port chosen by the kernel (tests) */
+		log_info("model_data_off", "reason=%s", log_q("the agent port is not fixed"));
+		return;
+	}
 	char crt[512], key[512], ca[512], crl[512], err[256] = "";
 	identity_paths(a, "node.crt", crt, sizeof crt);
 	identity_paths(a, "node.key", key, sizeof key);

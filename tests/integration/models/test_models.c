@@ -244,6 +244,18 @@ Test(models, hostile_requests_refused)
 		"{\"v\":1,\"type\":\"model_rm\",\"id\":1,\"name\":\"\"}",
 		"{\"v\":1,\"type\":\"model_verify\",\"id\":1,\"name\":\"/etc/passwd\"}",
 		"{\"v\":1,\"type\":\"model_verify\",\"id\":1,\"name\":[\"keep\"]}",
+		/* model_push with a bad directory, name or chain */
+		"{\"v\":1,\"type\":\"model_push\",\"id\":1,\"dir\":\"rel/dir\",\"name\":\"m\","
+		"\"chain\":[{\"id\":\"a\",\"host\":\"127.0.0.1\",\"port\":1},"
+		"{\"id\":\"b\",\"host\":\"127.0.0.1\",\"port\":1}]}",
+		"{\"v\":1,\"type\":\"model_push\",\"id\":1,\"dir\":\"/tmp\",\"name\":\"../m\","
+		"\"chain\":[]}",
+		"{\"v\":1,\"type\":\"model_push\",\"id\":1,\"dir\":\"/tmp\",\"name\":\"m\","
+		"\"chain\":{}}",
+		"{\"v\":1,\"type\":\"model_push\",\"id\":1,\"dir\":\"/tmp\",\"name\":\"m\","
+		"\"chain\":[{\"id\":\"a\"}]}",
+		"{\"v\":1,\"type\":\"model_push\",\"id\":1,\"dir\":\"/tmp\",\"name\":\"m\","
+		"\"chain\":[],\"dry_run\":\"yes\"}",
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
 		json_t *j = raw_call(bad[i]);
