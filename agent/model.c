@@ -118,8 +118,8 @@ static const struct mr_cbs in_cbs = {.on_done = in_done};
 static void engine_start(struct agent *a)
 {
 	struct model_svc *m = a->model;
-	if (m->eng || a->id.role == ROLE_NONE || a->id.removed)
-		return;
+	if (!m || m->eng || a->id.role == ROLE_NONE || a->id.removed)
+		return; /* (no state: sparkd started without this service, as fuzz_session does) */
 	if (a->opts.listen_port <= 0) { /* an agent port chosen by the kernel (tests) */
 		log_info("model_data_off", "reason=%s", log_q("the agent port is not fixed"));
 		return;
@@ -173,8 +173,20 @@ static void model_stop(struct agent *a)
 	}
 }
 
+/* Requests reach the handlers whenever the table is listed; the state exists
+ * only when the service was initialised. */
+static bool ready(struct agent *a, const struct svc_req *r)
+{
+	if (a->model)
+		return true;
+	svc_error(r, "internal", "the model service is not running on %s", node_name(a));
+	return false;
+}
+
 static void r_model_ls(struct agent *a, const struct svc_req *r)
 {
+	if (!ready(a, r))
+		return;
 	json_t *list;
 	char err[512] = "";
 	int rc = mm_store_list(a->model->root, &list, err, sizeof err);
@@ -189,6 +201,8 @@ static void r_model_ls(struct agent *a, const struct svc_req *r)
 
 static void r_model_rm(struct agent *a, const struct svc_req *r)
 {
+	if (!ready(a, r))
+		return;
 	const char *name = proto_str(r->msg, "name");
 	char err[512] = "";
 	if (!mm_valid_name(name)) {
@@ -273,6 +287,8 @@ static void verify_done(uv_work_t *w, int status)
 
 static void r_model_verify(struct agent *a, const struct svc_req *r)
 {
+	if (!ready(a, r))
+		return;
 	const char *name = proto_str(r->msg, "name");
 	if (!mm_valid_name(name)) {
 		svc_error(r, "bad_request", "'%s' is not a model name", name);
@@ -342,10 +358,10 @@ struct push_job {
 
 static void push_unlink(struct agent *a, struct push_job *j)
 {
-	struct push_job **pp = &a->model->pushes;
-	while (*pp && *pp != j)
+	struct push_job **pp = a->model ? &a->model->pushes : NULL;
+	while (pp && *pp && *pp != j)
 		pp = &(*pp)->next;
-	if (*pp)
+	if (pp && *pp)
 		*pp = j->next;
 	mm_free(j->m);
 	free(j->chain);
@@ -442,6 +458,8 @@ static void manifest_done(uv_work_t *w, int status)
 
 static void r_model_push(struct agent *a, const struct svc_req *r)
 {
+	if (!ready(a, r))
+		return;
 	const char *dir = proto_str(r->msg, "dir"), *name = proto_str(r->msg, "name");
 	json_t *ch = json_object_get(r->msg, "chain");
 	size_t n = json_array_size(ch);
