@@ -383,6 +383,8 @@ int cmd_model_push(struct cli_ctx *ctx, int argc, char **argv)
 				json_object_set(nd, "name", nm);
 		}
 		json_decref(names);
+		/* which network carried it: say so (issue 18: the fabric is not used yet) */
+		json_object_set_new(data, "network", json_string("agent_address"));
 		cli_output(ctx, req, data, NULL);
 		if (!dry && !json_is_true(json_object_get(data, "complete"))) {
 			char bad[512] = "";
@@ -421,7 +423,8 @@ void cli_text_model_push(const struct cli_answer *a)
 		json_array_foreach(json_object_get(a->req, "chain"), i, n)
 			printf("  %zu. %s (%s:%lld)%s\n", i, cli_jstr(n, "name"), cli_jstr(n, "host"),
 			       cli_jnum(n, "port"), i == 0 ? "  source" : "");
-		printf("Each node receives only the chunks it lacks, from the node before it.\n");
+		printf("Each node receives only the chunks it lacks, from the node before it, over the\n"
+		       "address it joined with (not its fabric addresses: not supported yet).\n");
 		return;
 	}
 	static const char *const hdr[] = {"NODE", "STATUS", "WRITTEN", "BAD CHUNKS", "MESSAGE"};
@@ -444,7 +447,8 @@ void cli_text_model_push(const struct cli_answer *a)
 	out_table_print(t, stdout);
 	out_table_free(t);
 	double secs = json_real_value(json_object_get(a->data, "seconds"));
-	printf("%s: %lld files, %s, in %.1f s%s.\n", cli_jstr(a->data, "name"),
+	printf("%s: %lld files, %s, in %.1f s%s (over the nodes' agent addresses, not the "
+	       "fabric).\n", cli_jstr(a->data, "name"),
 	       cli_jnum(a->data, "files"), size, secs,
 	       json_is_true(json_object_get(a->data, "complete")) ? ", complete on every node" : "");
 }
