@@ -43,11 +43,19 @@ static char *mtext;
 static struct mr_engine *eng;
 static bool done;
 
+static int rm_one(const char *p, const struct stat *st, int type, struct FTW *ftw);
+
+static void cleanup(void)
+{
+	nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+}
+
 static void make_model(void)
 {
 	snprintf(dir, sizeof dir, "/tmp/fuzz_mr.XXXXXX");
 	if (!mkdtemp(dir))
 		abort();
+	atexit(cleanup);
 	snprintf(src, sizeof src, "%s/model", dir);
 	snprintf(store, sizeof store, "%s/store", dir);
 	snprintf(sock, sizeof sock, "%s/s", dir);
