@@ -39,6 +39,7 @@ struct model_svc {
 	unsigned verifying; /* verify jobs in worker threads */
 	struct mr_engine *eng;
 	SSL_CTX *srv, *cli;
+	EVP_PKEY *ca_pub;   /* checks the head's push tickets */
 	struct push_job *pushes;
 	unsigned seq;
 };
@@ -93,6 +94,7 @@ static void model_free(struct agent *a)
 		push_unlink(a, a->model->pushes);
 	SSL_CTX_free(a->model->srv);
 	SSL_CTX_free(a->model->cli);
+	EVP_PKEY_free(a->model->ca_pub);
 	free(a->model);
 	a->model = NULL;
 }
@@ -111,6 +113,31 @@ static void in_done(void *data, int status, const json_t *report)
 }
 
 static const struct mr_cbs in_cbs = {.on_done = in_done};
+
+#define TICKET_TTL_S 3600
+
+/* A push's permission: the cluster CA's signature (ECDSA P-256, SHA-256) over
+ * mr_ticket_text, made by the head for an admin's request (model_ticket). */
+static int verify_ticket(void *data, const char *text, const char *ticket, int64_t expires_at)
+{
+	struct agent *a = data;
+	int64_t now = util_now();
+	if (!a->model || !a->model->ca_pub || expires_at < now || expires_at > now + 2 * TICKET_TTL_S)
+		return -EACCES;
+	size_t tl = strlen(ticket);
+	if (tl == 0 || tl % 4 || tl > 512)
+		return -EACCES;
+	unsigned char sig[400];
+	int k = EVP_DecodeBlock(sig, (const unsigned char *)ticket, (int)tl);
+	if (k <= 0)
+		return -EACCES;
+	k -= (ticket[tl - 1] == '=') + (ticket[tl - 2] == '=');
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	int ok = md && EVP_DigestVerifyInit(md, NULL, EVP_sha256(), NULL, a->model->ca_pub) == 1 &&
+		 EVP_DigestVerify(md, sig, (size_t)k, (const unsigned char *)text, strlen(text)) == 1;
+	EVP_MD_CTX_free(md);
+	return ok ? 0 : -EACCES;
+}
 
 /* The data port, once this node has certificates: TLS contexts of its own
  * (both directions, the revocation list too). Logged, not fatal: a node
@@ -153,6 +180,15 @@ static void engine_start(struct agent *a)
 		return;
 	}
 	mr_engine_accept(m->eng, m->root, &in_cbs, a);
+	X509 *cax = NULL;
+	if (pki_read_cert(ca, &cax) == 0) {
+		m->ca_pub = X509_get_pubkey(cax);
+		X509_free(cax);
+	}
+	if (!m->ca_pub)
+		log_error("model_tickets_off", "reason=%s", log_q("cannot read the CA's key from ca.crt: "
+								  "announced pushes are refused"));
+	mr_engine_verify(m->eng, verify_ticket, a);
 	log_info("model_data_listening", "addr=%s:%d store=%s", a->opts.listen_host, port,
 		 log_q(m->root));
 }
@@ -336,6 +372,68 @@ static void model_event(struct agent *a, enum svc_event ev, const struct svc_eve
 	push_cli_gone(a, arg->c);
 }
 
+/* ---- model_ticket: the head signs an admin's push ---- */
+
+static bool hex_id(const char *s)
+{
+	size_t n = s ? strlen(s) : 0;
+	if (n == 0 || n > 64)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return false;
+	return true;
+}
+
+static void r_model_ticket(struct agent *a, const struct svc_req *r)
+{
+	const char *push = proto_str(r->msg, "push"), *name = proto_str(r->msg, "name");
+	json_t *ch = json_object_get(r->msg, "chain");
+	size_t n = json_array_size(ch);
+	if (!a->ca_key) {
+		svc_error(r, "internal", "only the head signs pushes");
+		return;
+	}
+	if (!hex_id(push) || !mm_valid_name(name) || n < 2 || n > 64) {
+		svc_error(r, "bad_request", "push (1-64 hex), name (a model name) and chain (2-64 "
+			  "node ids) are required");
+		return;
+	}
+	struct mr_member *mem = calloc(n, sizeof *mem);
+	if (!mem) {
+		svc_error(r, "internal", "out of memory");
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const char *id = json_string_value(json_array_get(ch, i));
+		if (!id || !id[0] || strlen(id) >= sizeof mem[i].id) {
+			free(mem);
+			svc_error(r, "bad_request", "chain[%zu] must be a node id", i);
+			return;
+		}
+		util_strlcpy(mem[i].id, id, sizeof mem[i].id);
+	}
+	int64_t exp = util_now() + TICKET_TTL_S;
+	char *text = mr_ticket_text(push, name, exp, mem, n);
+	free(mem);
+	unsigned char sig[256];
+	size_t sl = sizeof sig;
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	int ok = text && md && EVP_DigestSignInit(md, NULL, EVP_sha256(), NULL, a->ca_key) == 1 &&
+		 EVP_DigestSign(md, sig, &sl, (const unsigned char *)text, strlen(text)) == 1;
+	EVP_MD_CTX_free(md);
+	free(text);
+	char b64[400];
+	if (!ok || sl > 256) {
+		svc_error(r, "internal", "cannot sign the push");
+		return;
+	}
+	EVP_EncodeBlock((unsigned char *)b64, sig, (int)sl);
+	log_info("model_ticket", "push=%s name=%s nodes=%zu", push, name, n);
+	svc_reply(r, json_pack("{s:s, s:s, s:I, s:s}", "push", push, "name", name, "expires_at",
+			       (json_int_t)exp, "ticket", b64));
+}
+
 /* ---- model_push: this node is the source ---- */
 
 struct push_job {
@@ -344,7 +442,9 @@ struct push_job {
 	conn *reply;
 	json_int_t id;
 	bool gone, started, dry_run;
-	char push_id[33];
+	char push_id[65];
+	char *ticket;
+	int64_t expires_at;
 	char dir[PATH_MAX];
 	char name[MM_NAME_MAX + 1];
 	struct mr_member *chain;
@@ -365,6 +465,7 @@ static void push_unlink(struct agent *a, struct push_job *j)
 		*pp = j->next;
 	mm_free(j->m);
 	free(j->chain);
+	free(j->ticket);
 	free(j);
 }
 
@@ -442,7 +543,8 @@ static void manifest_done(uv_work_t *w, int status)
 		return;
 	}
 	struct mr_push_opts o = {.push_id = j->push_id, .m = j->m, .chain = j->chain,
-				 .nchain = j->n, .self = 0, .src_dir = j->dir};
+				 .nchain = j->n, .self = 0, .src_dir = j->dir, .ticket = j->ticket,
+				 .expires_at = j->expires_at};
 	static const struct mr_cbs cbs = {.on_progress = on_push_progress, .on_done = on_push_done};
 	char err[256] = "";
 	j->t0 = util_now_ms();
@@ -526,9 +628,16 @@ static void r_model_push(struct agent *a, const struct svc_req *r)
 	j->dry_run = json_is_true(json_object_get(r->msg, "dry_run"));
 	util_strlcpy(j->dir, dir, sizeof j->dir);
 	util_strlcpy(j->name, name, sizeof j->name);
-	if (pki_random_hex(j->push_id, 16) < 0)
-		snprintf(j->push_id, sizeof j->push_id, "%08x%08x", (unsigned)util_now_ms(),
-			 ++a->model->seq);
+	const char *push = proto_str(r->msg, "push");
+	if (!hex_id(push)) {
+		svc_error(r, "bad_request", "push must be 1-64 lower-case hex digits");
+		free(j);
+		free(mem);
+		return;
+	}
+	util_strlcpy(j->push_id, push, sizeof j->push_id);
+	j->ticket = strdup(proto_str(r->msg, "ticket"));
+	j->expires_at = proto_int(r->msg, "expires_at", 0);
 	j->w.data = j;
 	j->next = a->model->pushes;
 	a->model->pushes = j;
@@ -543,7 +652,10 @@ static const struct svc_request requests[] = {
 	{"model_rm", r_model_rm, RIGHT_ADMIN, SVC_LOCAL, 0, {{"name", 's'}, {NULL, 0}}},
 	{"model_verify", r_model_verify, RIGHT_USER, SVC_LOCAL, 0, {{"name", 's'}, {NULL, 0}}},
 	{"model_push", r_model_push, RIGHT_ADMIN, SVC_LOCAL, SVC_STREAMS,
-	 {{"dir", 's'}, {"name", 's'}, {"chain", 'a'}, {"dry_run", 'B'}, {NULL, 0}}},
+	 {{"dir", 's'}, {"name", 's'}, {"chain", 'a'}, {"push", 's'}, {"ticket", 's'},
+	  {"expires_at", 'i'}, {"dry_run", 'B'}, {NULL, 0}}},
+	{"model_ticket", r_model_ticket, RIGHT_ADMIN, SVC_HEAD, 0,
+	 {{"push", 's'}, {"name", 's'}, {"chain", 'a'}, {NULL, 0}}},
 	{NULL},
 };
 

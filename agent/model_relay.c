@@ -64,6 +64,9 @@ struct mr_push {
 	bool done;
 	bool freed;
 
+	/* the permission, sent down in each hello */
+	char *ticket;
+	int64_t expires_at;
 	/* the manifest as text, sent down after each hello */
 	char *mtext;
 	size_t mtext_len, mtext_got;
@@ -108,6 +111,8 @@ struct mr_engine {
 	struct mr_cbs inc_cbs;
 	void *inc_data;
 	uint64_t test_avail;      /* tests: free bytes this node claims (0: statvfs) */
+	mr_verify_fn verify;
+	void *verify_data;
 	unsigned handles; /* listener, links, timers still open */
 	bool closing;
 };
@@ -227,6 +232,7 @@ static void push_free(struct mr_push *p)
 	free(p->rd_buf);
 	free(p->chain);
 	free(p->mtext);
+	free(p->ticket);
 	mm_free(p->m_owned);
 	json_decref(p->report);
 	struct mr_push **pp = &p->e->pushes;
@@ -260,7 +266,7 @@ static void push_finish(struct mr_push *p, int status)
 	json_t *all = json_array();
 	if (p->self > 0)
 		json_array_append_new(all, own_report(p));
-	else if (status < 0 && status != -ENOSPC && status != -ECANCELED)
+	else if (status < 0 && status != -ENOSPC && status != -EACCES && status != -ECANCELED)
 		json_array_append_new(all, json_pack("{s:s, s:s, s:i, s:i, s:i, s:s}", "node",
 						     p->chain[0].id, "status", "failed",
 						     "bytes_written", 0, "chunks_written", 0,
@@ -274,7 +280,8 @@ static void push_finish(struct mr_push *p, int status)
 			if (strcmp(json_string_value(json_object_get(r, "status")), "complete"))
 				st = -EIO;
 	}
-	if (p->up && p->self > 0 && status != -ECANCELED && status != -ENOSPC && !p->prep) {
+	if (p->up && p->self > 0 && status != -ECANCELED && status != -ENOSPC && status != -EACCES &&
+	    !p->prep) {
 		json_t *d = msg("mp_done");
 		json_object_set(d, "nodes", all);
 		conn_send_new(p->up->c, d);
@@ -551,6 +558,10 @@ static void auto_hello(struct mr_link *l, const json_t *f)
 		send_error(l->c, "internal", "out of memory");
 		return;
 	}
+	const char *tk = proto_str(f, "ticket");
+	if (tk && strlen(tk) < 1024)
+		p->ticket = strdup(tk);
+	p->expires_at = proto_int(f, "expires_at", 0);
 	p->auto_push = true;
 	p->cbs = e->inc_cbs;
 	p->data = e->inc_data;
@@ -746,8 +757,11 @@ static void on_down_frame(struct mr_link *l, const json_t *f)
 		conn_close(l->c, 0);
 		push_check_end(p);
 	} else if (!strcmp(t, "error") && !p->down_ready &&
-		   !strcmp(proto_str(f, "code") ? proto_str(f, "code") : "", "no_space")) {
-		/* a node below lacks room: the push is refused before its first byte */
+		   (!strcmp(proto_str(f, "code") ? proto_str(f, "code") : "", "no_space") ||
+		    !strcmp(proto_str(f, "code") ? proto_str(f, "code") : "", "not_authorized"))) {
+		/* a node below lacks room, or refuses the push's permission: the push is
+		 * refused before its first byte */
+		bool room = !strcmp(proto_str(f, "code"), "no_space");
 		const char *m = proto_str(f, "message") ? proto_str(f, "message") : "no room";
 		const char *who = l->peer_id; /* the node named, if it is one below this one */
 		for (size_t i = p->self + 1; i < p->n; i++)
@@ -759,13 +773,13 @@ static void on_down_frame(struct mr_link *l, const json_t *f)
 						0, "chunks_bad", 0, "message", m));
 		util_strlcpy(p->up_msg, m, sizeof p->up_msg);
 		if (p->up && p->self > 0) {
-			json_t *ef = proto_error(0, "no_space", m);
+			json_t *ef = proto_error(0, room ? "no_space" : "not_authorized", m);
 			json_object_set_new(ef, "node", json_string(who));
 			conn_send_new(p->up->c, ef);
 			conn_close(p->up->c, 0);
 		}
 		l->got_done = true; /* not "down": it answered */
-		push_finish(p, -ENOSPC);
+		push_finish(p, room ? -ENOSPC : -EACCES);
 	} else if (!strcmp(t, "error")) {
 		log_warn("model_down_error", "push=%s node=%s code=%s message=%s", p->id, l->peer_id,
 			 log_q(proto_str(f, "code")), log_q(proto_str(f, "message")));
@@ -835,6 +849,10 @@ static void link_ready(conn *c, int status)
 							    p->chain[i].port));
 		json_object_set_new(h, "chain", ch);
 		json_object_set_new(h, "manifest_bytes", json_integer((json_int_t)p->mtext_len));
+		if (p->ticket) {
+			json_object_set_new(h, "ticket", json_string(p->ticket));
+			json_object_set_new(h, "expires_at", json_integer(p->expires_at));
+		}
 		conn_send_new(c, h);
 		/* the manifest as text, in pieces a frame holds */
 		for (size_t off = 0; off < p->mtext_len; off += MR_PIECE) {
@@ -1159,6 +1177,12 @@ int mr_push_start(struct mr_engine *e, const struct mr_push_opts *o, const struc
 	p->cbs = *cbs;
 	p->data = data;
 	p->test_corrupt = o->test_corrupt;
+	p->expires_at = o->expires_at;
+	if (o->ticket && !(p->ticket = strdup(o->ticket))) {
+		p->done = p->freed = true;
+		uv_close((uv_handle_t *)&p->up_timer, on_timer_closed);
+		return -ENOMEM;
+	}
 	if (o->up_wait_ms)
 		p->up_wait_ms = o->up_wait_ms;
 	int r = push_alloc(p);
@@ -1255,6 +1279,27 @@ static void prep_start(struct mr_push *p, struct mr_link *l)
 		return;
 	}
 	p->m = p->m_owned;
+	if (p->e->verify) {
+		char *text = mr_ticket_text(p->id, p->m->name, p->expires_at, p->chain, p->n);
+		int vr = text && p->ticket ? p->e->verify(p->e->verify_data, text, p->ticket,
+							  p->expires_at)
+					   : -EACCES;
+		free(text);
+		if (vr < 0) {
+			log_warn("model_push_refused", "push=%s from=%s reason=%s", p->id, l->peer_id,
+				 p->ticket ? "bad or expired ticket" : "no ticket");
+			snprintf(p->up_msg, sizeof p->up_msg, "no valid permission for push %s", p->id);
+			char m[256];
+			snprintf(m, sizeof m, "%s refused push %s of %s: no valid permission from the "
+				 "head", p->chain[p->self].id, p->id, p->m->name);
+			json_t *ef = proto_error(0, "not_authorized", m);
+			json_object_set_new(ef, "node", json_string(p->chain[p->self].id));
+			conn_send_new(l->c, ef);
+			conn_close(l->c, 0);
+			push_finish(p, -EACCES);
+			return;
+		}
+	}
 	if (push_alloc(p) < 0) {
 		send_error(l->c, "internal", "out of memory");
 		push_finish(p, -ENOMEM);
@@ -1277,6 +1322,26 @@ void mr_engine_accept(struct mr_engine *e, const char *store_root, const struct 
 	util_strlcpy(e->store_root, store_root, sizeof e->store_root);
 	e->inc_cbs = *cbs;
 	e->inc_data = data;
+}
+
+void mr_engine_verify(struct mr_engine *e, mr_verify_fn verify, void *data)
+{
+	e->verify = verify;
+	e->verify_data = data;
+}
+
+char *mr_ticket_text(const char *push_id, const char *name, int64_t expires_at,
+		     const struct mr_member *chain, size_t n)
+{
+	size_t len = 64 + strlen(push_id) + strlen(name) + n * sizeof chain->id;
+	char *s = malloc(len);
+	if (!s)
+		return NULL;
+	int off = snprintf(s, len, "sparkctl-push-v1\n%s\n%s\n%lld\n", push_id, name,
+			   (long long)expires_at);
+	for (size_t i = 0; i < n && off > 0 && (size_t)off < len; i++)
+		off += snprintf(s + off, len - (size_t)off, "%s%s", i ? "," : "", chain[i].id);
+	return s;
 }
 
 void mr_engine_test_avail(struct mr_engine *e, uint64_t bytes)

@@ -65,6 +65,11 @@ struct mr_push_opts {
 	const char *src_dir;                /* self == 0: the model directory */
 	const char *store_root;             /* self > 0: ROOT of the store */
 	unsigned up_wait_ms;                /* 0: MR_UP_WAIT_MS */
+	/* The push's permission, carried in every hello: a signature over the
+	 * push, the model's name, expires_at and the chain (mr_ticket_text) that
+	 * an announced push's receivers check (mr_engine_accept). */
+	const char *ticket;
+	int64_t expires_at;
 	/* Tests only: the first time this node sends chunk test_corrupt - 1,
 	 * one byte of it is flipped on the wire. 0: off. */
 	size_t test_corrupt;
@@ -90,8 +95,20 @@ int mr_push_start(struct mr_engine *e, const struct mr_push_opts *o, const struc
  * answers no_space and the push is refused before its first byte), with cbs
  * and data for its progress and end. Without this, only pushes started here
  * with mr_push_start are accepted. */
+typedef int (*mr_verify_fn)(void *data, const char *text, const char *ticket,
+			    int64_t expires_at);
 void mr_engine_accept(struct mr_engine *e, const char *store_root, const struct mr_cbs *cbs,
 		      void *data);
+/* Who may announce a push: verify(data, text, ticket, expires_at) returns 0
+ * for a ticket that signs text (mr_ticket_text) and has not expired. Called
+ * once the manifest (and so the name) is known; a refusal answers
+ * not_authorized and nothing is written. Without it every member of the
+ * cluster that is before this node in the chain it names may push (tests). */
+void mr_engine_verify(struct mr_engine *e, mr_verify_fn verify, void *data);
+/* "sparkctl-push-v1\nPUSH\nNAME\nEXPIRES\nID0,ID1,...": what a ticket signs
+ * (malloc'd). */
+char *mr_ticket_text(const char *push_id, const char *name, int64_t expires_at,
+		     const struct mr_member *chain, size_t n);
 /* Tests only: the free bytes this node claims for the room check. */
 void mr_engine_test_avail(struct mr_engine *e, uint64_t bytes);
 /* Stop a push: its links close, on_done is called with -ECANCELED. */

@@ -5,6 +5,7 @@
  * here too (declared in commands.c). */
 #include "cli.h"
 #include "output.h"
+#include "pki.h"
 #include "util.h"
 
 #include <errno.h>
@@ -358,8 +359,27 @@ int cmd_model_push(struct cli_ctx *ctx, int argc, char **argv)
 		json_decref(chain);
 		return rc;
 	}
-	json_t *args = json_pack("{s:s, s:s, s:O, s:b}", "dir", dir, "name", name, "chain", chain,
-				 "dry_run", dry);
+	/* the head's permission for this push (admins only): the nodes check it */
+	char push_id[33];
+	if (pki_random_hex(push_id, 16) < 0) {
+		json_decref(nl);
+		json_decref(chain);
+		return cli_fail("cannot make a push id (no randomness)");
+	}
+	json_t *ids = json_array(), *tk = NULL;
+	json_array_foreach(chain, i, nd)
+		json_array_append_new(ids, json_string(cli_jstr(nd, "id")));
+	if (cli_call(ctx, "model_ticket", json_pack("{s:s, s:s, s:o}", "push", push_id, "name", name,
+						    "chain", ids), &tk, 0)) {
+		json_decref(nl);
+		json_decref(chain);
+		return 1;
+	}
+	json_t *args = json_pack("{s:s, s:s, s:O, s:b, s:s, s:O, s:O}", "dir", dir, "name", name,
+				 "chain", chain, "dry_run", dry, "push", push_id, "ticket",
+				 json_object_get(tk, "ticket"), "expires_at",
+				 json_object_get(tk, "expires_at"));
+	json_decref(tk);
 	json_t *req = json_incref(args);
 	struct push_view v = {.ctx = ctx, .last = json_object(), .tty = isatty(1), .t0 = util_now_ms(),
 			      .names = json_object()};

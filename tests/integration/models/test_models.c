@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 static struct h_cluster *c;
@@ -368,6 +369,39 @@ Test(models, push_to_two_workers_then_nothing_moves)
 	json_decref(j);
 	h_result_free(&r);
 	same_files(s2, "tiny");
+
+	/* a forged permission: node-2 refuses before a byte, nothing is written there */
+	r = h_ctl(c, 0, "node", "ls", "-o", "json", NULL);
+	j = h_json(&r);
+	h_result_free(&r);
+	char ids[2][64] = {"", ""};
+	size_t ni;
+	json_t *nd;
+	json_array_foreach(json_object_get(j, "nodes"), ni, nd) {
+		const char *nm = json_string_value(json_object_get(nd, "name"));
+		if (!strcmp(nm, "node-1") || !strcmp(nm, "node-2"))
+			snprintf(ids[!strcmp(nm, "node-2")], sizeof ids[0], "%s",
+				 json_string_value(json_object_get(nd, "id")));
+	}
+	json_decref(j);
+	char req[1200];
+	snprintf(req, sizeof req,
+		 "{\"v\":1,\"type\":\"model_push\",\"id\":1,\"dir\":\"%s\",\"name\":\"forged\","
+		 "\"push\":\"abcd\",\"ticket\":\"AAAA\",\"expires_at\":%lld,\"chain\":["
+		 "{\"id\":\"%s\",\"host\":\"127.0.0.1\",\"port\":%d},"
+		 "{\"id\":\"%s\",\"host\":\"127.0.0.1\",\"port\":%d}]}",
+		 src, (long long)time(NULL) + 600, ids[0], c->nodes[0].port + 1, ids[1],
+		 c->nodes[1].port + 1);
+	j = raw_call(req);
+	cr_assert_str_eq(json_string_value(json_object_get(j, "type")), "result");
+	json_t *d = json_object_get(j, "data");
+	cr_assert(json_is_false(json_object_get(d, "complete")), "a forged ticket moves nothing");
+	json_t *rep = json_array_get(json_object_get(d, "nodes"), 0);
+	cr_assert_str_eq(json_string_value(json_object_get(rep, "status")), "failed");
+	cr_assert(strstr(json_string_value(json_object_get(rep, "message")), "no valid permission"));
+	json_decref(j);
+	snprintf(p, sizeof p, "%s/forged", s1);
+	cr_assert_neq(access(p, F_OK), 0, "nothing of it on node-2");
 
 	/* bad input */
 	r = h_ctl(c, 0, "model", "push", "/nonexistent/model", "--nodes", "node-2", NULL);

@@ -558,3 +558,75 @@ Test(relay, announced_push_refuses_a_lying_chain)
 	mr_engine_close(rogue);
 	cleanup_push();
 }
+
+/* ---- the head's permission ---- */
+
+static int test_verify(void *data, const char *text, const char *ticket, int64_t expires_at)
+{
+	(void)data;
+	(void)expires_at;
+	/* the test's "signature": the text itself with its newlines as '|' */
+	char want[512];
+	snprintf(want, sizeof want, "%s", text);
+	for (char *c = want; *c; c++)
+		if (*c == '\n')
+			*c = '|';
+	return strcmp(want, ticket) ? -EACCES : 0;
+}
+
+static json_int_t pushed_with(const char *id, const char *ticket)
+{
+	char err[256] = "";
+	if (!man)
+		cr_assert_eq(mm_build(src, "tiny", CS, &man, err, sizeof err), 0, "%s", err);
+	for (int i = 0; i < NN; i++) {
+		json_decref(nodes[i].report);
+		nodes[i].report = NULL;
+		nodes[i].done = false;
+		if (i > 0) {
+			mr_engine_accept(nodes[i].e, nodes[i].store, &cbs, &nodes[i]);
+			mr_engine_verify(nodes[i].e, test_verify, NULL);
+		}
+	}
+	struct mr_push_opts o = {.push_id = id, .m = man, .chain = chain, .nchain = NN, .self = 0,
+				 .src_dir = src, .ticket = ticket, .expires_at = 99};
+	cr_assert_eq(mr_push_start(nodes[0].e, &o, &cbs, &nodes[0], err, sizeof err), 0, "%s", err);
+	for (int spins = 0; spins < 200000 && !nodes[0].done; spins++)
+		uv_run(&loop, UV_RUN_ONCE);
+	cr_assert(nodes[0].done);
+	return nodes[0].status;
+}
+
+Test(relay, announced_pushes_need_the_heads_permission)
+{
+	start_engines();
+	char *text = mr_ticket_text("b1", "tiny", 99, chain, NN);
+	cr_assert_str_eq(text, "sparkctl-push-v1\nb1\ntiny\n99\nsrc,n1,n2,n3");
+	for (char *c = text; *c; c++)
+		if (*c == '\n')
+			*c = '|';
+	cr_assert_eq(pushed_with("b1", text), 0, "a push with its permission");
+	for (int i = 1; i < NN; i++)
+		same_content(i);
+	char err[256];
+	for (int i = 1; i < NN; i++) /* start the refused ones from empty stores */
+		cr_assert_eq(mm_store_remove(nodes[i].store, "tiny", err, sizeof err), 0, "%s", err);
+	cr_assert_eq(pushed_with("b2", text), -EACCES, "b1's permission is not b2's");
+	json_t *r1 = report_of("n1");
+	cr_assert_str_eq(json_string_value(json_object_get(r1, "status")), "failed");
+	cr_assert(strstr(json_string_value(json_object_get(r1, "message")), "no valid permission"));
+	cr_assert_eq(pushed_with("b3", NULL), -EACCES, "no permission at all");
+	free(text);
+	/* nothing of b2 or b3 was written, not even the record */
+	for (int i = 1; i < NN; i++) {
+		struct mm_have h;
+		cr_assert_eq(mm_store_have(nodes[i].store, man, &h, err, sizeof err), 0);
+		cr_assert_eq(h.count, 0, "no chunk on %s", ids[i]);
+		mm_have_free(&h);
+		json_t *list;
+		cr_assert_eq(mm_store_list(nodes[i].store, &list, err, sizeof err), 0);
+		cr_assert_eq(json_array_size(list), 0, "no model recorded on %s", ids[i]);
+		json_decref(list);
+	}
+	cleanup_push();
+}
