@@ -75,6 +75,7 @@ struct ask;     /* peers.c: a request to a node */
 struct fabric;  /* fabric service: discovery options, last report, watcher */
 struct jobs;    /* jobs service: groups, jobs, exec */
 struct topo_agent; /* topo service: neighbour discovery and topology validation */
+struct model_svc;  /* model service (model.c): the models this node holds */
 
 /* A frame's direction (service.h's svc_dir). */
 enum agent_frame_dir { FRAME_TO_HEAD, FRAME_TO_NODE };
@@ -148,6 +149,7 @@ struct agent {
 	struct fabric *fabric;
 	struct jobs *jobs;
 	struct topo_agent *topo;
+	struct model_svc *model;
 	struct agent_hooks hooks;
 	struct mail *mail_first, *mail_last; /* peers.c: the own-node mailbox */
 	struct ask *asks;         /* peers.c: requests to nodes waiting for answers */

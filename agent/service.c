@@ -12,7 +12,8 @@
 #include <string.h>
 
 /* Each service's one export (its own header declares it for its files). */
-extern const struct service cluster_service, fabric_service, topo_service, jobs_service;
+extern const struct service cluster_service, fabric_service, topo_service, jobs_service,
+    model_service;
 
 /* In start order; stopped in reverse. */
 static const struct service *const services[] = {
@@ -20,6 +21,7 @@ static const struct service *const services[] = {
 	&fabric_service,
 	&topo_service,
 	&jobs_service,
+	&model_service,
 };
 
 const struct service *svc_named(const char *name)

@@ -56,6 +56,11 @@ int cmd_serve(struct cli_ctx *, int, char **);
 /* cmd_export.c */
 int cmd_export_slurm(struct cli_ctx *, int, char **);
 int cmd_env(struct cli_ctx *, int, char **);
+/* cmd_push.c (writers: print_push.c) */
+int cmd_model_ls(struct cli_ctx *, int, char **);
+int cmd_model_rm(struct cli_ctx *, int, char **);
+int cmd_model_verify(struct cli_ctx *, int, char **);
+int cmd_model_push(struct cli_ctx *, int, char **);
 /* @@extern-decls: areas add their handler declarations above this line */
 
 const struct cli_cmd cli_commands[] = {
@@ -360,6 +365,31 @@ const struct cli_cmd cli_commands[] = {
 	 "                  SLURM_JOB_PARTITION (the exported TaskProlog runs this)\n"
 	 "Prints \"export NAME=value\" lines (a TaskProlog's format), or JSON with -o json.\n"
 	 "This node must be in the list. See docs/slurm.md.\n"},
+	{"model", "push", cmd_model_push, cli_text_model_push,
+	 "model push DIR (--group G | --nodes a,b,c) [--name NAME] [--dry-run] [-o table|json]",
+	 "copy a model directory from this node to other nodes: verified, resumable, relayed",
+	 "  DIR          the model's folder on this node (regular files; symlinks inside it)\n"
+	 "  --group G    every member of the group ('sparkctl group show G'), in its order\n"
+	 "  --nodes LIST names or ids, in the order the chunks should travel\n"
+	 "  --name NAME  the name on the nodes (default: the folder's name)\n"
+	 "  --dry-run    print the chain and the model's size; move nothing\n"
+	 "Chunks of 4 MiB named by SHA-256 travel node to node (each forwards what it holds\n"
+	 "while it receives the rest) over mutual TLS to each node's agent port + 1, on the\n"
+	 "address the node joined with; each chunk is checked before it is written, files\n"
+	 "appear under their name only when complete. A node that lacks room refuses before\n"
+	 "the first byte. Run it again after a failure: only missing chunks move. Exit 1 when\n"
+	 "a node is not complete. See docs/models.md.\n"},
+	{"model", "ls", cmd_model_ls, cli_text_model_ls, "model ls [-o table|json]",
+	 "the models this node holds in its store (models.dir, default STATE_DIR/models)",
+	 "A model is complete when every file is verified and under its final name, partial\n"
+	 "while files are still .sparkpart. See docs/models.md.\n"},
+	{"model", "rm", cmd_model_rm, cli_text_model_rm, "model rm NAME",
+	 "remove a model from this node's store (admin)", NULL},
+	{"model", "verify", cmd_model_verify, cli_text_model_verify,
+	 "model verify NAME [-o table|json]",
+	 "re-hash every chunk of a model on this node against its manifest (SHA-256)",
+	 "Exit 1 when a file is missing, has the wrong size or a chunk does not match; the\n"
+	 "table names each (path, chunk, problem).\n"},
 	/* @@table-entries: areas add their rows above this line */
 	{NULL, NULL, NULL, NULL, NULL, NULL, NULL},
 };

@@ -113,4 +113,10 @@ void cli_text_serve(const struct cli_answer *a);
 void cli_text_export_slurm(const struct cli_answer *a);
 void cli_text_env(const struct cli_answer *a);
 
+/* ---- print_push.c: model ls|rm|verify|push ---- */
+void cli_text_model_ls(const struct cli_answer *a);
+void cli_text_model_rm(const struct cli_answer *a);
+void cli_text_model_verify(const struct cli_answer *a);
+void cli_text_model_push(const struct cli_answer *a);
+
 #endif

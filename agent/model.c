@@ -1,0 +1,670 @@
+/* model: the `model` service of sparkd (issue 18, docs/models.md): the models
+ * this node holds, in its store (models.dir, default STATE_DIR/models).
+ * Requests, served by the node whose control socket got them:
+ *   model_ls                 -> {"node", "dir", "models": [mm_store_list rows]}
+ *   model_rm {name}          -> {"node", "name", "removed": true}     (admin)
+ *   model_verify {name}      -> {"node", "name", "files", "bytes", "ok", "problems": [...]}
+ *   model_push {dir, name, chain: [{id, host, port}]} (admin, streams)
+ *        -> "stream" {event: "progress", node, bytes, total} ..., then
+ *           {"name", "files", "bytes", "seconds", "nodes": [report]}
+ * verify re-hashes every chunk in a libuv worker thread, so the agent keeps
+ * answering meanwhile; so does model_push for the manifest. A push is the
+ * chain of data links of model_relay.c: once this node has an identity, it
+ * listens on the agent's address, port + 1 (MODEL_DATA_PORT_OFFSET), for the
+ * pushes of members before it in a chain, received into its store. */
+#include "agent.h"
+#include "model_manifest.h"
+#include "model_relay.h"
+#include "service.h"
+
+#include "cfg.h"
+#include "conn.h"
+#include "log.h"
+#include "pki.h"
+#include "util.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MODEL_DATA_PORT_OFFSET 1
+
+struct push_job;
+
+struct model_svc {
+	char root[PATH_MAX];
+	unsigned verifying; /* verify jobs in worker threads */
+	struct mr_engine *eng;
+	SSL_CTX *srv, *cli;
+	EVP_PKEY *ca_pub;   /* checks the head's push tickets */
+	struct push_job *pushes;
+	unsigned seq;
+};
+
+static const char *node_name(struct agent *a)
+{
+	return a->id.node_name[0] ? a->id.node_name : a->opts.name;
+}
+
+static int model_init(struct agent *a, char *err, size_t len)
+{
+	struct model_svc *m = calloc(1, sizeof *m);
+	if (!m)
+		return -ENOMEM;
+	const char *dir = NULL;
+	char e2[256];
+	json_t *sec = a->cfg ? cfg_get(a->cfg, "models") : NULL;
+	static const char *const keys[] = {"dir", NULL};
+	int r = 0;
+	if (sec && !json_is_object(sec)) {
+		snprintf(err, len, "models: must be a mapping (models: {dir: /data/models})");
+		r = -EINVAL;
+	} else if (sec && (r = cfg_check_keys(sec, "models", keys, err, len)) < 0) {
+		/* err names the unknown key */
+	} else if (a->cfg && (r = cfg_get_str(a->cfg, "models.dir", &dir, e2, sizeof e2)) == -EINVAL) {
+		snprintf(err, len, "%s", e2);
+	} else {
+		r = 0;
+		if (dir && dir[0] != '/') {
+			snprintf(err, len, "models.dir: '%s' is not an absolute path", dir);
+			r = -EINVAL;
+		}
+	}
+	if (r < 0) {
+		free(m);
+		return r;
+	}
+	if (dir)
+		util_strlcpy(m->root, dir, sizeof m->root);
+	else
+		snprintf(m->root, sizeof m->root, "%s/models", a->opts.state_dir);
+	a->model = m;
+	return 0;
+}
+
+static void push_unlink(struct agent *a, struct push_job *j);
+static void model_free(struct agent *a)
+{
+	if (!a->model)
+		return;
+	while (a->model->pushes)
+		push_unlink(a, a->model->pushes);
+	SSL_CTX_free(a->model->srv);
+	SSL_CTX_free(a->model->cli);
+	EVP_PKEY_free(a->model->ca_pub);
+	free(a->model);
+	a->model = NULL;
+}
+
+struct push_job;
+static void push_unlink(struct agent *a, struct push_job *j);
+
+static void in_done(void *data, int status, const json_t *report)
+{
+	(void)data;
+	json_t *me = json_array_get(report, 0);
+	log_info("model_push_received", "status=%d node_status=%s bytes=%lld message=%s", status,
+		 json_string_value(json_object_get(me, "status")),
+		 (long long)json_integer_value(json_object_get(me, "bytes_written")),
+		 log_q(json_string_value(json_object_get(me, "message"))));
+}
+
+static const struct mr_cbs in_cbs = {.on_done = in_done};
+
+#define TICKET_TTL_S 3600
+
+/* A push's permission: the cluster CA's signature (ECDSA P-256, SHA-256) over
+ * mr_ticket_text, made by the head for an admin's request (model_ticket). */
+static int verify_ticket(void *data, const char *text, const char *ticket, int64_t expires_at)
+{
+	struct agent *a = data;
+	int64_t now = util_now();
+	if (!a->model || !a->model->ca_pub || expires_at < now || expires_at > now + 2 * TICKET_TTL_S)
+		return -EACCES;
+	size_t tl = strlen(ticket);
+	if (tl == 0 || tl % 4 || tl > 512)
+		return -EACCES;
+	unsigned char sig[400];
+	int k = EVP_DecodeBlock(sig, (const unsigned char *)ticket, (int)tl);
+	if (k <= 0)
+		return -EACCES;
+	k -= (ticket[tl - 1] == '=') + (ticket[tl - 2] == '=');
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	int ok = md && EVP_DigestVerifyInit(md, NULL, EVP_sha256(), NULL, a->model->ca_pub) == 1 &&
+		 EVP_DigestVerify(md, sig, (size_t)k, (const unsigned char *)text, strlen(text)) == 1;
+	EVP_MD_CTX_free(md);
+	return ok ? 0 : -EACCES;
+}
+
+/* The data port, once this node has certificates: TLS contexts of its own
+ * (both directions, the revocation list too). Logged, not fatal: a node
+ * whose data port is taken still serves everything else. */
+static void engine_start(struct agent *a)
+{
+	struct model_svc *m = a->model;
+	if (!m || m->eng || a->id.role == ROLE_NONE || a->id.removed)
+		return; /* (no state: sparkd started without this service, as fuzz_session does) */
+	if (a->opts.listen_port <= 0) { /* an agent port chosen by the kernel (tests) */
+		log_info("model_data_off", "reason=%s", log_q("the agent port is not fixed"));
+		return;
+	}
+	char crt[512], key[512], ca[512], crl[512], err[256] = "";
+	identity_paths(a, "node.crt", crt, sizeof crt);
+	identity_paths(a, "node.key", key, sizeof key);
+	identity_paths(a, "ca.crt", ca, sizeof ca);
+	identity_paths(a, "crl.pem", crl, sizeof crl);
+	m->srv = tls_server_ctx(crt, key, ca, err, sizeof err);
+	m->cli = m->srv ? tls_client_ctx(crt, key, ca, err, sizeof err) : NULL;
+	if (m->cli && access(crl, F_OK) == 0 &&
+	    (tls_ctx_load_crl(m->srv, crl, err, sizeof err) < 0 ||
+	     tls_ctx_load_crl(m->cli, crl, err, sizeof err) < 0)) {
+		SSL_CTX_free(m->cli);
+		m->cli = NULL;
+	}
+	if (!m->cli) {
+		log_error("model_data_off", "reason=%s", log_q(err));
+		SSL_CTX_free(m->srv);
+		m->srv = NULL;
+		return;
+	}
+	m->eng = mr_engine_new(a->loop, m->srv, m->cli, a->id.node_id);
+	int port = a->opts.listen_port + MODEL_DATA_PORT_OFFSET;
+	if (!m->eng || mr_engine_listen(m->eng, a->opts.listen_host, port, err, sizeof err) < 0) {
+		log_error("model_data_off", "reason=%s", log_q(err));
+		if (m->eng)
+			mr_engine_close(m->eng);
+		m->eng = NULL;
+		return;
+	}
+	mr_engine_accept(m->eng, m->root, &in_cbs, a);
+	X509 *cax = NULL;
+	if (pki_read_cert(ca, &cax) == 0) {
+		m->ca_pub = X509_get_pubkey(cax);
+		X509_free(cax);
+	}
+	if (!m->ca_pub)
+		log_error("model_tickets_off", "reason=%s", log_q("cannot read the CA's key from ca.crt: "
+								  "announced pushes are refused"));
+	mr_engine_verify(m->eng, verify_ticket, a);
+	log_info("model_data_listening", "addr=%s:%d store=%s", a->opts.listen_host, port,
+		 log_q(m->root));
+}
+
+static int model_start(struct agent *a, char *err, size_t len)
+{
+	(void)err;
+	(void)len;
+	engine_start(a);
+	return 0;
+}
+
+static void model_stop(struct agent *a)
+{
+	if (a->model && a->model->eng) {
+		mr_engine_close(a->model->eng);
+		a->model->eng = NULL;
+	}
+}
+
+/* Requests reach the handlers whenever the table is listed; the state exists
+ * only when the service was initialised. */
+static bool ready(struct agent *a, const struct svc_req *r)
+{
+	if (a->model)
+		return true;
+	svc_error(r, "internal", "the model service is not running on %s", node_name(a));
+	return false;
+}
+
+static void r_model_ls(struct agent *a, const struct svc_req *r)
+{
+	if (!ready(a, r))
+		return;
+	json_t *list;
+	char err[512] = "";
+	int rc = mm_store_list(a->model->root, &list, err, sizeof err);
+	if (rc < 0) {
+		json_decref(list);
+		svc_error(r, "internal", "%s", err[0] ? err : strerror(-rc));
+		return;
+	}
+	svc_reply(r, json_pack("{s:s, s:s, s:o}", "node", node_name(a), "dir", a->model->root,
+			       "models", list));
+}
+
+static void r_model_rm(struct agent *a, const struct svc_req *r)
+{
+	if (!ready(a, r))
+		return;
+	const char *name = proto_str(r->msg, "name");
+	char err[512] = "";
+	if (!mm_valid_name(name)) {
+		svc_error(r, "bad_request", "'%s' is not a model name", name);
+		return;
+	}
+	int rc = mm_store_remove(a->model->root, name, err, sizeof err);
+	if (rc == -ENOENT) {
+		svc_error(r, "not_found", "no model %s on %s; see 'sparkctl model ls'", name,
+			  node_name(a));
+		return;
+	}
+	if (rc < 0) {
+		svc_error(r, "internal", "%s", err);
+		return;
+	}
+	log_info("model_removed", "name=%s dir=%s", name, log_q(a->model->root));
+	svc_reply(r, json_pack("{s:s, s:s, s:b}", "node", node_name(a), "name", name, "removed",
+			       1));
+}
+
+/* verify in a worker thread */
+struct verify_job {
+	uv_work_t w;
+	struct agent *a;
+	conn *reply;
+	json_int_t id;
+	char root[PATH_MAX];
+	char name[MM_NAME_MAX + 1];
+	int rc;
+	char err[512];
+	json_t *bad;
+	json_int_t files, bytes;
+	bool gone; /* the CLI left: answer nobody */
+	struct verify_job *next;
+};
+static struct verify_job *jobs_running;
+
+static void verify_work(uv_work_t *w)
+{
+	struct verify_job *j = w->data;
+	struct mm_manifest *m;
+	j->rc = mm_store_manifest(j->root, j->name, &m, j->err, sizeof j->err);
+	if (j->rc < 0)
+		return;
+	j->files = (json_int_t)m->nfiles;
+	j->bytes = (json_int_t)m->total_bytes;
+	mm_free(m);
+	j->rc = mm_store_verify(j->root, j->name, &j->bad, j->err, sizeof j->err);
+}
+
+static void verify_done(uv_work_t *w, int status)
+{
+	struct verify_job *j = w->data;
+	struct verify_job **pp = &jobs_running;
+	while (*pp && *pp != j)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = j->next;
+	if (j->a->model)
+		j->a->model->verifying--;
+	struct svc_req r = {.reply = j->reply, .id = j->id, .msg = NULL, .origin = NULL};
+	if (j->gone) {
+	} else if (status < 0) {
+		svc_error(&r, "internal", "verify of %s did not run", j->name);
+	} else if (j->rc == -ENOENT) {
+		svc_error(&r, "not_found", "no model %s on %s; see 'sparkctl model ls'", j->name,
+			  node_name(j->a));
+	} else if (j->rc < 0) {
+		svc_error(&r, "internal", "%s", j->err);
+	} else {
+		size_t n = json_array_size(j->bad);
+		if (n)
+			log_warn("model_verify_failed", "name=%s problems=%zu", j->name, n);
+		svc_reply(&r, json_pack("{s:s, s:s, s:I, s:I, s:b, s:O}", "node", node_name(j->a),
+					"name", j->name, "files", j->files, "bytes", j->bytes, "ok",
+					n == 0, "problems", j->bad ? j->bad : json_array()));
+	}
+	json_decref(j->bad);
+	free(j);
+}
+
+static void r_model_verify(struct agent *a, const struct svc_req *r)
+{
+	if (!ready(a, r))
+		return;
+	const char *name = proto_str(r->msg, "name");
+	if (!mm_valid_name(name)) {
+		svc_error(r, "bad_request", "'%s' is not a model name", name);
+		return;
+	}
+	if (a->model->verifying >= 4) {
+		svc_error(r, "busy", "4 verifications are running on %s; try again when one ended",
+			  node_name(a));
+		return;
+	}
+	struct verify_job *j = calloc(1, sizeof *j);
+	if (!j) {
+		svc_error(r, "internal", "out of memory");
+		return;
+	}
+	j->a = a;
+	j->reply = r->reply;
+	j->id = r->id;
+	j->w.data = j;
+	util_strlcpy(j->root, a->model->root, sizeof j->root);
+	util_strlcpy(j->name, name, sizeof j->name);
+	if (uv_queue_work(a->loop, &j->w, verify_work, verify_done) < 0) {
+		free(j);
+		svc_error(r, "internal", "cannot start the verification");
+		return;
+	}
+	a->model->verifying++;
+	j->next = jobs_running;
+	jobs_running = j;
+}
+
+static void push_cli_gone(struct agent *a, conn *c);
+
+static void model_event(struct agent *a, enum svc_event ev, const struct svc_event_arg *arg)
+{
+	if (ev == SVC_EV_ROLE || ev == SVC_EV_HEAD_UP) {
+		engine_start(a);
+		return;
+	}
+	if (ev != SVC_EV_CONN_GONE)
+		return;
+	for (struct verify_job *j = jobs_running; j; j = j->next)
+		if (j->reply == arg->c)
+			j->gone = true;
+	push_cli_gone(a, arg->c);
+}
+
+/* ---- model_ticket: the head signs an admin's push ---- */
+
+static bool hex_id(const char *s)
+{
+	size_t n = s ? strlen(s) : 0;
+	if (n == 0 || n > 64)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return false;
+	return true;
+}
+
+static void r_model_ticket(struct agent *a, const struct svc_req *r)
+{
+	const char *push = proto_str(r->msg, "push"), *name = proto_str(r->msg, "name");
+	json_t *ch = json_object_get(r->msg, "chain");
+	size_t n = json_array_size(ch);
+	if (!a->hd.ca_key) {
+		svc_error(r, "internal", "only the head signs pushes");
+		return;
+	}
+	if (!hex_id(push) || !mm_valid_name(name) || n < 2 || n > 64) {
+		svc_error(r, "bad_request", "push (1-64 hex), name (a model name) and chain (2-64 "
+			  "node ids) are required");
+		return;
+	}
+	struct mr_member *mem = calloc(n, sizeof *mem);
+	if (!mem) {
+		svc_error(r, "internal", "out of memory");
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const char *id = json_string_value(json_array_get(ch, i));
+		if (!id || !id[0] || strlen(id) >= sizeof mem[i].id) {
+			free(mem);
+			svc_error(r, "bad_request", "chain[%zu] must be a node id", i);
+			return;
+		}
+		util_strlcpy(mem[i].id, id, sizeof mem[i].id);
+	}
+	int64_t exp = util_now() + TICKET_TTL_S;
+	char *text = mr_ticket_text(push, name, exp, mem, n);
+	free(mem);
+	unsigned char sig[256];
+	size_t sl = sizeof sig;
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	int ok = text && md && EVP_DigestSignInit(md, NULL, EVP_sha256(), NULL, a->hd.ca_key) == 1 &&
+		 EVP_DigestSign(md, sig, &sl, (const unsigned char *)text, strlen(text)) == 1;
+	EVP_MD_CTX_free(md);
+	free(text);
+	char b64[400];
+	if (!ok || sl > 256) {
+		svc_error(r, "internal", "cannot sign the push");
+		return;
+	}
+	EVP_EncodeBlock((unsigned char *)b64, sig, (int)sl);
+	log_info("model_ticket", "push=%s name=%s nodes=%zu", push, name, n);
+	svc_reply(r, json_pack("{s:s, s:s, s:I, s:s}", "push", push, "name", name, "expires_at",
+			       (json_int_t)exp, "ticket", b64));
+}
+
+/* ---- model_push: this node is the source ---- */
+
+struct push_job {
+	struct push_job *next;
+	struct agent *a;
+	conn *reply;
+	json_int_t id;
+	bool gone, started, dry_run;
+	char push_id[65];
+	char *ticket;
+	int64_t expires_at;
+	char dir[PATH_MAX];
+	char name[MM_NAME_MAX + 1];
+	struct mr_member *chain;
+	size_t n;
+	struct mm_manifest *m;
+	int rc;
+	char err[512];
+	uint64_t t0;
+	uv_work_t w;
+};
+
+static void push_unlink(struct agent *a, struct push_job *j)
+{
+	struct push_job **pp = a->model ? &a->model->pushes : NULL;
+	while (pp && *pp && *pp != j)
+		pp = &(*pp)->next;
+	if (pp && *pp)
+		*pp = j->next;
+	mm_free(j->m);
+	free(j->chain);
+	free(j->ticket);
+	free(j);
+}
+
+static void push_cli_gone(struct agent *a, conn *c)
+{
+	if (!a->model)
+		return;
+	for (struct push_job *j = a->model->pushes; j; j = j->next)
+		if (j->reply == c)
+			j->gone = true; /* the push goes on; its answer goes nowhere */
+}
+
+static void on_push_progress(void *data, const char *node, uint64_t bytes, uint64_t total)
+{
+	struct push_job *j = data;
+	if (j->gone)
+		return;
+	json_t *f = proto_msg("stream", j->id);
+	json_object_set_new(f, "event", json_string("progress"));
+	json_object_set_new(f, "node", json_string(node));
+	json_object_set_new(f, "bytes", json_integer((json_int_t)bytes));
+	json_object_set_new(f, "total", json_integer((json_int_t)total));
+	json_object_set_new(f, "ms", json_integer((json_int_t)(util_now_ms() - j->t0)));
+	conn_send_new(j->reply, f);
+}
+
+static void on_push_done(void *data, int status, const json_t *report)
+{
+	struct push_job *j = data;
+	struct agent *a = j->a;
+	double secs = (double)(util_now_ms() - j->t0) / 1000.0;
+	log_info("model_push_done", "name=%s status=%d seconds=%.1f", j->name, status, secs);
+	if (!j->gone) {
+		struct svc_req r = {.reply = j->reply, .id = j->id};
+		svc_reply(&r, json_pack("{s:s, s:I, s:I, s:f, s:b, s:O}", "name", j->name, "files",
+					(json_int_t)j->m->nfiles, "bytes",
+					(json_int_t)j->m->total_bytes, "seconds", secs, "complete",
+					status == 0, "nodes", report));
+	}
+	push_unlink(a, j);
+}
+
+static void manifest_work(uv_work_t *w)
+{
+	struct push_job *j = w->data;
+	j->rc = mm_build(j->dir, j->name, 0, &j->m, j->err, sizeof j->err);
+}
+
+static void manifest_done(uv_work_t *w, int status)
+{
+	struct push_job *j = w->data;
+	struct agent *a = j->a;
+	struct svc_req r = {.reply = j->reply, .id = j->id};
+	if (status < 0 || j->rc < 0 || !a->model || !a->model->eng) {
+		if (!j->gone)
+			svc_error(&r, j->rc == -ENOENT || j->rc == -ENOTDIR ? "not_found" : "failed",
+				  "%s", j->rc < 0 ? j->err : "the data port of this node is not open");
+		push_unlink(a, j);
+		return;
+	}
+	if (j->dry_run) {
+		json_t *ch = json_array();
+		for (size_t i = 0; i < j->n; i++)
+			json_array_append_new(ch, json_pack("{s:s, s:s, s:i}", "id", j->chain[i].id,
+							    "host", j->chain[i].host, "port",
+							    j->chain[i].port));
+		if (!j->gone)
+			svc_reply(&r, json_pack("{s:s, s:I, s:I, s:I, s:b, s:o}", "name", j->name,
+						"files", (json_int_t)j->m->nfiles, "bytes",
+						(json_int_t)j->m->total_bytes, "chunks",
+						(json_int_t)j->m->nchunks, "dry_run", 1, "chain", ch));
+		else
+			json_decref(ch);
+		push_unlink(a, j);
+		return;
+	}
+	struct mr_push_opts o = {.push_id = j->push_id, .m = j->m, .chain = j->chain,
+				 .nchain = j->n, .self = 0, .src_dir = j->dir, .ticket = j->ticket,
+				 .expires_at = j->expires_at};
+	static const struct mr_cbs cbs = {.on_progress = on_push_progress, .on_done = on_push_done};
+	char err[256] = "";
+	j->t0 = util_now_ms();
+	if (mr_push_start(a->model->eng, &o, &cbs, j, err, sizeof err) < 0) {
+		if (!j->gone)
+			svc_error(&r, "failed", "%s", err);
+		push_unlink(a, j);
+		return;
+	}
+	log_info("model_push_start", "name=%s files=%zu bytes=%llu nodes=%zu", j->name,
+		 j->m->nfiles, (unsigned long long)j->m->total_bytes, j->n - 1);
+}
+
+static void r_model_push(struct agent *a, const struct svc_req *r)
+{
+	if (!ready(a, r))
+		return;
+	const char *dir = proto_str(r->msg, "dir"), *name = proto_str(r->msg, "name");
+	json_t *ch = json_object_get(r->msg, "chain");
+	size_t n = json_array_size(ch);
+	if (!dir || dir[0] != '/' || strlen(dir) >= PATH_MAX) {
+		svc_error(r, "bad_request", "dir must be an absolute path");
+		return;
+	}
+	if (!mm_valid_name(name)) {
+		svc_error(r, "bad_request", "'%s' is not a model name (1-%d of letters, digits, "
+			  "'.', '_', '-')", name, MM_NAME_MAX);
+		return;
+	}
+	if (n < 2 || n > 64) {
+		svc_error(r, "bad_request", "chain must list this node and 1-63 others");
+		return;
+	}
+	if (!a->model->eng) {
+		svc_error(r, "failed", "this node's data port is not open (not in a cluster, or "
+			  "port %d taken: see sparkd's log)", a->opts.listen_port +
+			  MODEL_DATA_PORT_OFFSET);
+		return;
+	}
+	struct push_job *j = calloc(1, sizeof *j);
+	struct mr_member *mem = calloc(n, sizeof *mem);
+	if (!j || !mem) {
+		free(j);
+		free(mem);
+		svc_error(r, "internal", "out of memory");
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		json_t *e = json_array_get(ch, i);
+		const char *id = proto_str(e, "id"), *host = proto_str(e, "host");
+		json_int_t port = proto_int(e, "port", -1);
+		if (!id || !host || !id[0] || strlen(id) >= sizeof mem[i].id || !host[0] ||
+		    strlen(host) >= sizeof mem[i].host || port < 1 || port > 65535) {
+			svc_error(r, "bad_request", "chain[%zu] needs id, host and port (1-65535)", i);
+			free(j);
+			free(mem);
+			return;
+		}
+		for (size_t k = 0; k < i; k++)
+			if (!strcmp(mem[k].id, id)) {
+				svc_error(r, "bad_request", "node %s is twice in the chain", id);
+				free(j);
+				free(mem);
+				return;
+			}
+		util_strlcpy(mem[i].id, id, sizeof mem[i].id);
+		util_strlcpy(mem[i].host, host, sizeof mem[i].host);
+		mem[i].port = (int)port;
+	}
+	if (strcmp(mem[0].id, a->id.node_id)) {
+		svc_error(r, "bad_request", "the chain must start at this node (%s)", node_name(a));
+		free(j);
+		free(mem);
+		return;
+	}
+	j->a = a;
+	j->reply = r->reply;
+	j->id = r->id;
+	j->chain = mem;
+	j->n = n;
+	j->dry_run = json_is_true(json_object_get(r->msg, "dry_run"));
+	util_strlcpy(j->dir, dir, sizeof j->dir);
+	util_strlcpy(j->name, name, sizeof j->name);
+	const char *push = proto_str(r->msg, "push");
+	if (!hex_id(push)) {
+		svc_error(r, "bad_request", "push must be 1-64 lower-case hex digits");
+		free(j);
+		free(mem);
+		return;
+	}
+	util_strlcpy(j->push_id, push, sizeof j->push_id);
+	j->ticket = strdup(proto_str(r->msg, "ticket"));
+	j->expires_at = proto_int(r->msg, "expires_at", 0);
+	j->w.data = j;
+	j->next = a->model->pushes;
+	a->model->pushes = j;
+	if (uv_queue_work(a->loop, &j->w, manifest_work, manifest_done) < 0) {
+		svc_error(r, "internal", "cannot start the manifest");
+		push_unlink(a, j);
+	}
+}
+
+static const struct svc_request requests[] = {
+	{"model_ls", r_model_ls, RIGHT_USER, SVC_LOCAL},
+	{"model_rm", r_model_rm, RIGHT_ADMIN, SVC_LOCAL, 0, {{"name", 's'}, {NULL, 0}}},
+	{"model_verify", r_model_verify, RIGHT_USER, SVC_LOCAL, 0, {{"name", 's'}, {NULL, 0}}},
+	{"model_push", r_model_push, RIGHT_ADMIN, SVC_LOCAL, SVC_STREAMS,
+	 {{"dir", 's'}, {"name", 's'}, {"chain", 'a'}, {"push", 's'}, {"ticket", 's'},
+	  {"expires_at", 'i'}, {"dry_run", 'B'}, {NULL, 0}}},
+	{"model_ticket", r_model_ticket, RIGHT_ADMIN, SVC_HEAD, 0,
+	 {{"push", 's'}, {"name", 's'}, {"chain", 'a'}, {NULL, 0}}},
+	{NULL},
+};
+
+const struct service model_service = {
+	.name = "model",
+	.requests = requests,
+	.init = model_init,
+	.start = model_start,
+	.stop = model_stop,
+	.free = model_free,
+	.on_event = model_event,
+};

@@ -1,0 +1,1381 @@
+/* model_relay: the chain of data connections of `model push` (model_relay.h). */
+#include "model_relay.h"
+
+#include "conn.h"
+#include "log.h"
+#include "pki.h"
+#include "proto.h"
+#include "util.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <openssl/evp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MR_PROGRESS_MS 200
+#define MR_CHAIN_MAX 64
+
+struct mr_link;
+
+struct mr_push {
+	struct mr_push *next;
+	struct mr_engine *e;
+	char id[65];
+	struct mr_member *chain;
+	size_t n, self;
+	const struct mm_manifest *m;
+	char root[PATH_MAX], src[PATH_MAX];
+	struct mr_cbs cbs;
+	void *data;
+	size_t test_corrupt;
+	unsigned up_wait_ms;
+
+	/* this node: what it holds (avail), what it lacks */
+	struct mm_have have;
+	uint32_t *file_left;      /* chunks still missing per file */
+	size_t missing;
+	uint64_t need_bytes, got_bytes;
+	uint64_t chunks_written, chunks_bad;
+	uint8_t *bad_count;       /* per chunk, from the current upstream */
+	bool up_ended;            /* no more chunks will come */
+	char up_msg[200];
+	struct mr_link *up;
+	uv_timer_t up_timer;
+	bool timer_on;
+	uint8_t *asm_buf;         /* the chunk being received */
+	size_t asm_chunk;
+	uint32_t asm_got, asm_len;
+	bool asm_on;
+	uint64_t progress_ms;
+
+	/* the downstream being served */
+	struct mr_link *down;
+	size_t down_idx;          /* its place in the chain (n: none left) */
+	uint64_t *need_down, *sent;
+	size_t inflight;
+	size_t scan;              /* chunks below it are sent or not needed */
+	bool down_ready, end_sent;
+	uint8_t *rd_buf;
+
+	json_t *report;           /* downstream nodes' reports */
+	bool done;
+	bool freed;
+
+	/* the permission, sent down in each hello */
+	char *ticket;
+	int64_t expires_at;
+	/* the manifest as text, sent down after each hello */
+	char *mtext;
+	size_t mtext_len, mtext_got;
+	/* a push this node learnt of from its upstream's hello (mr_engine_accept) */
+	bool auto_push;
+	struct mm_manifest *m_owned;
+	int prep;                 /* PREP_*: not yet taking chunks */
+	uv_work_t work;
+	bool work_running, free_after_work;
+	int work_rc;
+	char work_err[256];
+};
+
+enum { PREP_NONE, PREP_MANIFEST, PREP_WORK, PREP_DOWN };
+#define MR_MANIFEST_MAX ((size_t)64 << 20)
+
+enum { LINK_UP, LINK_DOWN }; /* LINK_UP: the peer is our upstream (we receive) */
+
+struct mr_link {
+	struct mr_link *next;
+	struct mr_engine *e;
+	struct mr_push *p;
+	conn *c;
+	int dir;
+	size_t peer_idx;
+	char peer_id[64];
+	bool hello;
+	bool got_done;
+	bool adopted;    /* tests: a plain connection taken as peer_id's */
+};
+
+struct mr_engine {
+	uv_loop_t *loop;
+	SSL_CTX *srv, *cli;
+	char self_id[40];
+	uv_tcp_t lst;
+	bool listening;
+	struct mr_push *pushes;
+	struct mr_link *links;
+	bool accept;              /* pushes announced by an upstream's hello */
+	char store_root[PATH_MAX];
+	struct mr_cbs inc_cbs;
+	void *inc_data;
+	uint64_t test_avail;      /* tests: free bytes this node claims (0: statvfs) */
+	mr_verify_fn verify;
+	void *verify_data;
+	unsigned handles; /* listener, links, timers still open */
+	bool closing;
+};
+
+static void engine_unref(struct mr_engine *e)
+{
+	if (--e->handles == 0 && e->closing)
+		free(e);
+}
+
+/* --- helpers --- */
+
+static char *b64(const uint8_t *data, size_t len)
+{
+	char *s = malloc(4 * ((len + 2) / 3) + 1);
+	if (s)
+		EVP_EncodeBlock((unsigned char *)s, data, (int)len);
+	return s;
+}
+
+/* Decode into out (at most max bytes); -1 on junk or overflow. */
+static long unb64(const char *s, size_t slen, uint8_t *out, size_t max)
+{
+	if (slen % 4 || slen / 4 * 3 > max + 2)
+		return -1;
+	if (slen == 0)
+		return 0;
+	size_t pad = (s[slen - 1] == '=') + (slen > 1 && s[slen - 2] == '=');
+	if (slen / 4 * 3 - pad > max)
+		return -1;
+	uint8_t *tmp = out;
+	uint8_t *big = NULL;
+	if (slen / 4 * 3 > max) { /* the padding bytes would overflow out */
+		big = malloc(slen / 4 * 3);
+		if (!big)
+			return -1;
+		tmp = big;
+	}
+	int k = EVP_DecodeBlock(tmp, (const unsigned char *)s, (int)slen);
+	if (k < 0 || (size_t)k != slen / 4 * 3) {
+		free(big);
+		return -1;
+	}
+	if (big) {
+		memcpy(out, big, (size_t)k - pad);
+		free(big);
+	}
+	return (long)((size_t)k - pad);
+}
+
+static bool bit_get(const uint64_t *b, size_t i)
+{
+	return b[i / 64] >> (i % 64) & 1;
+}
+
+static void bit_set(uint64_t *b, size_t i, bool v)
+{
+	if (v)
+		b[i / 64] |= 1ull << (i % 64);
+	else
+		b[i / 64] &= ~(1ull << (i % 64));
+}
+
+static json_t *msg(const char *type)
+{
+	return proto_msg(type, 0);
+}
+
+static void send_error(conn *c, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void send_error(conn *c, const char *code, const char *fmt, ...)
+{
+	char m[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(m, sizeof m, fmt, ap);
+	va_end(ap);
+	conn_send_new(c, proto_error(0, code, m));
+	conn_close(c, 0);
+}
+
+static struct mr_push *find_push(struct mr_engine *e, const char *id)
+{
+	for (struct mr_push *p = e->pushes; p; p = p->next)
+		if (!p->freed && !strcmp(p->id, id))
+			return p;
+	return NULL;
+}
+
+static void push_check_end(struct mr_push *p);
+static void down_settled(struct mr_push *p);
+static bool valid_push_id(const char *s);
+static void prep_start(struct mr_push *p, struct mr_link *l);
+static struct mr_push *push_new(struct mr_engine *e, const char *id, const struct mr_member *chain,
+				size_t n, size_t self);
+static void on_timer_closed(uv_handle_t *h);
+static void down_connect(struct mr_push *p);
+static void pump(struct mr_push *p);
+
+static json_t *own_report(struct mr_push *p)
+{
+	const char *status = p->missing ? "incomplete" : "complete";
+	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:s}", "node", p->chain[p->self].id, "status",
+			 status, "bytes_written", (json_int_t)p->got_bytes, "chunks_written",
+			 (json_int_t)p->chunks_written, "chunks_bad", (json_int_t)p->chunks_bad,
+			 "message", p->missing ? p->up_msg : "");
+}
+
+static void push_free(struct mr_push *p)
+{
+	mm_have_free(&p->have);
+	free(p->file_left);
+	free(p->bad_count);
+	free(p->asm_buf);
+	free(p->need_down);
+	free(p->sent);
+	free(p->rd_buf);
+	free(p->chain);
+	free(p->mtext);
+	free(p->ticket);
+	mm_free(p->m_owned);
+	json_decref(p->report);
+	struct mr_push **pp = &p->e->pushes;
+	while (*pp && *pp != p)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = p->next;
+	free(p);
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+	struct mr_push *p = h->data;
+	struct mr_engine *e = p->e;
+	if (p->work_running) { /* its preparation still runs: freed when it ends */
+		p->free_after_work = true;
+		return;
+	}
+	push_free(p);
+	engine_unref(e);
+}
+
+/* The push ends here: report (to the upstream too unless this node is
+ * stopping: then its upstream sees the link go and serves the next member),
+ * detach links, free once the timer closed. */
+static void push_finish(struct mr_push *p, int status)
+{
+	if (p->done)
+		return;
+	p->done = true;
+	json_t *all = json_array();
+	if (p->self > 0)
+		json_array_append_new(all, own_report(p));
+	else if (status < 0 && status != -ENOSPC && status != -EACCES && status != -ECANCELED)
+		json_array_append_new(all, json_pack("{s:s, s:s, s:i, s:i, s:i, s:s}", "node",
+						     p->chain[0].id, "status", "failed",
+						     "bytes_written", 0, "chunks_written", 0,
+						     "chunks_bad", 0, "message", p->up_msg));
+	json_array_extend(all, p->report);
+	int st = status;
+	if (st == 0) {
+		size_t i;
+		json_t *r;
+		json_array_foreach(all, i, r)
+			if (strcmp(json_string_value(json_object_get(r, "status")), "complete"))
+				st = -EIO;
+	}
+	if (p->up && p->self > 0 && status != -ECANCELED && status != -ENOSPC && status != -EACCES &&
+	    !p->prep) {
+		json_t *d = msg("mp_done");
+		json_object_set(d, "nodes", all);
+		conn_send_new(p->up->c, d);
+	}
+	if (p->cbs.on_done && !p->e->closing)
+		p->cbs.on_done(p->data, st, all);
+	json_decref(all);
+	for (struct mr_link *l = p->e->links; l; l = l->next)
+		if (l->p == p) {
+			conn_close(l->c, status == -ECANCELED ? -ECANCELED : 0);
+			l->p = NULL;
+		}
+	p->up = p->down = NULL;
+	p->freed = true;
+	uv_timer_stop(&p->up_timer);
+	uv_close((uv_handle_t *)&p->up_timer, on_timer_closed);
+}
+
+/* --- the receiving side (a link whose peer is our upstream) --- */
+
+static void send_progress(struct mr_push *p, bool force)
+{
+	uint64_t now = util_now_ms();
+	if (!p->up || (!force && now - p->progress_ms < MR_PROGRESS_MS))
+		return;
+	p->progress_ms = now;
+	json_t *f = msg("mp_progress");
+	json_object_set_new(f, "node", json_string(p->chain[p->self].id));
+	json_object_set_new(f, "bytes", json_integer((json_int_t)p->got_bytes));
+	json_object_set_new(f, "total", json_integer((json_int_t)p->need_bytes));
+	conn_send_new(p->up->c, f);
+}
+
+static void send_need(struct mr_push *p, struct mr_link *l)
+{
+	size_t nb = (p->m->nchunks + 7) / 8;
+	uint8_t *bytes = calloc(nb ? nb : 1, 1);
+	for (size_t i = 0; bytes && i < p->m->nchunks; i++)
+		if (!mm_have_test(&p->have, i))
+			bytes[i / 8] |= (uint8_t)(1u << (i % 8));
+	char *s = bytes ? b64(bytes, nb) : NULL;
+	free(bytes);
+	if (!s) {
+		conn_close(l->c, -ENOMEM);
+		return;
+	}
+	json_t *f = msg("mp_need");
+	json_object_set_new(f, "node", json_string(p->chain[p->self].id));
+	json_object_set_new(f, "bits", json_string(s));
+	free(s);
+	conn_send_new(l->c, f);
+}
+
+static void up_timeout(uv_timer_t *t)
+{
+	struct mr_push *p = t->data;
+	p->timer_on = false;
+	if (p->up || p->up_ended)
+		return;
+	p->up_ended = true;
+	if (!p->up_msg[0])
+		snprintf(p->up_msg, sizeof p->up_msg, "no upstream node connected within %u ms",
+			 p->up_wait_ms);
+	if (p->down_ready)
+		pump(p);
+	push_check_end(p);
+}
+
+static void up_lost(struct mr_push *p, const char *why)
+{
+	p->up = NULL;
+	p->asm_on = false;
+	if (p->up_ended || p->done)
+		return;
+	snprintf(p->up_msg, sizeof p->up_msg, "%s", why);
+	/* the member before it reconnects here when it can: wait for that */
+	p->timer_on = true;
+	uv_timer_start(&p->up_timer, up_timeout, p->up_wait_ms, 0);
+}
+
+static void chunk_in(struct mr_push *p, struct mr_link *l)
+{
+	size_t c = p->asm_chunk;
+	p->asm_on = false;
+	if (mm_check_chunk(p->m, c, p->asm_buf, p->asm_len) < 0) {
+		p->chunks_bad++;
+		log_warn("model_chunk_bad", "push=%s chunk=%zu from=%s", p->id, c, l->peer_id);
+		if (++p->bad_count[c] >= MR_BAD_MAX) {
+			snprintf(p->up_msg, sizeof p->up_msg,
+				 "node %s sent chunk %zu corrupted %d times", l->peer_id, c, MR_BAD_MAX);
+			send_error(l->c, "corrupt", "%s", p->up_msg);
+			return;
+		}
+		json_t *f = msg("mp_bad");
+		json_object_set_new(f, "chunk", json_integer((json_int_t)c));
+		conn_send_new(l->c, f);
+		return;
+	}
+	if (!mm_have_test(&p->have, c)) {
+		int r = mm_store_put(p->root, p->m, c, p->asm_buf, p->asm_len);
+		if (r < 0) {
+			snprintf(p->up_msg, sizeof p->up_msg, "writing chunk %zu: %s", c,
+				 strerror(-r));
+			send_error(l->c, "store", "%s", p->up_msg);
+			p->up_ended = true;
+			return;
+		}
+		p->have.bits[c / 64] |= 1ull << (c % 64);
+		p->have.count++;
+		p->have.bytes += p->asm_len;
+		p->missing--;
+		p->got_bytes += p->asm_len;
+		p->chunks_written++;
+		const struct mm_file *f = mm_chunk_file(p->m, c, NULL, NULL);
+		size_t fi = (size_t)(f - p->m->files);
+		if (--p->file_left[fi] == 0 && (r = mm_store_finish_file(p->root, p->m, fi)) < 0) {
+			snprintf(p->up_msg, sizeof p->up_msg, "%s: %s", f->path, strerror(-r));
+			log_error("model_finish_failed", "push=%s file=%s err=%d", p->id,
+				  log_q(f->path), r);
+		}
+		send_progress(p, p->missing == 0);
+		if (p->cbs.on_progress)
+			p->cbs.on_progress(p->data, p->chain[p->self].id, p->got_bytes,
+					   p->need_bytes);
+		if (p->done)
+			return; /* the callback stopped this node */
+	}
+	json_t *a = msg("mp_ack");
+	json_object_set_new(a, "chunk", json_integer((json_int_t)c));
+	conn_send_new(l->c, a);
+	if (p->down_ready)
+		pump(p);
+}
+
+static void on_piece(struct mr_push *p, struct mr_link *l, const json_t *f)
+{
+	json_t *jc = json_object_get(f, "chunk"), *jo = json_object_get(f, "off"),
+	       *jd = json_object_get(f, "data");
+	if (!json_is_integer(jc) || !json_is_integer(jo) || !json_is_string(jd) ||
+	    json_integer_value(jc) < 0 || (uint64_t)json_integer_value(jc) >= p->m->nchunks) {
+		send_error(l->c, "bad_frame", "mp_piece: chunk, off and data are required");
+		return;
+	}
+	size_t c = (size_t)json_integer_value(jc);
+	json_int_t off = json_integer_value(jo);
+	uint32_t len;
+	mm_chunk_file(p->m, c, NULL, &len);
+	if (!p->asm_on) {
+		if (off != 0) {
+			send_error(l->c, "bad_frame", "mp_piece: chunk %zu starts at offset 0", c);
+			return;
+		}
+		p->asm_on = true;
+		p->asm_chunk = c;
+		p->asm_got = 0;
+		p->asm_len = len;
+	}
+	if (c != p->asm_chunk || off != (json_int_t)p->asm_got) {
+		send_error(l->c, "bad_frame", "mp_piece: chunk %zu offset %lld out of order", c,
+			   (long long)off);
+		return;
+	}
+	size_t room = p->asm_len - p->asm_got;
+	long k = unb64(json_string_value(jd), json_string_length(jd), p->asm_buf + p->asm_got,
+		       room < MR_PIECE ? room : MR_PIECE);
+	if (k <= 0 && p->asm_len > 0) {
+		send_error(l->c, "bad_frame", "mp_piece: data is not base64 of at most %u bytes "
+			   "within the chunk", MR_PIECE);
+		return;
+	}
+	p->asm_got += (uint32_t)k;
+	if (p->asm_got == p->asm_len)
+		chunk_in(p, l);
+}
+
+static void on_up_frame(struct mr_link *l, const json_t *f)
+{
+	struct mr_push *p = l->p;
+	const char *t = proto_type(f);
+	if (!strcmp(t, "mp_manifest")) {
+		if (p->prep != PREP_MANIFEST)
+			return; /* a registered push knows its manifest: the text is not needed */
+		json_t *jt = json_object_get(f, "text");
+		json_int_t off = proto_int(f, "off", -1);
+		if (!json_is_string(jt) || off != (json_int_t)p->mtext_got ||
+		    json_string_length(jt) > p->mtext_len - p->mtext_got) {
+			send_error(l->c, "bad_frame", "mp_manifest: text at offset %zu expected",
+				   p->mtext_got);
+			push_finish(p, -EPROTO);
+			return;
+		}
+		memcpy(p->mtext + p->mtext_got, json_string_value(jt), json_string_length(jt));
+		p->mtext_got += json_string_length(jt);
+		if (p->mtext_got == p->mtext_len) {
+			p->mtext[p->mtext_len] = 0;
+			prep_start(p, l);
+		}
+		return;
+	}
+	if (p->prep) {
+		send_error(l->c, "bad_frame", "%.32s before this node was ready", t);
+		push_finish(p, -EPROTO);
+		return;
+	}
+	if (!strcmp(t, "mp_piece")) {
+		on_piece(p, l, f);
+	} else if (!strcmp(t, "mp_end")) {
+		p->up_ended = true;
+		if (p->missing && !p->up_msg[0])
+			snprintf(p->up_msg, sizeof p->up_msg, "%zu chunks never came", p->missing);
+		send_progress(p, true);
+		if (p->down_ready)
+			pump(p);
+		push_check_end(p);
+	} else {
+		send_error(l->c, "bad_frame", "unexpected %.32s from upstream", t);
+	}
+}
+
+/* A push nobody registered here: the hello names the chain and announces the
+ * manifest; this node must be in the chain, the sender before it. */
+static void auto_hello(struct mr_link *l, const json_t *f)
+{
+	struct mr_engine *e = l->e;
+	const char *pid = proto_str(f, "push"), *from = proto_str(f, "from");
+	json_t *ch = json_object_get(f, "chain");
+	json_int_t mbytes = proto_int(f, "manifest_bytes", -1);
+	size_t n = json_array_size(ch);
+	if (!valid_push_id(pid) || !from || !json_is_array(ch) || n < 2 || n > MR_CHAIN_MAX ||
+	    mbytes < 2 || (size_t)mbytes > MR_MANIFEST_MAX) {
+		send_error(l->c, "bad_frame", "mp_hello: push, from, chain (2-%d members) and "
+			   "manifest_bytes (at most %zu) are required", MR_CHAIN_MAX, MR_MANIFEST_MAX);
+		return;
+	}
+	struct mr_member mem[MR_CHAIN_MAX];
+	size_t self = n, peer = n;
+	for (size_t i = 0; i < n; i++) {
+		json_t *m = json_array_get(ch, i);
+		const char *id = proto_str(m, "id"), *host = proto_str(m, "host");
+		json_int_t port = proto_int(m, "port", -1);
+		if (!id || !host || !id[0] || strlen(id) >= sizeof mem[i].id || !host[0] ||
+		    strlen(host) >= sizeof mem[i].host || port < 1 || port > 65535) {
+			send_error(l->c, "bad_frame", "mp_hello: chain[%zu] needs id, host and port", i);
+			return;
+		}
+		for (size_t k = 0; k < i; k++)
+			if (!strcmp(mem[k].id, id)) {
+				send_error(l->c, "bad_frame", "mp_hello: %s twice in the chain", id);
+				return;
+			}
+		util_strlcpy(mem[i].id, id, sizeof mem[i].id);
+		util_strlcpy(mem[i].host, host, sizeof mem[i].host);
+		mem[i].port = (int)port;
+		if (!strcmp(id, e->self_id))
+			self = i;
+		if (!strcmp(id, l->peer_id))
+			peer = i;
+	}
+	if (self == n || self == 0 || peer >= self || strcmp(from, l->peer_id)) {
+		log_warn("model_peer_refused", "push=%s cn=%s peer=%s", pid, log_q(l->peer_id),
+			 conn_peer_name(l->c));
+		send_error(l->c, "not_upstream", "node %s does not send push %s to %s", l->peer_id,
+			   pid, e->self_id);
+		return;
+	}
+	struct mr_push *p = push_new(e, pid, mem, n, self);
+	char *text = malloc((size_t)mbytes + 1);
+	if (!p || !text) {
+		free(text);
+		if (p) {
+			p->done = p->freed = true;
+			uv_close((uv_handle_t *)&p->up_timer, on_timer_closed);
+		}
+		send_error(l->c, "internal", "out of memory");
+		return;
+	}
+	const char *tk = proto_str(f, "ticket");
+	if (tk && strlen(tk) < 1024)
+		p->ticket = strdup(tk);
+	p->expires_at = proto_int(f, "expires_at", 0);
+	p->auto_push = true;
+	p->cbs = e->inc_cbs;
+	p->data = e->inc_data;
+	util_strlcpy(p->root, e->store_root, sizeof p->root);
+	p->mtext = text;
+	p->mtext_len = (size_t)mbytes;
+	p->prep = PREP_MANIFEST;
+	l->hello = true;
+	l->p = p;
+	l->dir = LINK_UP;
+	l->peer_idx = peer;
+	p->up = l;
+	conn_set_max_frame(l->c, 0);
+	log_info("model_push_in", "push=%s from=%s chain=%zu place=%zu", pid, l->peer_id, n, self);
+}
+
+/* mp_hello on an accepted link: who is it, for which push. */
+static void on_hello(struct mr_link *l, const json_t *f)
+{
+	struct mr_engine *e = l->e;
+	const char *pid = proto_str(f, "push"), *from = proto_str(f, "from");
+	struct mr_push *p = pid ? find_push(e, pid) : NULL;
+	if (!p && e->accept && pid) {
+		auto_hello(l, f);
+		return;
+	}
+	if (!p || p->self == 0 || p->done) {
+		log_debug("model_unknown_push", "self=%s push=%s from=%s", e->self_id,
+			  pid ? pid : "", l->peer_id);
+		send_error(l->c, "unknown_push", "no push %.64s waits here", pid ? pid : "");
+		return;
+	}
+	size_t idx = p->n;
+	for (size_t i = 0; i < p->self; i++)
+		if (!strcmp(p->chain[i].id, l->peer_id))
+			idx = i;
+	if (idx == p->n || !from || strcmp(from, l->peer_id)) {
+		log_warn("model_peer_refused", "push=%s cn=%s peer=%s", p->id, log_q(l->peer_id),
+			 conn_peer_name(l->c));
+		send_error(l->c, "not_upstream", "node %s does not send push %s to %s", l->peer_id,
+			   p->id, p->chain[p->self].id);
+		return;
+	}
+	if (p->up || p->up_ended) {
+		send_error(l->c, "busy", "push %s already has its upstream here", p->id);
+		return;
+	}
+	l->hello = true;
+	l->p = p;
+	l->dir = LINK_UP;
+	l->peer_idx = idx;
+	p->up = l;
+	conn_set_max_frame(l->c, 0); /* a member: pieces are full-size frames */
+	memset(p->bad_count, 0, p->m->nchunks ? p->m->nchunks : 1);
+	if (p->timer_on) {
+		uv_timer_stop(&p->up_timer);
+		p->timer_on = false;
+	}
+	p->up_msg[0] = 0;
+	send_need(p, l);
+	send_progress(p, true);
+}
+
+/* --- the sending side (a link to our downstream) --- */
+
+static void send_chunk(struct mr_push *p, size_t c)
+{
+	uint32_t len;
+	char err[256];
+	int r;
+	if (p->self == 0)
+		r = mm_read_chunk(p->m, p->src, c, p->rd_buf, &len, err, sizeof err);
+	else
+		r = mm_store_get(p->root, p->m, c, p->rd_buf, &len);
+	if (r < 0) {
+		/* the source changed, or this node's copy is damaged: not sent */
+		log_error("model_read_failed", "push=%s chunk=%zu err=%d", p->id, c, r);
+		if (p->self == 0) {
+			util_strlcpy(p->up_msg, err, sizeof p->up_msg);
+			push_finish(p, -EAGAIN);
+		}
+		bit_set(p->sent, c, true);
+		return;
+	}
+	if (p->test_corrupt == c + 1) {
+		p->test_corrupt = 0;
+		p->rd_buf[len / 2] ^= 0x40;
+	}
+	bit_set(p->sent, c, true);
+	p->inflight++;
+	uint32_t off = 0;
+	do {
+		uint32_t k = len - off < MR_PIECE ? len - off : MR_PIECE;
+		char *s = b64(p->rd_buf + off, k);
+		json_t *f = msg("mp_piece");
+		json_object_set_new(f, "chunk", json_integer((json_int_t)c));
+		json_object_set_new(f, "off", json_integer(off));
+		json_object_set_new(f, "data", json_string(s ? s : ""));
+		free(s);
+		conn_send_new(p->down->c, f);
+		off += k;
+	} while (off < len);
+}
+
+/* Send what the downstream lacks and this node holds, MR_WINDOW at a time;
+ * mp_end once nothing more can come. */
+static void pump(struct mr_push *p)
+{
+	if (!p->down || !p->down_ready || p->done)
+		return;
+	bool blocked = false; /* a chunk still to come from upstream: later ones wait */
+	for (size_t c = p->scan; c < p->m->nchunks && p->inflight < MR_WINDOW && !p->done; c++) {
+		bool todo = bit_get(p->need_down, c) && !bit_get(p->sent, c);
+		if (todo && mm_have_test(&p->have, c))
+			send_chunk(p, c);
+		else if (todo && !p->up_ended) {
+			blocked = true;
+			break;
+		}
+		if (!blocked && c == p->scan && (bit_get(p->sent, c) || !bit_get(p->need_down, c) ||
+						 p->up_ended))
+			p->scan = c + 1;
+	}
+	if (p->done || !p->down)
+		return;
+	if (p->inflight == 0 && p->up_ended && !p->end_sent) {
+		p->end_sent = true;
+		conn_send_new(p->down->c, msg("mp_end"));
+	}
+}
+
+static void on_down_frame(struct mr_link *l, const json_t *f)
+{
+	struct mr_push *p = l->p;
+	const char *t = proto_type(f);
+	json_int_t c = proto_int(f, "chunk", -1);
+	if (!strcmp(t, "mp_need") && !p->down_ready) {
+		json_t *jb = json_object_get(f, "bits");
+		size_t nb = (p->m->nchunks + 7) / 8;
+		uint8_t *bytes = calloc(nb + 1, 1);
+		long k = json_is_string(jb) && bytes ? unb64(json_string_value(jb),
+							     json_string_length(jb), bytes, nb)
+						   : -1;
+		if (k != (long)nb) {
+			free(bytes);
+			send_error(l->c, "bad_frame", "mp_need: bits must be %zu bytes of base64", nb);
+			return;
+		}
+		memset(p->need_down, 0, (p->m->nchunks / 64 + 1) * sizeof *p->need_down);
+		memset(p->sent, 0, (p->m->nchunks / 64 + 1) * sizeof *p->sent);
+		for (size_t i = 0; i < p->m->nchunks; i++)
+			if (bytes[i / 8] >> (i % 8) & 1)
+				bit_set(p->need_down, i, true);
+		free(bytes);
+		p->inflight = 0;
+		p->scan = 0;
+		p->end_sent = false;
+		p->down_ready = true;
+		down_settled(p);
+		pump(p);
+	} else if ((!strcmp(t, "mp_ack") || !strcmp(t, "mp_bad")) && p->down_ready && c >= 0 &&
+		   (uint64_t)c < p->m->nchunks && bit_get(p->sent, (size_t)c) && p->inflight > 0) {
+		p->inflight--;
+		if (!strcmp(t, "mp_bad")) {
+			bit_set(p->sent, (size_t)c, false); /* sent again by the pump */
+			if ((size_t)c < p->scan)
+				p->scan = (size_t)c;
+		}
+		pump(p);
+	} else if (!strcmp(t, "mp_progress")) {
+		const char *node = proto_str(f, "node");
+		json_int_t b = proto_int(f, "bytes", -1), tot = proto_int(f, "total", -1);
+		if (!node || b < 0 || tot < 0)
+			return;
+		if (p->self == 0) {
+			if (p->cbs.on_progress)
+				p->cbs.on_progress(p->data, node, (uint64_t)b, (uint64_t)tot);
+		} else if (p->up) {
+			conn_send(p->up->c, f);
+		}
+	} else if (!strcmp(t, "mp_done")) {
+		json_t *nodes = json_object_get(f, "nodes");
+		size_t i;
+		json_t *r;
+		if (json_is_array(nodes))
+			json_array_foreach(nodes, i, r)
+				if (json_is_string(json_object_get(r, "node")) &&
+				    json_is_string(json_object_get(r, "status")))
+					json_array_append(p->report, r);
+		l->got_done = true;
+		p->down = NULL;
+		p->down_idx = p->n;
+		conn_close(l->c, 0);
+		push_check_end(p);
+	} else if (!strcmp(t, "error") && !p->down_ready &&
+		   (!strcmp(proto_str(f, "code") ? proto_str(f, "code") : "", "no_space") ||
+		    !strcmp(proto_str(f, "code") ? proto_str(f, "code") : "", "not_authorized"))) {
+		/* a node below lacks room, or refuses the push's permission: the push is
+		 * refused before its first byte */
+		bool room = !strcmp(proto_str(f, "code"), "no_space");
+		const char *m = proto_str(f, "message") ? proto_str(f, "message") : "no room";
+		const char *who = l->peer_id; /* the node named, if it is one below this one */
+		for (size_t i = p->self + 1; i < p->n; i++)
+			if (proto_str(f, "node") && !strcmp(proto_str(f, "node"), p->chain[i].id))
+				who = p->chain[i].id;
+		json_array_append_new(p->report,
+				      json_pack("{s:s, s:s, s:i, s:i, s:i, s:s}", "node", who,
+						"status", "failed", "bytes_written", 0, "chunks_written",
+						0, "chunks_bad", 0, "message", m));
+		util_strlcpy(p->up_msg, m, sizeof p->up_msg);
+		if (p->up && p->self > 0) {
+			json_t *ef = proto_error(0, room ? "no_space" : "not_authorized", m);
+			json_object_set_new(ef, "node", json_string(who));
+			conn_send_new(p->up->c, ef);
+			conn_close(p->up->c, 0);
+		}
+		l->got_done = true; /* not "down": it answered */
+		push_finish(p, room ? -ENOSPC : -EACCES);
+	} else if (!strcmp(t, "error")) {
+		log_warn("model_down_error", "push=%s node=%s code=%s message=%s", p->id, l->peer_id,
+			 log_q(proto_str(f, "code")), log_q(proto_str(f, "message")));
+		conn_close(l->c, -EPROTO);
+	} else {
+		send_error(l->c, "bad_frame", "unexpected %.32s from downstream", t);
+	}
+}
+
+/* The chain below this node is ready (or gone): answer the upstream's hello. */
+static void down_settled(struct mr_push *p)
+{
+	if (p->prep != PREP_DOWN)
+		return;
+	p->prep = PREP_NONE;
+	if (p->up) {
+		send_need(p, p->up);
+		send_progress(p, true);
+	}
+}
+
+static void push_check_end(struct mr_push *p)
+{
+	if (p->done)
+		return;
+	if (p->prep == PREP_DOWN && p->down_idx >= p->n && !p->down)
+		down_settled(p);
+	if (p->prep)
+		return;
+	if (p->up_ended && (p->down_idx >= p->n || p->self + 1 >= p->n) && !p->down)
+		push_finish(p, 0);
+}
+
+/* --- links --- */
+
+static void link_ready(conn *c, int status)
+{
+	struct mr_link *l = conn_data(c);
+	if (status < 0 || l->adopted)
+		return; /* on_close follows; or a test's peer, named already */
+	X509 *peer = conn_peer_cert(c);
+	char cn[64] = "";
+	if (!peer || conn_peer_revoked(c) || pki_cert_cn(peer, cn, sizeof cn) < 0) {
+		/* a stranger: not one frame is read from it */
+		log_warn("model_peer_refused", "reason=%s peer=%s",
+			 conn_verify_error(c) ? conn_verify_error(c) : "no certificate",
+			 conn_peer_name(c));
+		send_error(c, "unauthenticated", "a cluster member's certificate is required");
+		return;
+	}
+	util_strlcpy(l->peer_id, cn, sizeof l->peer_id);
+	if (l->dir == LINK_DOWN) {
+		struct mr_push *p = l->p;
+		if (!p || strcmp(cn, p->chain[l->peer_idx].id)) {
+			log_warn("model_peer_refused", "reason=wrong_node cn=%s peer=%s", log_q(cn),
+				 conn_peer_name(c));
+			conn_close(c, -EACCES);
+			return;
+		}
+		json_t *h = msg("mp_hello");
+		json_object_set_new(h, "push", json_string(p->id));
+		json_object_set_new(h, "from", json_string(p->chain[p->self].id));
+		json_t *ch = json_array();
+		for (size_t i = 0; i < p->n; i++)
+			json_array_append_new(ch, json_pack("{s:s, s:s, s:i}", "id", p->chain[i].id,
+							    "host", p->chain[i].host, "port",
+							    p->chain[i].port));
+		json_object_set_new(h, "chain", ch);
+		json_object_set_new(h, "manifest_bytes", json_integer((json_int_t)p->mtext_len));
+		if (p->ticket) {
+			json_object_set_new(h, "ticket", json_string(p->ticket));
+			json_object_set_new(h, "expires_at", json_integer(p->expires_at));
+		}
+		conn_send_new(c, h);
+		/* the manifest as text, in pieces a frame holds */
+		for (size_t off = 0; off < p->mtext_len; off += MR_PIECE) {
+			size_t k = p->mtext_len - off < MR_PIECE ? p->mtext_len - off : MR_PIECE;
+			json_t *mf = msg("mp_manifest");
+			json_object_set_new(mf, "off", json_integer((json_int_t)off));
+			json_object_set_new(mf, "text", json_stringn(p->mtext + off, k));
+			conn_send_new(c, mf);
+		}
+	}
+}
+
+static void link_frame(conn *c, json_t *f)
+{
+	struct mr_link *l = conn_data(c);
+	if (!l->peer_id[0]) {
+		json_decref(f);
+		conn_close(c, -EACCES);
+		return;
+	}
+	if (l->dir == LINK_UP && !l->hello) {
+		if (!strcmp(proto_type(f), "mp_hello"))
+			on_hello(l, f);
+		else
+			send_error(c, "bad_frame", "mp_hello first");
+	} else if (!l->p) {
+		/* the push ended: frames still in flight are dropped */
+	} else if (l->dir == LINK_UP) {
+		on_up_frame(l, f);
+	} else {
+		on_down_frame(l, f);
+	}
+	json_decref(f);
+}
+
+static void link_close(conn *c, int err)
+{
+	struct mr_link *l = conn_data(c);
+	struct mr_engine *e = l->e;
+	struct mr_push *p = l->p;
+	if (p && !p->done) {
+		if (l->dir == LINK_UP && p->up == l) {
+			char why[160];
+			snprintf(why, sizeof why, "the link from %s closed (%s)", l->peer_id,
+				 err ? strerror(-err) : "before its end");
+			up_lost(p, why);
+		} else if (l->dir == LINK_DOWN && p->down == l && !l->got_done) {
+			/* the downstream is gone: name it, serve the next member */
+			json_array_append_new(
+			    p->report,
+			    json_pack("{s:s, s:s, s:i, s:i, s:i, s:s}", "node",
+				      p->chain[l->peer_idx].id, "status", "down", "bytes_written", -1,
+				      "chunks_written", -1, "chunks_bad", -1, "message",
+				      err ? strerror(-err) : "closed before the push ended"));
+			p->down = NULL;
+			p->down_ready = false;
+			p->down_idx = l->peer_idx + 1;
+			if (p->down_idx < p->n)
+				down_connect(p);
+			else
+				push_check_end(p);
+		}
+	}
+	struct mr_link **lp = &e->links;
+	while (*lp && *lp != l)
+		lp = &(*lp)->next;
+	if (*lp)
+		*lp = l->next;
+	free(l);
+	engine_unref(e);
+}
+
+static const struct conn_cbs link_cbs = {
+	.on_ready = link_ready,
+	.on_frame = link_frame,
+	.on_close = link_close,
+};
+
+static struct mr_link *link_new(struct mr_engine *e)
+{
+	struct mr_link *l = calloc(1, sizeof *l);
+	if (!l)
+		return NULL;
+	l->e = e;
+	l->next = e->links;
+	e->links = l;
+	e->handles++;
+	return l;
+}
+
+static void link_drop(struct mr_link *l)
+{
+	struct mr_link **lp = &l->e->links;
+	while (*lp && *lp != l)
+		lp = &(*lp)->next;
+	if (*lp)
+		*lp = l->next;
+	engine_unref(l->e);
+	free(l);
+}
+
+static void down_connect(struct mr_push *p)
+{
+	struct mr_engine *e = p->e;
+	while (p->down_idx < p->n) {
+		const struct mr_member *d = &p->chain[p->down_idx];
+		struct mr_link *l = link_new(e);
+		if (!l)
+			break;
+		l->dir = LINK_DOWN;
+		l->p = p;
+		l->peer_idx = p->down_idx;
+		conn *c;
+		int r = conn_connect_tcp(e->loop, d->host, d->port, e->cli, 10000, &link_cbs, l, &c);
+		if (r == 0) {
+			l->c = c;
+			p->down = l;
+			return;
+		}
+		link_drop(l);
+		json_array_append_new(p->report,
+				      json_pack("{s:s, s:s, s:i, s:i, s:i, s:s}", "node", d->id,
+						"status", "down", "bytes_written", -1, "chunks_written",
+						-1, "chunks_bad", -1, "message", strerror(-r)));
+		p->down_idx++;
+	}
+	push_check_end(p);
+}
+
+static void on_accept(uv_stream_t *server, int status)
+{
+	struct mr_engine *e = server->data;
+	if (status < 0 || e->closing)
+		return;
+	struct mr_link *l = link_new(e);
+	if (!l)
+		return;
+	l->dir = LINK_UP;
+	l->c = conn_accept(server, e->srv, &link_cbs, l);
+	if (!l->c)
+		link_drop(l);
+	else
+		conn_set_max_frame(l->c, 16 * 1024); /* until its hello: see on_hello */
+}
+
+int mr_engine_adopt(struct mr_engine *e, uv_stream_t *server, const char *peer_id)
+{
+	struct mr_link *l = link_new(e);
+	if (!l)
+		return -ENOMEM;
+	l->dir = LINK_UP;
+	l->adopted = true;
+	util_strlcpy(l->peer_id, peer_id, sizeof l->peer_id);
+	l->c = conn_accept(server, NULL, &link_cbs, l);
+	if (!l->c) {
+		link_drop(l);
+		return -EIO;
+	}
+	return 0;
+}
+
+/* --- the engine --- */
+
+struct mr_engine *mr_engine_new(uv_loop_t *loop, SSL_CTX *srv_ctx, SSL_CTX *cli_ctx,
+				const char *self_id)
+{
+	struct mr_engine *e = calloc(1, sizeof *e);
+	if (!e)
+		return NULL;
+	e->loop = loop;
+	e->srv = srv_ctx;
+	e->cli = cli_ctx;
+	util_strlcpy(e->self_id, self_id, sizeof e->self_id);
+	e->handles = 1; /* the engine itself, until mr_engine_close */
+	return e;
+}
+
+int mr_engine_listen(struct mr_engine *e, const char *host, int port, char *err, size_t errlen)
+{
+	struct sockaddr_storage ss;
+	int r = uv_ip4_addr(host, port, (struct sockaddr_in *)&ss);
+	if (r < 0)
+		r = uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss);
+	if (r < 0) {
+		snprintf(err, errlen, "%s: not a numeric address", host);
+		return -EINVAL;
+	}
+	uv_tcp_init(e->loop, &e->lst);
+	e->lst.data = e;
+	e->handles++;
+	e->listening = true;
+	if ((r = uv_tcp_bind(&e->lst, (struct sockaddr *)&ss, 0)) < 0 ||
+	    (r = uv_listen((uv_stream_t *)&e->lst, 64, on_accept)) < 0) {
+		snprintf(err, errlen, "listen on %s:%d: %s", host, port, uv_strerror(r));
+		return r;
+	}
+	return 0;
+}
+
+int mr_engine_port(struct mr_engine *e)
+{
+	struct sockaddr_storage ss;
+	int len = sizeof ss;
+	if (!e->listening || uv_tcp_getsockname(&e->lst, (struct sockaddr *)&ss, &len) < 0)
+		return -1;
+	if (ss.ss_family == AF_INET)
+		return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+}
+
+static bool valid_push_id(const char *s)
+{
+	size_t n = s ? strlen(s) : 0;
+	if (n == 0 || n > 64)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return false;
+	return true;
+}
+
+/* The arrays of a push whose manifest is known. */
+static int push_alloc(struct mr_push *p)
+{
+	const struct mm_manifest *m = p->m;
+	size_t words = m->nchunks / 64 + 1;
+	p->need_down = calloc(words, sizeof *p->need_down);
+	p->sent = calloc(words, sizeof *p->sent);
+	p->bad_count = calloc(m->nchunks ? m->nchunks : 1, 1);
+	p->file_left = calloc(m->nfiles ? m->nfiles : 1, sizeof *p->file_left);
+	p->rd_buf = malloc(m->chunk_size);
+	p->asm_buf = malloc(m->chunk_size);
+	if (!p->mtext) {
+		json_t *j = mm_to_json(m);
+		p->mtext = j ? json_dumps(j, JSON_COMPACT) : NULL;
+		json_decref(j);
+		p->mtext_len = p->mtext ? strlen(p->mtext) : 0;
+	}
+	if (!p->need_down || !p->sent || !p->bad_count || !p->file_left || !p->rd_buf ||
+	    !p->asm_buf || !p->mtext)
+		return -ENOMEM;
+	return 0;
+}
+
+/* After mm_store_have: what this node lacks, per file and in all. */
+static void push_count_missing(struct mr_push *p)
+{
+	const struct mm_manifest *m = p->m;
+	for (size_t i = 0; i < m->nfiles; i++) {
+		const struct mm_file *f = &m->files[i];
+		for (uint32_t c = 0; c < f->nchunks; c++)
+			if (!mm_have_test(&p->have, f->first_chunk + c)) {
+				p->file_left[i]++;
+				p->missing++;
+				uint32_t len;
+				mm_chunk_file(m, f->first_chunk + c, NULL, &len);
+				p->need_bytes += len;
+			}
+	}
+}
+
+static struct mr_push *push_new(struct mr_engine *e, const char *id, const struct mr_member *chain,
+				size_t n, size_t self)
+{
+	struct mr_push *p = calloc(1, sizeof *p);
+	if (!p)
+		return NULL;
+	p->e = e;
+	util_strlcpy(p->id, id, sizeof p->id);
+	p->n = n;
+	p->self = self;
+	p->up_wait_ms = MR_UP_WAIT_MS;
+	p->chain = malloc(n * sizeof *p->chain);
+	p->report = json_array();
+	if (!p->chain || !p->report) {
+		free(p->chain);
+		json_decref(p->report);
+		free(p);
+		return NULL;
+	}
+	memcpy(p->chain, chain, n * sizeof *p->chain);
+	uv_timer_init(e->loop, &p->up_timer);
+	p->up_timer.data = p;
+	e->handles++;
+	p->next = e->pushes;
+	e->pushes = p;
+	return p;
+}
+
+/* A receiver waits for its upstream (up_wait_ms) and dials its downstream. */
+static void push_go(struct mr_push *p)
+{
+	if (p->self > 0 && !p->up) {
+		p->timer_on = true;
+		snprintf(p->up_msg, sizeof p->up_msg, "no upstream node connected within %u ms",
+			 p->up_wait_ms);
+		uv_timer_start(&p->up_timer, up_timeout, p->up_wait_ms, 0);
+	}
+	p->down_idx = p->self + 1;
+	if (p->down_idx < p->n)
+		down_connect(p);
+	else
+		push_check_end(p);
+}
+
+int mr_push_start(struct mr_engine *e, const struct mr_push_opts *o, const struct mr_cbs *cbs,
+		  void *data, char *err, size_t errlen)
+{
+	if (!valid_push_id(o->push_id) || o->nchain < 2 || o->self >= o->nchain || !o->m ||
+	    (o->self == 0 && !o->src_dir) || (o->self > 0 && !o->store_root)) {
+		snprintf(err, errlen, "bad push options");
+		return -EINVAL;
+	}
+	if (find_push(e, o->push_id)) {
+		snprintf(err, errlen, "push %s is already running here", o->push_id);
+		return -EEXIST;
+	}
+	struct mr_push *p = push_new(e, o->push_id, o->chain, o->nchain, o->self);
+	if (!p)
+		return -ENOMEM;
+	p->m = o->m;
+	p->cbs = *cbs;
+	p->data = data;
+	p->test_corrupt = o->test_corrupt;
+	p->expires_at = o->expires_at;
+	if (o->ticket && !(p->ticket = strdup(o->ticket))) {
+		p->done = p->freed = true;
+		uv_close((uv_handle_t *)&p->up_timer, on_timer_closed);
+		return -ENOMEM;
+	}
+	if (o->up_wait_ms)
+		p->up_wait_ms = o->up_wait_ms;
+	int r = push_alloc(p);
+	if (r == 0 && o->self == 0) {
+		util_strlcpy(p->src, o->src_dir, sizeof p->src);
+		p->have.nchunks = o->m->nchunks;
+		p->have.bits = calloc(o->m->nchunks / 64 + 1, sizeof *p->have.bits);
+		if (!p->have.bits)
+			r = -ENOMEM;
+		for (size_t i = 0; r == 0 && i < o->m->nchunks; i++)
+			p->have.bits[i / 64] |= 1ull << (i % 64);
+		p->up_ended = true;
+	} else if (r == 0) {
+		util_strlcpy(p->root, o->store_root, sizeof p->root);
+		if ((r = mm_store_have(p->root, o->m, &p->have, err, errlen)) == 0)
+			r = mm_store_begin(p->root, o->m, &p->have, err, errlen);
+		if (r == 0)
+			push_count_missing(p);
+	}
+	if (r < 0) {
+		if (!err[0])
+			snprintf(err, errlen, "%s", strerror(-r));
+		p->done = p->freed = true;
+		uv_close((uv_handle_t *)&p->up_timer, on_timer_closed);
+		return r;
+	}
+	push_go(p);
+	return 0;
+}
+
+/* In a worker thread: what this node holds, room, the partial files. */
+static void prep_work(uv_work_t *w)
+{
+	struct mr_push *p = w->data;
+	p->work_rc = mm_store_have(p->root, p->m, &p->have, p->work_err, sizeof p->work_err);
+	if (p->work_rc < 0)
+		return;
+	uint64_t need, avail;
+	char e2[256];
+	p->work_rc = mm_store_space(p->root, p->m, &p->have, &need, &avail, e2, sizeof e2);
+	if (p->e->test_avail)
+		avail = p->e->test_avail;
+	if (p->work_rc == -ENOSPC || p->e->test_avail)
+		p->work_rc = mm_space_check(p->chain[p->self].id, need, avail, p->work_err,
+					    sizeof p->work_err);
+	else if (p->work_rc < 0)
+		util_strlcpy(p->work_err, e2, sizeof p->work_err);
+	if (p->work_rc == 0)
+		p->work_rc = mm_store_begin(p->root, p->m, &p->have, p->work_err,
+					    sizeof p->work_err);
+}
+
+static void prep_done(uv_work_t *w, int status)
+{
+	struct mr_push *p = w->data;
+	struct mr_engine *e = p->e;
+	p->work_running = false;
+	if (p->free_after_work) {
+		push_free(p);
+		engine_unref(e);
+		return;
+	}
+	if (p->done)
+		return;
+	if (status < 0 && p->work_rc == 0)
+		p->work_rc = status;
+	if (p->work_rc < 0) {
+		util_strlcpy(p->up_msg, p->work_err[0] ? p->work_err : strerror(-p->work_rc),
+			     sizeof p->up_msg);
+		log_warn("model_push_refused", "push=%s reason=%s", p->id, log_q(p->up_msg));
+		if (p->up) {
+			json_t *ef = proto_error(0, p->work_rc == -ENOSPC ? "no_space" : "store",
+						 p->up_msg);
+			json_object_set_new(ef, "node", json_string(p->chain[p->self].id));
+			conn_send_new(p->up->c, ef);
+			conn_close(p->up->c, 0);
+		}
+		push_finish(p, p->work_rc == -ENOSPC ? -ENOSPC : -EIO);
+		return;
+	}
+	push_count_missing(p);
+	p->prep = PREP_DOWN;
+	push_go(p); /* the downstream first: this node answers once the chain below is ready */
+	if (p->down_idx >= p->n && !p->done)
+		down_settled(p);
+}
+
+static void prep_start(struct mr_push *p, struct mr_link *l)
+{
+	char err[256] = "";
+	if (mm_parse(p->mtext, p->mtext_len, &p->m_owned, err, sizeof err) < 0) {
+		send_error(l->c, "bad_frame", "%s", err);
+		push_finish(p, -EPROTO);
+		return;
+	}
+	p->m = p->m_owned;
+	if (p->e->verify) {
+		char *text = mr_ticket_text(p->id, p->m->name, p->expires_at, p->chain, p->n);
+		int vr = text && p->ticket ? p->e->verify(p->e->verify_data, text, p->ticket,
+							  p->expires_at)
+					   : -EACCES;
+		free(text);
+		if (vr < 0) {
+			log_warn("model_push_refused", "push=%s from=%s reason=%s", p->id, l->peer_id,
+				 p->ticket ? "bad or expired ticket" : "no ticket");
+			snprintf(p->up_msg, sizeof p->up_msg, "no valid permission for push %s", p->id);
+			char m[256];
+			snprintf(m, sizeof m, "%s refused push %s of %s: no valid permission from the "
+				 "head", p->chain[p->self].id, p->id, p->m->name);
+			json_t *ef = proto_error(0, "not_authorized", m);
+			json_object_set_new(ef, "node", json_string(p->chain[p->self].id));
+			conn_send_new(l->c, ef);
+			conn_close(l->c, 0);
+			push_finish(p, -EACCES);
+			return;
+		}
+	}
+	if (push_alloc(p) < 0) {
+		send_error(l->c, "internal", "out of memory");
+		push_finish(p, -ENOMEM);
+		return;
+	}
+	p->prep = PREP_WORK;
+	p->work.data = p;
+	if (uv_queue_work(p->e->loop, &p->work, prep_work, prep_done) < 0) {
+		send_error(l->c, "internal", "cannot prepare the store");
+		push_finish(p, -EIO);
+		return;
+	}
+	p->work_running = true;
+}
+
+void mr_engine_accept(struct mr_engine *e, const char *store_root, const struct mr_cbs *cbs,
+		      void *data)
+{
+	e->accept = true;
+	util_strlcpy(e->store_root, store_root, sizeof e->store_root);
+	e->inc_cbs = *cbs;
+	e->inc_data = data;
+}
+
+void mr_engine_verify(struct mr_engine *e, mr_verify_fn verify, void *data)
+{
+	e->verify = verify;
+	e->verify_data = data;
+}
+
+char *mr_ticket_text(const char *push_id, const char *name, int64_t expires_at,
+		     const struct mr_member *chain, size_t n)
+{
+	size_t len = 64 + strlen(push_id) + strlen(name) + n * sizeof chain->id;
+	char *s = malloc(len);
+	if (!s)
+		return NULL;
+	int off = snprintf(s, len, "sparkctl-push-v1\n%s\n%s\n%lld\n", push_id, name,
+			   (long long)expires_at);
+	for (size_t i = 0; i < n && off > 0 && (size_t)off < len; i++)
+		off += snprintf(s + off, len - (size_t)off, "%s%s", i ? "," : "", chain[i].id);
+	return s;
+}
+
+void mr_engine_test_avail(struct mr_engine *e, uint64_t bytes)
+{
+	e->test_avail = bytes;
+}
+
+void mr_push_cancel(struct mr_engine *e, const char *push_id)
+{
+	struct mr_push *p = find_push(e, push_id);
+	if (p) {
+		snprintf(p->up_msg, sizeof p->up_msg, "cancelled");
+		push_finish(p, -ECANCELED);
+	}
+}
+
+static void on_lst_closed(uv_handle_t *h)
+{
+	engine_unref(h->data);
+}
+
+void mr_engine_close(struct mr_engine *e)
+{
+	if (e->closing)
+		return;
+	e->closing = true;
+	for (struct mr_push *p = e->pushes; p; p = p->next)
+		if (!p->done)
+			push_finish(p, -ECANCELED);
+	for (struct mr_link *l = e->links; l; l = l->next) {
+		l->p = NULL;
+		conn_close(l->c, 0);
+	}
+	if (e->listening)
+		uv_close((uv_handle_t *)&e->lst, on_lst_closed);
+	engine_unref(e);
+}

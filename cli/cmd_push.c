@@ -1,0 +1,347 @@
+/* cmd_push: `sparkctl model push|ls|rm|verify` (issue 18, docs/models.md):
+ * copying a model directory from this node along a chain of other nodes, and
+ * the models the local node holds in its store, both served by its sparkd's
+ * `model` service (agent/model.c). Their text writers are in print_push.c. */
+#include "cli.h"
+#include "print.h"
+#include "output.h"
+#include "pki.h"
+#include "util.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define VERIFY_TIMEOUT_MS (12u * 3600 * 1000) /* re-hashing hundreds of GB takes minutes */
+
+
+
+
+/* NAME: one argument, no options (--help is handled by the command table). */
+static int one_name(struct cli_ctx *ctx, int argc, char **argv, const char **name)
+{
+	static const struct option lo[] = {CLI_OPT_END};
+	int rc = 0, c;
+	optind = 0;
+	while ((c = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1)
+		if (c == -2)
+			return rc;
+	if (optind >= argc)
+		return cli_usage(ctx, "missing model NAME (see 'sparkctl model ls')");
+	if (optind + 1 < argc)
+		return cli_usage(ctx, "unexpected argument '%s'", argv[optind + 1]);
+	*name = argv[optind];
+	return 0;
+}
+
+int cmd_model_ls(struct cli_ctx *ctx, int argc, char **argv)
+{
+	static const struct option lo[] = {CLI_OPT_END};
+	int rc = 0, c;
+	optind = 0;
+	while ((c = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1)
+		if (c == -2)
+			return rc;
+	if (optind < argc)
+		return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
+	return cli_request(ctx, "model_ls", NULL, 0, NULL);
+}
+
+int cmd_model_rm(struct cli_ctx *ctx, int argc, char **argv)
+{
+	const char *name = NULL;
+	int r = one_name(ctx, argc, argv, &name);
+	if (r)
+		return r;
+	return cli_request(ctx, "model_rm", json_pack("{s:s}", "name", name), 0, NULL);
+}
+
+int cmd_model_verify(struct cli_ctx *ctx, int argc, char **argv)
+{
+	const char *name = NULL;
+	int r = one_name(ctx, argc, argv, &name);
+	if (r)
+		return r;
+	json_t *ans = NULL;
+	r = cli_request(ctx, "model_verify", json_pack("{s:s}", "name", name), VERIFY_TIMEOUT_MS,
+			&ans);
+	if (r)
+		return r;
+	size_t bad = json_array_size(json_object_get(ans, "problems"));
+	if (bad)
+		r = cli_fail("%s on %s: %zu damaged or missing part%s; remove it ('sparkctl model rm "
+			     "%s') and copy it again", name, cli_jstr(ans, "node"), bad,
+			     bad == 1 ? "" : "s", name);
+	json_decref(ans);
+	return r;
+}
+
+/* ---- writers ---- */
+
+
+
+
+/* ---- model push ---- */
+
+
+#define DATA_PORT_OFFSET 1 /* agent/model.c: a node's data port is its agent port + 1 */
+
+struct push_view {
+	const struct cli_ctx *ctx;
+	json_t *names; /* node id -> name */
+	json_t *last;  /* node -> {bytes, total} */
+	bool tty;
+	uint64_t t0;
+};
+
+static void push_event(void *arg, json_t *msg)
+{
+	struct push_view *v = arg;
+	const char *node = cli_jstr(msg, "node");
+	if (json_is_string(json_object_get(v->names, node)))
+		node = json_string_value(json_object_get(v->names, node));
+	long long b = cli_jnum(msg, "bytes"), t = cli_jnum(msg, "total"), ms = cli_jnum(msg, "ms");
+	json_t *prev = json_object_get(v->last, node);
+	bool was_done = prev && cli_jnum(prev, "bytes") >= cli_jnum(prev, "total");
+	json_object_set_new(v->last, node, json_pack("{s:I, s:I}", "bytes", b, "total", t));
+	if (v->tty && v->ctx->out != OUT_JSON) {
+		char line[1024] = "";
+		size_t off = 0;
+		const char *k;
+		json_t *e;
+		uint64_t sum = 0, all = 0;
+		json_object_foreach(v->last, k, e) {
+			long long eb = cli_jnum(e, "bytes"), et = cli_jnum(e, "total");
+			sum += (uint64_t)eb;
+			all += (uint64_t)et;
+			off += (size_t)snprintf(line + off, off < sizeof line ? sizeof line - off : 0,
+						"%s %3lld%%  ", k, et ? eb * 100 / et : 100);
+		}
+		double rate = ms > 0 ? sum / 1048576.0 / (ms / 1000.0) : 0;
+		double eta = rate > 0 ? (all - sum) / 1048576.0 / rate : 0;
+		cli_progress(v->ctx, "%s| %.1f MiB/s, ETA %.0f s", line, rate, eta);
+	} else if (!v->tty && v->ctx->out != OUT_JSON && !was_done && t >= 0 && b >= t) {
+		printf("%s: %lld bytes received\n", node, b); /* plain lines in a pipe */
+		fflush(stdout);
+	}
+}
+
+/* "a,b,c" -> JSON array of names */
+static json_t *split_names(const char *s)
+{
+	json_t *a = json_array();
+	char *dup = strdup(s), *save = NULL;
+	for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save))
+		if (*t)
+			json_array_append_new(a, json_string(t));
+	free(dup);
+	return a;
+}
+
+int cmd_model_push(struct cli_ctx *ctx, int argc, char **argv)
+{
+	static const struct option lo[] = {{"group", required_argument, NULL, 'g'},
+					   {"nodes", required_argument, NULL, 'n'},
+					   {"name", required_argument, NULL, 'N'},
+					   {"dry-run", no_argument, NULL, 'd'},
+					   CLI_OPT_END};
+	const char *group = NULL, *nodes = NULL, *name = NULL;
+	bool dry = false;
+	int rc = 0, c;
+	const char *dirarg = NULL;
+	char *rest[argc + 1];
+	optind = 0;
+	for (;;) { /* options before and after DIR ("+": getopt stops at DIR) */
+		while ((c = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
+			if (c == -2)
+				return rc;
+			if (c == 'g')
+				group = optarg;
+			else if (c == 'n')
+				nodes = optarg;
+			else if (c == 'N')
+				name = optarg;
+			else if (c == 'd')
+				dry = true;
+		}
+		if (optind >= argc)
+			break;
+		if (dirarg)
+			return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
+		dirarg = argv[optind];
+		/* go on with the arguments after DIR (getopt restarts at optind 0) */
+		int k = 1;
+		for (int i = optind + 1; i < argc; i++)
+			rest[k++] = argv[i];
+		rest[0] = argv[0];
+		rest[k] = NULL;
+		argv = rest;
+		argc = k;
+		optind = 0;
+	}
+	if (!dirarg)
+		return cli_usage(ctx, "missing the model DIR to push");
+	if (!group == !nodes)
+		return cli_usage(ctx, "give exactly one of --group G or --nodes a,b,c");
+	char dir[PATH_MAX];
+	struct stat st;
+	if (!realpath(dirarg, dir) || stat(dir, &st) < 0)
+		return cli_fail("%s: %s; give the folder of the model's files", dirarg,
+				strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		return cli_fail("%s: not a directory; give the folder of the model's files", dir);
+	if (!name) {
+		const char *b = strrchr(dir, '/');
+		name = b && b[1] ? b + 1 : dir;
+	}
+	/* who this node is, who the others are */
+	json_t *ver = NULL, *nl = NULL, *targets = NULL;
+	if (cli_call(ctx, "version", NULL, &ver, 0) || cli_call(ctx, "node_ls", NULL, &nl, 0)) {
+		json_decref(ver);
+		return 1;
+	}
+	const char *self = cli_jstr(ver, "node");
+	if (group) {
+		json_t *g = NULL;
+		if (cli_call(ctx, "group_show", json_pack("{s:s}", "name", group), &g, 0)) {
+			json_decref(ver);
+			json_decref(nl);
+			return 1;
+		}
+		targets = json_array();
+		size_t i;
+		json_t *mem;
+		json_array_foreach(json_object_get(g, "members"), i, mem)
+			json_array_append_new(targets, json_string(cli_jstr(mem, "name")));
+		json_decref(g);
+	} else {
+		targets = split_names(nodes);
+	}
+	json_t *chain = json_array(), *self_node = NULL;
+	size_t i;
+	json_t *nd;
+	json_array_foreach(json_object_get(nl, "nodes"), i, nd)
+		if (!strcmp(cli_jstr(nd, "name"), self))
+			self_node = nd;
+	rc = 0;
+	json_t *order = json_array();
+	if (self_node)
+		json_array_append(order, self_node);
+	size_t ti;
+	json_t *t;
+	json_array_foreach(targets, ti, t) {
+		const char *tn = json_string_value(t);
+		json_t *found = NULL;
+		json_array_foreach(json_object_get(nl, "nodes"), i, nd)
+			if (!strcmp(cli_jstr(nd, "name"), tn) || !strcmp(cli_jstr(nd, "id"), tn))
+				found = nd;
+		if (!found) {
+			rc = cli_fail("no node '%s' in the cluster; 'sparkctl node ls' lists them", tn);
+			break;
+		}
+		if (found != self_node)
+			json_array_append(order, found);
+	}
+	if (!rc && !self_node)
+		rc = cli_fail("this node (%s) is not in the cluster's node list", self);
+	if (!rc && json_array_size(order) < 2)
+		rc = cli_fail("nothing to push to: the only node named is this one");
+	json_array_foreach(order, i, nd) {
+		if (rc)
+			break;
+		char host[160];
+		int port;
+		if (util_split_hostport(cli_jstr(nd, "address"), 7300, host, sizeof host, &port) < 0) {
+			rc = cli_fail("node %s has no usable address ('%s')", cli_jstr(nd, "name"),
+				      cli_jstr(nd, "address"));
+			break;
+		}
+		json_array_append_new(chain, json_pack("{s:s, s:s, s:s, s:i}", "id",
+						       cli_jstr(nd, "id"), "name", cli_jstr(nd, "name"),
+						       "host", host, "port", port + DATA_PORT_OFFSET));
+	}
+	json_decref(order);
+	json_decref(targets);
+	json_decref(ver);
+	if (rc) {
+		json_decref(nl);
+		json_decref(chain);
+		return rc;
+	}
+	/* the head's permission for this push (admins only): the nodes check it */
+	char push_id[33];
+	if (pki_random_hex(push_id, 16) < 0) {
+		json_decref(nl);
+		json_decref(chain);
+		return cli_fail("cannot make a push id (no randomness)");
+	}
+	json_t *ids = json_array(), *tk = NULL;
+	json_array_foreach(chain, i, nd)
+		json_array_append_new(ids, json_string(cli_jstr(nd, "id")));
+	if (cli_call(ctx, "model_ticket", json_pack("{s:s, s:s, s:o}", "push", push_id, "name", name,
+						    "chain", ids), &tk, 0)) {
+		json_decref(nl);
+		json_decref(chain);
+		return 1;
+	}
+	json_t *args = json_pack("{s:s, s:s, s:O, s:b, s:s, s:O, s:O}", "dir", dir, "name", name,
+				 "chain", chain, "dry_run", dry, "push", push_id, "ticket",
+				 json_object_get(tk, "ticket"), "expires_at",
+				 json_object_get(tk, "expires_at"));
+	json_decref(tk);
+	json_t *req = json_incref(args);
+	struct push_view v = {.ctx = ctx, .last = json_object(), .tty = isatty(1), .t0 = util_now_ms(),
+			      .names = json_object()};
+	json_array_foreach(chain, i, nd)
+		json_object_set(v.names, cli_jstr(nd, "id"), json_object_get(nd, "name"));
+	struct cli_stream cs = {.on_event = push_event, .arg = &v};
+	json_t *data = NULL;
+	char *code = NULL, *msg = NULL;
+	int r = cli_stream_raw(ctx, "model_push", args, &data, 0, &cs, &code, &msg);
+	cli_progress_clear(ctx);
+	if (r < 0) {
+		rc = cli_fail("%s", msg && *msg ? msg : "the push failed");
+	} else {
+		/* names for the ids of the report */
+		json_t *names = json_object();
+		json_array_foreach(chain, i, nd)
+			json_object_set(names, cli_jstr(nd, "id"), json_object_get(nd, "name"));
+		json_array_foreach(json_object_get(data, "nodes"), i, nd) {
+			json_t *nm = json_object_get(names, cli_jstr(nd, "node"));
+			if (nm)
+				json_object_set(nd, "name", nm);
+		}
+		json_decref(names);
+		/* which network carried it: say so (issue 18: the fabric is not used yet) */
+		json_object_set_new(data, "network", json_string("agent_address"));
+		cli_output(ctx, req, data, NULL);
+		if (!dry && !json_is_true(json_object_get(data, "complete"))) {
+			char bad[512] = "";
+			size_t off = 0;
+			json_array_foreach(json_object_get(data, "nodes"), i, nd)
+				if (strcmp(cli_jstr(nd, "status"), "complete"))
+					off += (size_t)snprintf(bad + off, off < sizeof bad ? sizeof bad - off : 0,
+								"%s%s (%s: %s)", off ? ", " : "",
+								cli_jstr(nd, "name"), cli_jstr(nd, "status"),
+								cli_jstr(nd, "message"));
+			rc = cli_fail("%s is not complete on %s; fix that and run the same push again: "
+				      "only what is missing moves", name, bad);
+		}
+	}
+	free(code);
+	free(msg);
+	json_decref(data);
+	json_decref(req);
+	json_decref(v.last);
+	json_decref(v.names);
+	json_decref(nl);
+	json_decref(chain);
+	return rc;
+}
+

@@ -1,0 +1,137 @@
+/* Text writers of the model store and model push (docs/models.md): which
+ * models a node holds, rm and verify, and a push's per-node table. */
+#include "output.h"
+#include "print.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+static void fmt_bytes(long long b, char *buf, size_t len)
+{
+	if (b >= 1073741824LL)
+		snprintf(buf, len, "%.1f GiB", b / 1073741824.0);
+	else if (b >= 1048576LL)
+		snprintf(buf, len, "%.1f MiB", b / 1048576.0);
+	else
+		snprintf(buf, len, "%lld B", b);
+}
+
+static void fmt_when(long long ts, char *buf, size_t len)
+{
+	if (ts <= 0) {
+		snprintf(buf, len, "-");
+		return;
+	}
+	time_t t = (time_t)ts;
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	strftime(buf, len, "%Y-%m-%d %H:%M:%SZ", &tm);
+}
+
+void cli_text_model_ls(const struct cli_answer *a)
+{
+	static const char *const hdr[] = {"NAME", "FILES", "SIZE", "STATE", "PUSHED", "FINISHED"};
+	json_t *models = json_object_get(a->data, "models");
+	if (json_array_size(models) == 0) {
+		printf("No models on %s (%s).\n", cli_jstr(a->data, "node"), cli_jstr(a->data, "dir"));
+		return;
+	}
+	out_table *t = out_table_new(6, hdr);
+	size_t i;
+	json_t *m;
+	json_array_foreach(models, i, m) {
+		char files[48], size[32], pushed[32], fin[32];
+		if (json_is_true(json_object_get(m, "complete")))
+			snprintf(files, sizeof files, "%lld", cli_jnum(m, "files"));
+		else
+			snprintf(files, sizeof files, "%lld/%lld", cli_jnum(m, "files_complete"),
+				 cli_jnum(m, "files"));
+		fmt_bytes(cli_jnum(m, "bytes"), size, sizeof size);
+		fmt_when(cli_jnum(m, "pushed_at"), pushed, sizeof pushed);
+		fmt_when(cli_jnum(m, "finished_at"), fin, sizeof fin);
+		const char *row[] = {cli_jstr(m, "name"), files, size,
+				     json_is_true(json_object_get(m, "complete")) ? "complete"
+										 : "partial",
+				     pushed, fin};
+		out_table_row(t, row);
+	}
+	out_table_print(t, stdout);
+	out_table_free(t);
+}
+
+void cli_text_model_rm(const struct cli_answer *a)
+{
+	printf("Model %s removed from %s.\n", cli_jstr(a->data, "name"), cli_jstr(a->data, "node"));
+}
+
+void cli_text_model_verify(const struct cli_answer *a)
+{
+	char size[32];
+	fmt_bytes(cli_jnum(a->data, "bytes"), size, sizeof size);
+	json_t *bad = json_object_get(a->data, "problems");
+	if (json_array_size(bad) == 0) {
+		printf("%s on %s: %lld files, %s, every chunk matches its SHA-256.\n",
+		       cli_jstr(a->data, "name"), cli_jstr(a->data, "node"),
+		       cli_jnum(a->data, "files"), size);
+		return;
+	}
+	static const char *const hdr[] = {"PATH", "CHUNK", "PROBLEM"};
+	out_table *t = out_table_new(3, hdr);
+	size_t i;
+	json_t *p;
+	json_array_foreach(bad, i, p) {
+		char chunk[32];
+		if (cli_jnum(p, "chunk") < 0)
+			snprintf(chunk, sizeof chunk, "-");
+		else
+			snprintf(chunk, sizeof chunk, "%lld", cli_jnum(p, "chunk"));
+		const char *row[] = {cli_jstr(p, "path"), chunk, cli_jstr(p, "problem")};
+		out_table_row(t, row);
+	}
+	out_table_print(t, stdout);
+	out_table_free(t);
+}
+
+void cli_text_model_push(const struct cli_answer *a)
+{
+	char size[32];
+	fmt_bytes(cli_jnum(a->data, "bytes"), size, sizeof size);
+	if (json_is_true(json_object_get(a->data, "dry_run"))) {
+		printf("Would push %s (%lld files, %s, %lld chunks of SHA-256) along:\n",
+		       cli_jstr(a->data, "name"), cli_jnum(a->data, "files"), size,
+		       cli_jnum(a->data, "chunks"));
+		size_t i;
+		json_t *n;
+		json_array_foreach(json_object_get(a->req, "chain"), i, n)
+			printf("  %zu. %s (%s:%lld)%s\n", i, cli_jstr(n, "name"), cli_jstr(n, "host"),
+			       cli_jnum(n, "port"), i == 0 ? "  source" : "");
+		printf("Each node receives only the chunks it lacks, from the node before it, over the\n"
+		       "address it joined with (not its fabric addresses: not supported yet).\n");
+		return;
+	}
+	static const char *const hdr[] = {"NODE", "STATUS", "WRITTEN", "BAD CHUNKS", "MESSAGE"};
+	out_table *t = out_table_new(5, hdr);
+	size_t i;
+	json_t *n;
+	json_array_foreach(json_object_get(a->data, "nodes"), i, n) {
+		char w[32], bad[32];
+		if (cli_jnum(n, "bytes_written") < 0)
+			snprintf(w, sizeof w, "-");
+		else
+			fmt_bytes(cli_jnum(n, "bytes_written"), w, sizeof w);
+		snprintf(bad, sizeof bad, "%lld", cli_jnum(n, "chunks_bad") < 0 ? 0 : cli_jnum(n, "chunks_bad"));
+		const char *nm = json_is_string(json_object_get(n, "name")) ? cli_jstr(n, "name")
+									    : cli_jstr(n, "node");
+		const char *msg = cli_jstr(n, "message");
+		const char *row[] = {nm, cli_jstr(n, "status"), w, bad, msg[0] ? msg : "-"};
+		out_table_row(t, row);
+	}
+	out_table_print(t, stdout);
+	out_table_free(t);
+	double secs = json_real_value(json_object_get(a->data, "seconds"));
+	printf("%s: %lld files, %s, in %.1f s%s (over the nodes' agent addresses, not the "
+	       "fabric).\n", cli_jstr(a->data, "name"),
+	       cli_jnum(a->data, "files"), size, secs,
+	       json_is_true(json_object_get(a->data, "complete")) ? ", complete on every node" : "");
+}

@@ -1,0 +1,456 @@
+/* `sparkctl model ls|rm|verify` against a real sparkd (issue 18): the models
+ * the node holds in its store, under models.dir of its config or its state
+ * dir; a damaged chunk is found by verify (exit 1, one line saying what to
+ * do); rm removes it; a relative models.dir is refused at start. The store is
+ * seeded with the store library (a push's receiving side does the same). */
+#include "harness.h"
+#include "model_manifest.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct h_cluster *c;
+static char srcroot[256], src[512], store[512], cfg[512];
+
+static void setup(void)
+{
+	c = h_cluster_new(1);
+	snprintf(srcroot, sizeof srcroot, "/tmp/sparkctl-it-src-XXXXXX");
+	cr_assert_not_null(mkdtemp(srcroot));
+	snprintf(src, sizeof src, "%s/model-src", srcroot);
+	snprintf(store, sizeof store, "%s/bigdisk/models", c->root);
+	snprintf(cfg, sizeof cfg, "%s/sparkd.yaml", c->root);
+	cr_assert_eq(mkdir(src, 0755), 0);
+	static const size_t lens[] = {900, 3 * MM_CHUNK_MIN + 5};
+	static const char *names[] = {"config.json", "model.safetensors"};
+	for (int i = 0; i < 2; i++) {
+		char p[600];
+		snprintf(p, sizeof p, "%s/%s", src, names[i]);
+		FILE *f = fopen(p, "wb");
+		for (size_t k = 0; k < lens[i]; k++)
+			fputc((int)((k * 7 + i) & 0xff), f);
+		fclose(f);
+	}
+	FILE *f = fopen(cfg, "w");
+	fprintf(f, "models:\n  dir: %s\n", store);
+	fclose(f);
+}
+
+static void teardown(void)
+{
+	h_cluster_free(c);
+	char cmd[400];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", srcroot);
+	if (system(cmd) != 0)
+		cr_log_warn("could not remove %s", srcroot);
+}
+
+TestSuite(models, .init = setup, .fini = teardown, .timeout = 60);
+
+/* Receive NAME into the store as a push would: every chunk when whole, else
+ * only the first. */
+static struct mm_manifest *seed(const char *name, bool whole)
+{
+	struct mm_manifest *m;
+	char err[256] = "";
+	cr_assert_eq(mm_build(src, name, MM_CHUNK_MIN, &m, err, sizeof err), 0, "%s", err);
+	struct mm_have h;
+	cr_assert_eq(mm_store_have(store, m, &h, err, sizeof err), 0, "%s", err);
+	cr_assert_eq(mm_store_begin(store, m, &h, err, sizeof err), 0, "%s", err);
+	uint8_t *buf = malloc(m->chunk_size);
+	for (size_t i = 0; i < (whole ? m->nchunks : 1); i++) {
+		uint32_t len;
+		cr_assert_eq(mm_read_chunk(m, src, i, buf, &len, err, sizeof err), 0, "%s", err);
+		cr_assert_eq(mm_store_put(store, m, i, buf, len), 0);
+	}
+	free(buf);
+	for (size_t i = 0; whole && i < m->nfiles; i++)
+		cr_assert_eq(mm_store_finish_file(store, m, i), 0);
+	mm_have_free(&h);
+	return m;
+}
+
+Test(models, ls_verify_damage_rm)
+{
+	cr_assert_eq(h_start_cfg(c, 0, cfg), 0);
+	struct h_result r = h_ctl(c, 0, "model", "ls", NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.err);
+	cr_assert(strstr(r.out, "No models"), "%s", r.out);
+	h_result_free(&r);
+
+	struct mm_manifest *m = seed("tiny-llm", true);
+	r = h_ctl(c, 0, "model", "ls", "-o", "json", NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.err);
+	json_t *j = h_json(&r);
+	cr_assert_str_eq(json_string_value(json_object_get(j, "dir")), store,
+			 "models.dir of the config");
+	json_t *e = json_array_get(json_object_get(j, "models"), 0);
+	cr_assert_str_eq(json_string_value(json_object_get(e, "name")), "tiny-llm");
+	cr_assert(json_is_true(json_object_get(e, "complete")));
+	cr_assert_eq(json_integer_value(json_object_get(e, "bytes")), (json_int_t)m->total_bytes);
+	cr_assert_eq(json_integer_value(json_object_get(e, "files")), 2);
+	json_decref(j);
+	h_result_free(&r);
+	r = h_ctl(c, 0, "model", "ls", NULL);
+	cr_assert(strstr(r.out, "tiny-llm") && strstr(r.out, "complete"), "%s", r.out);
+	h_result_free(&r);
+
+	r = h_ctl(c, 0, "model", "verify", "tiny-llm", NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.err);
+	cr_assert(strstr(r.out, "every chunk matches"), "%s", r.out);
+	h_result_free(&r);
+
+	/* one flipped bit in chunk 2 of the shard, size and mtime kept */
+	char p[700];
+	snprintf(p, sizeof p, "%s/tiny-llm/model.safetensors", store);
+	struct stat st;
+	stat(p, &st);
+	int fd = open(p, O_RDWR);
+	uint8_t b;
+	cr_assert_eq(pread(fd, &b, 1, 2 * MM_CHUNK_MIN + 9), 1);
+	b ^= 0x10;
+	cr_assert_eq(pwrite(fd, &b, 1, 2 * MM_CHUNK_MIN + 9), 1);
+	struct timespec ts[2] = {st.st_atim, st.st_mtim};
+	futimens(fd, ts);
+	close(fd);
+	r = h_ctl(c, 0, "model", "verify", "tiny-llm", NULL);
+	cr_assert_eq(r.rc, 1, "a damaged model fails verify");
+	cr_assert(strstr(r.out, "model.safetensors") && strstr(r.out, "hash"), "%s", r.out);
+	cr_assert(strstr(r.err, "damaged") && strstr(r.err, "sparkctl model rm tiny-llm"), "%s",
+		  r.err);
+	cr_assert_eq(strchr(r.err, '\n'), r.err + strlen(r.err) - 1, "one line: %s", r.err);
+	h_result_free(&r);
+	r = h_ctl(c, 0, "model", "verify", "tiny-llm", "-o", "json", NULL);
+	j = h_json(&r);
+	cr_assert(json_is_false(json_object_get(j, "ok")));
+	e = json_array_get(json_object_get(j, "problems"), 0);
+	cr_assert_str_eq(json_string_value(json_object_get(e, "path")), "model.safetensors");
+	cr_assert_eq(json_integer_value(json_object_get(e, "chunk")), 2);
+	cr_assert_str_eq(json_string_value(json_object_get(e, "problem")), "hash");
+	json_decref(j);
+	h_result_free(&r);
+
+	r = h_ctl(c, 0, "model", "verify", "nope", NULL);
+	cr_assert_eq(r.rc, 1);
+	cr_assert(strstr(r.err, "no model nope") && strstr(r.err, "model ls"), "%s", r.err);
+	h_result_free(&r);
+	r = h_ctl(c, 0, "model", "verify", "../etc", NULL);
+	cr_assert_eq(r.rc, 1, "a name that is not a model name is refused");
+	h_result_free(&r);
+	r = h_ctl(c, 0, "model", "verify", NULL);
+	cr_assert_eq(r.rc, 2, "usage");
+	h_result_free(&r);
+
+	r = h_ctl(c, 0, "model", "rm", "tiny-llm", NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.err);
+	cr_assert(strstr(r.out, "removed"), "%s", r.out);
+	h_result_free(&r);
+	snprintf(p, sizeof p, "%s/tiny-llm", store);
+	cr_assert_neq(access(p, F_OK), 0, "the folder is gone");
+	r = h_ctl(c, 0, "model", "rm", "tiny-llm", NULL);
+	cr_assert_eq(r.rc, 1);
+	cr_assert(strstr(r.err, "no model tiny-llm"), "%s", r.err);
+	h_result_free(&r);
+	mm_free(m);
+}
+
+Test(models, partial_model_and_default_dir)
+{
+	/* no config: the store is STATE_DIR/models */
+	snprintf(store, sizeof store, "%s/models", c->nodes[0].dir);
+	cr_assert_eq(h_start(c, 0), 0);
+	struct mm_manifest *m = seed("half", false);
+	struct h_result r = h_ctl(c, 0, "model", "ls", "-o", "json", NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.err);
+	json_t *j = h_json(&r);
+	cr_assert_str_eq(json_string_value(json_object_get(j, "dir")), store);
+	json_t *e = json_array_get(json_object_get(j, "models"), 0);
+	cr_assert(json_is_false(json_object_get(e, "complete")), "a model still being received");
+	cr_assert_lt(json_integer_value(json_object_get(e, "files_complete")), 2);
+	json_decref(j);
+	h_result_free(&r);
+	r = h_ctl(c, 0, "model", "ls", NULL);
+	cr_assert(strstr(r.out, "partial"), "%s", r.out);
+	h_result_free(&r);
+	mm_free(m);
+}
+
+Test(models, relative_models_dir_refused)
+{
+	FILE *f = fopen(cfg, "w");
+	fprintf(f, "models:\n  dir: data/models\n");
+	fclose(f);
+	char *argv[] = {(char *)h_bin("sparkd"), "--state-dir", c->nodes[0].dir, "--socket",
+			c->nodes[0].sock, "--listen", "127.0.0.1:1", "--config", cfg, NULL};
+	struct h_result r = h_run(argv);
+	cr_assert_neq(r.rc, 0, "sparkd does not start");
+	cr_assert(strstr(r.err, "models.dir") && strstr(r.err, "absolute"), "%s", r.err);
+	h_result_free(&r);
+	f = fopen(cfg, "w");
+	fprintf(f, "models:\n  directory: /x\n");
+	fclose(f);
+	r = h_run(argv);
+	cr_assert_neq(r.rc, 0, "an unknown key under models:");
+	cr_assert(strstr(r.err, "directory"), "%s", r.err);
+	h_result_free(&r);
+}
+
+/* A hostile caller on the control socket: one raw request, its answer. */
+static json_t *raw_call(const char *json)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	snprintf(a.sun_path, sizeof a.sun_path, "%s", c->nodes[0].sock);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+	size_t n = strlen(json);
+	uint8_t hdr[4] = {(uint8_t)(n >> 24), (uint8_t)(n >> 16), (uint8_t)(n >> 8), (uint8_t)n};
+	cr_assert_eq(write(fd, hdr, 4), 4);
+	cr_assert_eq(write(fd, json, n), (ssize_t)n);
+	uint8_t lh[4];
+	cr_assert_eq(read(fd, lh, 4), 4);
+	size_t len = (size_t)lh[0] << 24 | lh[1] << 16 | lh[2] << 8 | lh[3];
+	char *buf = malloc(len + 1);
+	size_t got = 0;
+	while (got < len) {
+		ssize_t k = read(fd, buf + got, len - got);
+		cr_assert_gt(k, 0);
+		got += (size_t)k;
+	}
+	close(fd);
+	json_t *j = json_loadb(buf, len, 0, NULL);
+	free(buf);
+	cr_assert_not_null(j);
+	return j;
+}
+
+Test(models, hostile_requests_refused)
+{
+	cr_assert_eq(h_start_cfg(c, 0, cfg), 0);
+	struct mm_manifest *m = seed("keep", true);
+	static const char *const bad[] = {
+		"{\"v\":1,\"type\":\"model_rm\",\"id\":1,\"name\":5}",
+		"{\"v\":1,\"type\":\"model_rm\",\"id\":1}",
+		"{\"v\":1,\"type\":\"model_rm\",\"id\":1,\"name\":\"../bigdisk\"}",
+		"{\"v\":1,\"type\":\"model_rm\",\"id\":1,\"name\":\".meta\"}",
+		"{\"v\":1,\"type\":\"model_rm\",\"id\":1,\"name\":\"\"}",
+		"{\"v\":1,\"type\":\"model_verify\",\"id\":1,\"name\":\"/etc/passwd\"}",
+		"{\"v\":1,\"type\":\"model_verify\",\"id\":1,\"name\":[\"keep\"]}",
+		/* model_push with a bad directory, name or chain */
+		"{\"v\":1,\"type\":\"model_push\",\"id\":1,\"dir\":\"rel/dir\",\"name\":\"m\","
+		"\"chain\":[{\"id\":\"a\",\"host\":\"127.0.0.1\",\"port\":1},"
+		"{\"id\":\"b\",\"host\":\"127.0.0.1\",\"port\":1}]}",
+		"{\"v\":1,\"type\":\"model_push\",\"id\":1,\"dir\":\"/tmp\",\"name\":\"../m\","
+		"\"chain\":[]}",
+		"{\"v\":1,\"type\":\"model_push\",\"id\":1,\"dir\":\"/tmp\",\"name\":\"m\","
+		"\"chain\":{}}",
+		"{\"v\":1,\"type\":\"model_push\",\"id\":1,\"dir\":\"/tmp\",\"name\":\"m\","
+		"\"chain\":[{\"id\":\"a\"}]}",
+		"{\"v\":1,\"type\":\"model_push\",\"id\":1,\"dir\":\"/tmp\",\"name\":\"m\","
+		"\"chain\":[],\"dry_run\":\"yes\"}",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		json_t *j = raw_call(bad[i]);
+		cr_assert_str_eq(json_string_value(json_object_get(j, "type")), "error", "%s", bad[i]);
+		cr_assert_str_eq(json_string_value(json_object_get(j, "code")), "bad_request", "%s",
+				 bad[i]);
+		json_decref(j);
+	}
+	/* the model and the store's record are untouched, the agent alive */
+	struct h_result r = h_ctl(c, 0, "model", "verify", "keep", NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.err);
+	h_result_free(&r);
+	mm_free(m);
+}
+
+/* ---- model push between real agents (a head and two workers on loopback) ---- */
+
+static void start_three(const char *cfg2)
+{
+	h_cluster_free(c);
+	c = h_cluster_new(3);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(i == 2 && cfg2 ? h_start_cfg(c, i, cfg2) : h_start(c, i), 0,
+			     "sparkd %d", i);
+	char *tok = h_init(c);
+	for (int i = 1; i < 3; i++) {
+		struct h_result r = h_ctl(c, i, "join", h_addr(c, 0), "--token", tok, "--timeout",
+					  "3s", NULL);
+		cr_assert_eq(r.rc, 0, "join %d: %s", i, r.err);
+		h_result_free(&r);
+	}
+	free(tok);
+	for (int i = 1; i < 3; i++)
+		cr_assert(h_wait_state(c, 0, c->nodes[i].name, "ready", 5000) >= 0);
+}
+
+static void same_files(const char *store_dir, const char *name)
+{
+	char cmd[1400];
+	snprintf(cmd, sizeof cmd, "diff -r '%s' '%s/%s' >/dev/null", src, store_dir, name);
+	cr_assert_eq(system(cmd), 0, "%s/%s has the source's files", store_dir, name);
+}
+
+static json_t *node_report(json_t *j, const char *name)
+{
+	size_t i;
+	json_t *n;
+	json_array_foreach(json_object_get(j, "nodes"), i, n)
+		if (!strcmp(json_string_value(json_object_get(n, "name")), name))
+			return n;
+	cr_assert_fail("no report for %s", name);
+	return NULL;
+}
+
+Test(models, push_to_two_workers_then_nothing_moves)
+{
+	start_three(NULL);
+	char s1[600], s2[600];
+	snprintf(s1, sizeof s1, "%s/models", c->nodes[1].dir);
+	snprintf(s2, sizeof s2, "%s/models", c->nodes[2].dir);
+	struct h_result r = h_ctl(c, 0, "model", "push", src, "--nodes", "node-2,node-3",
+				  "--dry-run", NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.err);
+	cr_assert(strstr(r.out, "Would push model-src") && strstr(r.out, "node-3"), "%s", r.out);
+	h_result_free(&r);
+	cr_assert_neq(access(s1, F_OK), 0, "a dry run moves nothing");
+
+	r = h_ctl(c, 0, "model", "push", src, "--nodes", "node-2,node-3", "--name", "tiny", "-o",
+		  "json", NULL);
+	cr_assert_eq(r.rc, 0, "%s\n%s", r.out, r.err);
+	json_t *j = h_json(&r);
+	cr_assert(json_is_true(json_object_get(j, "complete")));
+	json_int_t total = json_integer_value(json_object_get(j, "bytes"));
+	cr_assert_eq(json_integer_value(json_object_get(node_report(j, "node-2"), "bytes_written")),
+		     total);
+	cr_assert_eq(json_integer_value(json_object_get(node_report(j, "node-3"), "bytes_written")),
+		     total);
+	json_decref(j);
+	h_result_free(&r);
+	same_files(s1, "tiny");
+	same_files(s2, "tiny");
+	r = h_ctl(c, 2, "model", "verify", "tiny", NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.err);
+	h_result_free(&r);
+
+	/* again: nothing moves */
+	r = h_ctl(c, 0, "model", "push", src, "--nodes", "node-2,node-3", "--name", "tiny", "-o",
+		  "json", NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.err);
+	j = h_json(&r);
+	cr_assert_eq(json_integer_value(json_object_get(node_report(j, "node-2"), "bytes_written")),
+		     0);
+	cr_assert_eq(json_integer_value(json_object_get(node_report(j, "node-3"), "bytes_written")),
+		     0);
+	json_decref(j);
+	h_result_free(&r);
+
+	/* one file changes on the source: only it moves */
+	char p[700];
+	snprintf(p, sizeof p, "%s/config.json", src);
+	FILE *f = fopen(p, "w");
+	fputs("{\"changed\": true}", f);
+	fclose(f);
+	r = h_ctl(c, 1, "model", "push", src, "--nodes", "node-1,node-3", "--name", "tiny", "-o",
+		  "json", NULL);
+	cr_assert_eq(r.rc, 0, "a push from a worker: %s", r.err);
+	j = h_json(&r);
+	cr_assert_eq(json_integer_value(json_object_get(node_report(j, "node-3"), "bytes_written")),
+		     17, "only config.json moved");
+	json_decref(j);
+	h_result_free(&r);
+	same_files(s2, "tiny");
+
+	/* a forged permission: node-2 refuses before a byte, nothing is written there */
+	r = h_ctl(c, 0, "node", "ls", "-o", "json", NULL);
+	j = h_json(&r);
+	h_result_free(&r);
+	char ids[2][64] = {"", ""};
+	size_t ni;
+	json_t *nd;
+	json_array_foreach(json_object_get(j, "nodes"), ni, nd) {
+		const char *nm = json_string_value(json_object_get(nd, "name"));
+		if (!strcmp(nm, "node-1") || !strcmp(nm, "node-2"))
+			snprintf(ids[!strcmp(nm, "node-2")], sizeof ids[0], "%s",
+				 json_string_value(json_object_get(nd, "id")));
+	}
+	json_decref(j);
+	char req[1200];
+	snprintf(req, sizeof req,
+		 "{\"v\":1,\"type\":\"model_push\",\"id\":1,\"dir\":\"%s\",\"name\":\"forged\","
+		 "\"push\":\"abcd\",\"ticket\":\"AAAA\",\"expires_at\":%lld,\"chain\":["
+		 "{\"id\":\"%s\",\"host\":\"127.0.0.1\",\"port\":%d},"
+		 "{\"id\":\"%s\",\"host\":\"127.0.0.1\",\"port\":%d}]}",
+		 src, (long long)time(NULL) + 600, ids[0], c->nodes[0].port + 1, ids[1],
+		 c->nodes[1].port + 1);
+	j = raw_call(req);
+	cr_assert_str_eq(json_string_value(json_object_get(j, "type")), "result");
+	json_t *d = json_object_get(j, "data");
+	cr_assert(json_is_false(json_object_get(d, "complete")), "a forged ticket moves nothing");
+	json_t *rep = json_array_get(json_object_get(d, "nodes"), 0);
+	cr_assert_str_eq(json_string_value(json_object_get(rep, "status")), "failed");
+	cr_assert(strstr(json_string_value(json_object_get(rep, "message")), "no valid permission"));
+	json_decref(j);
+	snprintf(p, sizeof p, "%s/forged", s1);
+	cr_assert_neq(access(p, F_OK), 0, "nothing of it on node-2");
+
+	/* bad input */
+	r = h_ctl(c, 0, "model", "push", "/nonexistent/model", "--nodes", "node-2", NULL);
+	cr_assert_eq(r.rc, 1);
+	cr_assert(strstr(r.err, "/nonexistent/model"), "%s", r.err);
+	h_result_free(&r);
+	r = h_ctl(c, 0, "model", "push", src, "--nodes", "node-9", NULL);
+	cr_assert_eq(r.rc, 1);
+	cr_assert(strstr(r.err, "node-9") && strstr(r.err, "node ls"), "%s", r.err);
+	h_result_free(&r);
+	r = h_ctl(c, 0, "model", "push", src, "--group", "nope", NULL);
+	cr_assert_eq(r.rc, 1, "a group that does not exist");
+	h_result_free(&r);
+	r = h_ctl(c, 0, "model", "push", src, NULL);
+	cr_assert_eq(r.rc, 2, "neither --group nor --nodes");
+	h_result_free(&r);
+}
+
+Test(models, push_refused_up_front_when_a_node_lacks_room)
+{
+	/* node-3's store is a 1 MiB tmpfs: the model (~197 KiB x 2 + ...) is made bigger */
+	char small[600], c3[700];
+	snprintf(small, sizeof small, "/tmp/sparkctl-it-small.%d", (int)getpid());
+	mkdir(small, 0755);
+	if (mount("tmpfs", small, "tmpfs", 0, "size=1m") < 0) {
+		rmdir(small);
+		cr_skip_test("cannot mount a tmpfs here: %s", strerror(errno));
+	}
+	char p[700];
+	snprintf(p, sizeof p, "%s/big.bin", src);
+	FILE *f = fopen(p, "wb");
+	for (int k = 0; k < 3 << 20; k++)
+		fputc(k & 0xff, f);
+	fclose(f);
+	snprintf(c3, sizeof c3, "%s/node3.yaml", "/tmp");
+	f = fopen(c3, "w");
+	fprintf(f, "models:\n  dir: %s\n", small);
+	fclose(f);
+	start_three(c3);
+	struct h_result r = h_ctl(c, 0, "model", "push", src, "--nodes", "node-2,node-3", NULL);
+	umount(small);
+	rmdir(small);
+	unlink(c3);
+	cr_assert_eq(r.rc, 1, "%s", r.out);
+	cr_assert(strstr(r.err, "node-3") || strstr(r.out, "lacks room"), "%s %s", r.out, r.err);
+	cr_assert(strstr(r.out, "lacks room") && strstr(r.out, "bytes"), "%s", r.out);
+	h_result_free(&r);
+	char s1[600];
+	snprintf(s1, sizeof s1, "%s/models/model-src/big.bin", c->nodes[1].dir);
+	struct stat st;
+	cr_assert_neq(stat(s1, &st), 0, "node-2 got no file");
+}

@@ -1,0 +1,632 @@
+/* model_relay: a push along a chain of four real relays on loopback, over
+ * mutual TLS with cluster certificates made here: everything arrives and
+ * hashes the same, a second push moves nothing, a chunk corrupted on the wire
+ * is caught and sent again, a node that goes away mid-push is named while the
+ * others finish and a second push completes it, and strangers (another CA, a
+ * member not in the chain, a later member, no TLS at all) get nothing and
+ * write nothing. */
+#include "model_relay.h"
+
+#include "conn.h"
+#include "pki.h"
+#include "proto.h"
+#include "log.h"
+#include "util.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#define CS MM_CHUNK_MIN /* 64 KiB chunks: ~40 of them */
+#define NN 4
+
+static char tmp[256], src[300];
+static const char *ids[NN] = {"src", "n1", "n2", "n3"};
+static SSL_CTX *srv[NN], *cli[NN];
+static SSL_CTX *rogue_cli, *outsider_cli, *late_cli, *nocert_cli;
+static uv_loop_t loop;
+
+static void rmtree(const char *p)
+{
+	char cmd[600];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", p);
+	cr_assert_eq(system(cmd), 0);
+}
+
+static const char *pathf(char *buf, size_t len, const char *name)
+{
+	snprintf(buf, len, "%s/%s", tmp, name);
+	return buf;
+}
+
+/* leaf then CA in NAME.crt, key in NAME.key */
+static void issue(X509 *ca, EVP_PKEY *cak, const char *cn, const char *name)
+{
+	EVP_PKEY *k;
+	X509 *x;
+	char serial[41], p[400];
+	cr_assert_eq(pki_make_key(&k), 0);
+	cr_assert_eq(pki_issue(ca, cak, k, cn, 10, &x, serial), 0);
+	char *leaf = pki_cert_to_pem(x), *cap = pki_cert_to_pem(ca);
+	char *chain = malloc(strlen(leaf) + strlen(cap) + 1);
+	strcpy(chain, leaf);
+	strcat(chain, cap);
+	snprintf(p, sizeof p, "%s/%s.crt", tmp, name);
+	cr_assert_eq(pki_write_pem_text(p, chain, 0644), 0);
+	snprintf(p, sizeof p, "%s/%s.key", tmp, name);
+	cr_assert_eq(pki_write_key(p, k), 0);
+	free(leaf);
+	free(cap);
+	free(chain);
+	X509_free(x);
+	EVP_PKEY_free(k);
+}
+
+static SSL_CTX *ctx_of(const char *name, bool server, const char *ca)
+{
+	char c[400], k[400], a[400], err[256] = "";
+	snprintf(c, sizeof c, "%s/%s.crt", tmp, name);
+	snprintf(k, sizeof k, "%s/%s.key", tmp, name);
+	snprintf(a, sizeof a, "%s/%s", tmp, ca);
+	SSL_CTX *x = server ? tls_server_ctx(c, k, a, err, sizeof err)
+			    : tls_client_ctx(c, k, a, err, sizeof err);
+	cr_assert_not_null(x, "%s", err);
+	return x;
+}
+
+static void put_file(const char *rel, size_t len, unsigned seed)
+{
+	char p[600];
+	snprintf(p, sizeof p, "%s/%s", src, rel);
+	char *s = strrchr(p, '/');
+	*s = 0;
+	mkdir(p, 0755);
+	*s = '/';
+	FILE *f = fopen(p, "wb");
+	cr_assert_not_null(f);
+	uint32_t x = seed * 2654435761u + 7;
+	for (size_t i = 0; i < len; i++) {
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		fputc((int)(x & 0xff), f);
+	}
+	fclose(f);
+}
+
+static void setup(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	if (getenv("MR_DEBUG"))
+		log_set_level(LOG_DEBUG);
+	snprintf(tmp, sizeof tmp, "/tmp/test_mr.XXXXXX");
+	cr_assert_not_null(mkdtemp(tmp));
+	snprintf(src, sizeof src, "%s/model", tmp);
+	mkdir(src, 0755);
+	put_file("config.json", 700, 1);
+	put_file("model-00001.safetensors", 20 * CS + 5, 2);
+	put_file("sub/model-00002.safetensors", 17 * CS, 3);
+	EVP_PKEY *k1, *k2;
+	X509 *ca1, *ca2;
+	char p[400];
+	cr_assert_eq(pki_make_key(&k1), 0);
+	cr_assert_eq(pki_make_key(&k2), 0);
+	cr_assert_eq(pki_make_ca("one", k1, &ca1), 0);
+	cr_assert_eq(pki_make_ca("two", k2, &ca2), 0);
+	cr_assert_eq(pki_write_cert(pathf(p, sizeof p, "ca1.pem"), ca1), 0);
+	for (int i = 0; i < NN; i++)
+		issue(ca1, k1, ids[i], ids[i]);
+	issue(ca2, k2, "n1", "rogue");     /* another cluster's "n1" */
+	issue(ca1, k1, "n9", "outsider");  /* a member not in this push */
+	for (int i = 0; i < NN; i++) {
+		srv[i] = ctx_of(ids[i], true, "ca1.pem");
+		cli[i] = ctx_of(ids[i], false, "ca1.pem");
+	}
+	rogue_cli = ctx_of("rogue", false, "ca1.pem");
+	outsider_cli = ctx_of("outsider", false, "ca1.pem");
+	late_cli = ctx_of("n3", false, "ca1.pem");
+	char e2[256];
+	nocert_cli = tls_client_ctx(NULL, NULL, pathf(p, sizeof p, "ca1.pem"), e2, sizeof e2);
+	cr_assert_not_null(nocert_cli, "%s", e2);
+	X509_free(ca1);
+	X509_free(ca2);
+	EVP_PKEY_free(k1);
+	EVP_PKEY_free(k2);
+	uv_loop_init(&loop);
+}
+
+static void stop_engines(void);
+
+static void teardown(void)
+{
+	stop_engines();
+	uv_loop_close(&loop);
+	for (int i = 0; i < NN; i++) {
+		SSL_CTX_free(srv[i]);
+		SSL_CTX_free(cli[i]);
+	}
+	SSL_CTX_free(rogue_cli);
+	SSL_CTX_free(outsider_cli);
+	SSL_CTX_free(late_cli);
+	SSL_CTX_free(nocert_cli);
+	rmtree(tmp);
+}
+
+TestSuite(relay, .init = setup, .fini = teardown, .timeout = 60);
+
+/* ---- a push ---- */
+
+struct node {
+	struct mr_engine *e;
+	char store[300];
+	bool done;
+	int status;
+	json_t *report;
+	uint64_t progress[NN];
+};
+static struct node nodes[NN];
+static struct mr_member chain[NN];
+static struct mm_manifest *man;
+static int kill_at = -1;       /* close this node's engine once it has received something */
+static uint64_t kill_after;
+
+static void on_progress(void *data, const char *node, uint64_t bytes, uint64_t total)
+{
+	(void)total;
+	struct node *me = data;
+	for (int i = 1; i < NN; i++)
+		if (!strcmp(node, ids[i])) {
+			if (me == &nodes[0])
+				nodes[0].progress[i] = bytes;
+			/* on the node itself, per chunk: "kill" it half-way */
+			if (me == &nodes[i] && i == kill_at && bytes >= kill_after && nodes[i].e) {
+				mr_engine_close(nodes[i].e); /* its agent dies */
+				nodes[i].e = NULL;
+				nodes[i].done = true;
+				kill_at = -1;
+			}
+		}
+}
+
+static void on_done(void *data, int status, const json_t *report)
+{
+	struct node *n = data;
+	n->done = true;
+	n->status = status;
+	n->report = json_deep_copy(report);
+}
+
+static const struct mr_cbs cbs = {.on_progress = on_progress, .on_done = on_done};
+
+static void start_engines(void)
+{
+	char err[256];
+	for (int i = 0; i < NN; i++) {
+		if (nodes[i].e)
+			continue;
+		nodes[i].e = mr_engine_new(&loop, srv[i], cli[i], ids[i]);
+		cr_assert_eq(mr_engine_listen(nodes[i].e, "127.0.0.1", 0, err, sizeof err), 0, "%s",
+			     err);
+		util_strlcpy(chain[i].id, ids[i], sizeof chain[i].id);
+		util_strlcpy(chain[i].host, "127.0.0.1", sizeof chain[i].host);
+		chain[i].port = mr_engine_port(nodes[i].e);
+		snprintf(nodes[i].store, sizeof nodes[i].store, "%s/store-%s", tmp, ids[i]);
+	}
+}
+
+static void stop_engines(void)
+{
+	for (int i = 0; i < NN; i++)
+		if (nodes[i].e) {
+			mr_engine_close(nodes[i].e);
+			nodes[i].e = NULL;
+		}
+	uv_run(&loop, UV_RUN_DEFAULT);
+}
+
+/* Run one push over the chain; every node's part must end. */
+static void push(const char *id, size_t corrupt_at_n1)
+{
+	char err[256] = "";
+	if (!man)
+		cr_assert_eq(mm_build(src, "tiny", CS, &man, err, sizeof err), 0, "%s", err);
+	for (int i = NN - 1; i >= 0; i--) {
+		json_decref(nodes[i].report);
+		nodes[i].report = NULL;
+		nodes[i].done = false;
+		if (!nodes[i].e)
+			continue;
+		struct mr_push_opts o = {.push_id = id, .m = man, .chain = chain, .nchain = NN,
+					 .self = (size_t)i, .src_dir = src,
+					 .store_root = nodes[i].store,
+					 .test_corrupt = i == 1 ? corrupt_at_n1 : 0};
+		cr_assert_eq(mr_push_start(nodes[i].e, &o, &cbs, &nodes[i], err, sizeof err), 0,
+			     "node %d: %s", i, err);
+	}
+	for (int spins = 0; spins < 200000; spins++) {
+		bool all = true;
+		for (int i = 0; i < NN; i++)
+			all = all && nodes[i].done;
+		if (all)
+			break;
+		uv_run(&loop, UV_RUN_ONCE);
+	}
+	for (int i = 0; i < NN; i++)
+		cr_assert(nodes[i].done, "node %s ended its part", ids[i]);
+	char *r = json_dumps(nodes[0].report, JSON_COMPACT);
+	cr_log_info("push %s: status %d, %s", id, nodes[0].status, r);
+	free(r);
+}
+
+static json_t *report_of(const char *node)
+{
+	size_t i;
+	json_t *r;
+	json_array_foreach(nodes[0].report, i, r)
+		if (!strcmp(json_string_value(json_object_get(r, "node")), node))
+			return r;
+	cr_assert_fail("no report for %s", node);
+	return NULL;
+}
+
+static void same_content(int i)
+{
+	for (size_t f = 0; f < man->nfiles; f++) {
+		char a[600], b[600], cmd[1400];
+		snprintf(a, sizeof a, "%s/%s", src, man->files[f].path);
+		snprintf(b, sizeof b, "%s/tiny/%s", nodes[i].store, man->files[f].path);
+		snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
+		cr_assert_eq(system(cmd), 0, "%s has the same bytes as %s", b, a);
+	}
+}
+
+static void cleanup_push(void)
+{
+	stop_engines();
+	for (int i = 0; i < NN; i++) {
+		json_decref(nodes[i].report);
+		nodes[i].report = NULL;
+	}
+	mm_free(man);
+	man = NULL;
+}
+
+Test(relay, chain_copies_then_moves_nothing)
+{
+	start_engines();
+	push("01", 0);
+	cr_assert_eq(nodes[0].status, 0, "the push is complete everywhere");
+	cr_assert_eq(json_array_size(nodes[0].report), 3);
+	for (int i = 1; i < NN; i++) {
+		json_t *r = report_of(ids[i]);
+		cr_assert_str_eq(json_string_value(json_object_get(r, "status")), "complete");
+		cr_assert_eq(json_integer_value(json_object_get(r, "bytes_written")),
+			     (json_int_t)man->total_bytes, "%s", ids[i]);
+		cr_assert_eq(nodes[0].progress[i], man->total_bytes, "progress of %s", ids[i]);
+		cr_assert_eq(nodes[i].status, 0);
+		same_content(i);
+	}
+	push("02", 0);
+	cr_assert_eq(nodes[0].status, 0);
+	for (int i = 1; i < NN; i++)
+		cr_assert_eq(json_integer_value(json_object_get(report_of(ids[i]), "bytes_written")),
+			     0, "a second push writes nothing on %s", ids[i]);
+	cleanup_push();
+}
+
+Test(relay, corruption_on_the_wire_is_caught_and_repaired)
+{
+	start_engines();
+	push("03", 5 + 1); /* n1 flips a bit of chunk 5 the first time it forwards it */
+	cr_assert_eq(nodes[0].status, 0);
+	json_t *r2 = report_of("n2");
+	cr_assert_eq(json_integer_value(json_object_get(r2, "chunks_bad")), 1,
+		     "n2 saw one bad chunk");
+	cr_assert_eq(json_integer_value(json_object_get(report_of("n1"), "chunks_bad")), 0);
+	for (int i = 1; i < NN; i++)
+		same_content(i);
+	cleanup_push();
+}
+
+Test(relay, node_down_mid_push_then_completed)
+{
+	start_engines();
+	kill_at = 2;
+	kill_after = 8 * CS; /* n2 stops after 8 of its 39 chunks */
+	push("04", 0);
+	cr_assert_neq(nodes[0].status, 0, "not complete everywhere");
+	cr_assert_str_eq(json_string_value(json_object_get(report_of("n2"), "status")), "down");
+	cr_assert_str_eq(json_string_value(json_object_get(report_of("n1"), "status")), "complete");
+	cr_assert_str_eq(json_string_value(json_object_get(report_of("n3"), "status")), "complete",
+			 "n1 served n3 itself");
+	same_content(1);
+	same_content(3);
+	/* n2 comes back: the next push resumes where it stopped */
+	start_engines();
+	push("05", 0);
+	cr_assert_eq(nodes[0].status, 0);
+	json_int_t w = json_integer_value(json_object_get(report_of("n2"), "bytes_written"));
+	cr_assert_gt(w, 0);
+	cr_assert_leq(w, (json_int_t)(man->total_bytes - 8 * CS),
+		      "only what n2 lacked moved (%lld)", (long long)w);
+	cr_assert_eq(json_integer_value(json_object_get(report_of("n3"), "bytes_written")), 0);
+	same_content(2);
+	cleanup_push();
+}
+
+/* ---- strangers ---- */
+
+struct probe {
+	bool ready, closed;
+	char code[64];
+};
+
+static void pr_ready(conn *c, int status)
+{
+	struct probe *p = conn_data(c);
+	if (status < 0)
+		return;
+	p->ready = true;
+	json_t *h = proto_msg("mp_hello", 0);
+	json_object_set_new(h, "push", json_string("77"));
+	json_object_set_new(h, "from", json_string("n1"));
+	conn_send_new(c, h);
+	json_t *pc = proto_msg("mp_piece", 0);
+	json_object_set_new(pc, "chunk", json_integer(0));
+	json_object_set_new(pc, "off", json_integer(0));
+	json_object_set_new(pc, "data", json_string("AAAA"));
+	conn_send_new(c, pc);
+}
+
+static void pr_frame(conn *c, json_t *f)
+{
+	struct probe *p = conn_data(c);
+	if (!strcmp(proto_type(f), "error"))
+		util_strlcpy(p->code, proto_str(f, "code") ? proto_str(f, "code") : "", sizeof p->code);
+	json_decref(f);
+}
+
+static void pr_close(conn *c, int err)
+{
+	(void)err;
+	struct probe *p = conn_data(c);
+	p->closed = true;
+}
+
+static const struct conn_cbs pr_cbs = {pr_ready, pr_frame, pr_close};
+
+static void probe_with(SSL_CTX *ctx, int port, struct probe *p)
+{
+	conn *c;
+	memset(p, 0, sizeof *p);
+	cr_assert_eq(conn_connect_tcp(&loop, "127.0.0.1", port, ctx, 5000, &pr_cbs, p, &c), 0);
+	for (int i = 0; i < 100000 && !p->closed; i++)
+		uv_run(&loop, UV_RUN_ONCE);
+	cr_assert(p->closed);
+}
+
+Test(relay, strangers_get_nothing_and_write_nothing)
+{
+	start_engines();
+	char err[256] = "";
+	cr_assert_eq(mm_build(src, "tiny", CS, &man, err, sizeof err), 0, "%s", err);
+	/* n2 waits for push 77 from src -> n1 -> n2 */
+	struct mr_push_opts o = {.push_id = "77", .m = man, .chain = chain, .nchain = NN,
+				 .self = 2, .store_root = nodes[2].store, .up_wait_ms = 30000};
+	cr_assert_eq(mr_push_start(nodes[2].e, &o, &cbs, &nodes[2], err, sizeof err), 0, "%s", err);
+	struct probe p;
+	probe_with(rogue_cli, chain[2].port, &p);
+	cr_assert_str_eq(p.code, "unauthenticated", "another cluster's n1 is refused");
+	probe_with(outsider_cli, chain[2].port, &p);
+	cr_assert_str_eq(p.code, "not_upstream", "a member not in the chain");
+	probe_with(late_cli, chain[2].port, &p);
+	cr_assert_str_eq(p.code, "not_upstream", "a member after n2 in the chain");
+	probe_with(nocert_cli, chain[2].port, &p);
+	cr_assert_str_eq(p.code, "unauthenticated", "TLS without a client certificate");
+	probe_with(NULL, chain[2].port, &p);
+	cr_assert_str_eq(p.code, "", "frames without TLS: no answer, closed");
+	/* no TLS at all: bytes on the port */
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)chain[2].port)};
+	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+	const char junk[] = "\0\0\0\x20{\"v\":1,\"type\":\"mp_hello\",\"id\":0}";
+	cr_assert_gt(write(fd, junk, sizeof junk - 1), 0);
+	for (int i = 0; i < 50; i++)
+		uv_run(&loop, UV_RUN_NOWAIT);
+	close(fd);
+	/* nothing was written: every partial file is still all zeros */
+	for (size_t f = 0; f < man->nfiles; f++) {
+		char part[600];
+		mm_store_paths(nodes[2].store, man, f, NULL, 0, part, sizeof part);
+		struct mm_have h;
+		cr_assert_eq(mm_store_have(nodes[2].store, man, &h, err, sizeof err), 0);
+		cr_assert_eq(h.count, 0, "no chunk of the model is on n2");
+		mm_have_free(&h);
+	}
+	mr_push_cancel(nodes[2].e, "77");
+	cr_assert(nodes[2].done);
+	cr_assert_eq(nodes[2].status, -ECANCELED);
+	cleanup_push();
+}
+
+/* ---- pushes announced by the hello (what sparkd does) ---- */
+
+static void push_announced(const char *id)
+{
+	char err[256] = "";
+	if (!man)
+		cr_assert_eq(mm_build(src, "tiny", CS, &man, err, sizeof err), 0, "%s", err);
+	for (int i = 0; i < NN; i++) {
+		json_decref(nodes[i].report);
+		nodes[i].report = NULL;
+		nodes[i].done = false;
+		if (i > 0)
+			mr_engine_accept(nodes[i].e, nodes[i].store, &cbs, &nodes[i]);
+	}
+	struct mr_push_opts o = {.push_id = id, .m = man, .chain = chain, .nchain = NN, .self = 0,
+				 .src_dir = src};
+	cr_assert_eq(mr_push_start(nodes[0].e, &o, &cbs, &nodes[0], err, sizeof err), 0, "%s", err);
+	for (int spins = 0; spins < 200000 && !nodes[0].done; spins++)
+		uv_run(&loop, UV_RUN_ONCE);
+	cr_assert(nodes[0].done);
+	for (int spins = 0; spins < 2000; spins++) /* the others' last frames */
+		uv_run(&loop, UV_RUN_NOWAIT);
+	char *r = json_dumps(nodes[0].report, JSON_COMPACT);
+	cr_log_info("push %s: status %d, %s", id, nodes[0].status, r);
+	free(r);
+}
+
+Test(relay, announced_push_reaches_every_node)
+{
+	start_engines();
+	push_announced("a1");
+	cr_assert_eq(nodes[0].status, 0);
+	for (int i = 1; i < NN; i++) {
+		cr_assert_str_eq(json_string_value(json_object_get(report_of(ids[i]), "status")),
+				 "complete");
+		cr_assert(nodes[i].done, "%s ended its part", ids[i]);
+		same_content(i);
+	}
+	push_announced("a2");
+	cr_assert_eq(nodes[0].status, 0);
+	for (int i = 1; i < NN; i++)
+		cr_assert_eq(json_integer_value(json_object_get(report_of(ids[i]), "bytes_written")),
+			     0);
+	cleanup_push();
+}
+
+Test(relay, a_node_without_room_refuses_before_the_first_byte)
+{
+	start_engines();
+	mr_engine_test_avail(nodes[2].e, 1000);
+	push_announced("a3");
+	cr_assert_eq(nodes[0].status, -ENOSPC);
+	json_t *r2 = report_of("n2");
+	cr_assert_str_eq(json_string_value(json_object_get(r2, "status")), "failed");
+	const char *m = json_string_value(json_object_get(r2, "message"));
+	char want[64];
+	snprintf(want, sizeof want, "%llu bytes", (unsigned long long)man->total_bytes);
+	cr_assert(strstr(m, "n2 lacks room") && strstr(m, want) && strstr(m, "1000 bytes"), "%s",
+		  m);
+	char err[256];
+	for (int i = 1; i < NN; i++) {
+		struct mm_have h;
+		cr_assert_eq(mm_store_have(nodes[i].store, man, &h, err, sizeof err), 0);
+		cr_assert_eq(h.count, 0, "no chunk reached %s", ids[i]);
+		mm_have_free(&h);
+	}
+	cleanup_push();
+}
+
+Test(relay, announced_push_refuses_a_lying_chain)
+{
+	start_engines();
+	for (int i = 1; i < NN; i++)
+		mr_engine_accept(nodes[i].e, nodes[i].store, &cbs, &nodes[i]);
+	char err[256] = "";
+	cr_assert_eq(mm_build(src, "tiny", CS, &man, err, sizeof err), 0, "%s", err);
+	/* the outsider n9 announces a push whose chain says "src" is first: its
+	 * certificate says n9 */
+	struct mr_member fake[2];
+	fake[0] = chain[0];
+	fake[1] = chain[1];
+	struct mr_engine *rogue = mr_engine_new(&loop, srv[0], outsider_cli, "n9");
+	struct mr_push_opts o = {.push_id = "a4", .m = man, .chain = fake, .nchain = 2, .self = 0,
+				 .src_dir = src};
+	struct node rn = {0};
+	cr_assert_eq(mr_push_start(rogue, &o, &cbs, &rn, err, sizeof err), 0, "%s", err);
+	for (int spins = 0; spins < 100000 && !rn.done; spins++)
+		uv_run(&loop, UV_RUN_ONCE);
+	cr_assert_neq(rn.status, 0, "refused");
+	cr_assert_str_eq(json_string_value(json_object_get(json_array_get(rn.report, 0), "status")),
+			 "down");
+	json_decref(rn.report);
+	struct mm_have h;
+	cr_assert_eq(mm_store_have(nodes[1].store, man, &h, err, sizeof err), 0);
+	cr_assert_eq(h.count, 0, "nothing written on n1");
+	mm_have_free(&h);
+	mr_engine_close(rogue);
+	cleanup_push();
+}
+
+/* ---- the head's permission ---- */
+
+static int test_verify(void *data, const char *text, const char *ticket, int64_t expires_at)
+{
+	(void)data;
+	(void)expires_at;
+	/* the test's "signature": the text itself with its newlines as '|' */
+	char want[512];
+	snprintf(want, sizeof want, "%s", text);
+	for (char *c = want; *c; c++)
+		if (*c == '\n')
+			*c = '|';
+	return strcmp(want, ticket) ? -EACCES : 0;
+}
+
+static json_int_t pushed_with(const char *id, const char *ticket)
+{
+	char err[256] = "";
+	if (!man)
+		cr_assert_eq(mm_build(src, "tiny", CS, &man, err, sizeof err), 0, "%s", err);
+	for (int i = 0; i < NN; i++) {
+		json_decref(nodes[i].report);
+		nodes[i].report = NULL;
+		nodes[i].done = false;
+		if (i > 0) {
+			mr_engine_accept(nodes[i].e, nodes[i].store, &cbs, &nodes[i]);
+			mr_engine_verify(nodes[i].e, test_verify, NULL);
+		}
+	}
+	struct mr_push_opts o = {.push_id = id, .m = man, .chain = chain, .nchain = NN, .self = 0,
+				 .src_dir = src, .ticket = ticket, .expires_at = 99};
+	cr_assert_eq(mr_push_start(nodes[0].e, &o, &cbs, &nodes[0], err, sizeof err), 0, "%s", err);
+	for (int spins = 0; spins < 200000 && !nodes[0].done; spins++)
+		uv_run(&loop, UV_RUN_ONCE);
+	cr_assert(nodes[0].done);
+	return nodes[0].status;
+}
+
+Test(relay, announced_pushes_need_the_heads_permission)
+{
+	start_engines();
+	char *text = mr_ticket_text("b1", "tiny", 99, chain, NN);
+	cr_assert_str_eq(text, "sparkctl-push-v1\nb1\ntiny\n99\nsrc,n1,n2,n3");
+	for (char *c = text; *c; c++)
+		if (*c == '\n')
+			*c = '|';
+	cr_assert_eq(pushed_with("b1", text), 0, "a push with its permission");
+	for (int i = 1; i < NN; i++)
+		same_content(i);
+	char err[256];
+	for (int i = 1; i < NN; i++) /* start the refused ones from empty stores */
+		cr_assert_eq(mm_store_remove(nodes[i].store, "tiny", err, sizeof err), 0, "%s", err);
+	cr_assert_eq(pushed_with("b2", text), -EACCES, "b1's permission is not b2's");
+	json_t *r1 = report_of("n1");
+	cr_assert_str_eq(json_string_value(json_object_get(r1, "status")), "failed");
+	cr_assert(strstr(json_string_value(json_object_get(r1, "message")), "no valid permission"));
+	cr_assert_eq(pushed_with("b3", NULL), -EACCES, "no permission at all");
+	free(text);
+	/* nothing of b2 or b3 was written, not even the record */
+	for (int i = 1; i < NN; i++) {
+		struct mm_have h;
+		cr_assert_eq(mm_store_have(nodes[i].store, man, &h, err, sizeof err), 0);
+		cr_assert_eq(h.count, 0, "no chunk on %s", ids[i]);
+		mm_have_free(&h);
+		json_t *list;
+		cr_assert_eq(mm_store_list(nodes[i].store, &list, err, sizeof err), 0);
+		cr_assert_eq(json_array_size(list), 0, "no model recorded on %s", ids[i]);
+		json_decref(list);
+	}
+	cleanup_push();
+}
