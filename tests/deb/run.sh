@@ -161,7 +161,7 @@ fi
 
 # ---- Debian 12 chroot: install, upgrade, remove, purge ----------------------------------------
 [ $built_amd64 = 1 ] || finish
-INCLUDE=systemd,libuv1,libssh-4,libjansson4,libyaml-0-2,libnl-route-3-200,libibverbs1,libsqlite3-0,libopenblas0,pkgconf
+INCLUDE=systemd,libuv1,libssh-4,libjansson4,libyaml-0-2,libnl-route-3-200,libibverbs1,libsqlite3-0,libopenblas0,libmicrohttpd12,libcurl4,pkgconf
 TARBALL=$CACHE/bookworm-minbase-$(echo "$INCLUDE" | md5sum | cut -c1-8).tar
 MIRROR=${SPARK_DEB_MIRROR:-http://deb.debian.org/debian}
 mkdir -p "$CACHE"

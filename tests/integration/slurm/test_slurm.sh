@@ -99,18 +99,22 @@ cluster_up() {
       want[$nx]="169.254.$((40 + c)).2/24"
     done
   fi
-  for _ in $(seq 100); do
-    local ok=0
+  # each node reports its addresses within a second or so; under ASan and a
+  # loaded CI machine, allow 30 s
+  local ok=0 deadline=$((SECONDS + 30))
+  while [ $SECONDS -lt $deadline ]; do
+    ok=0
     for k in 1 2 3 4; do
       ctl 1 node show "$P-$k" -o json | grep -q "${want[$k]}" && ok=$((ok + 1))
     done
     [ $ok = 4 ] && break
-    sleep 0.1
+    sleep 0.2
   done
-  [ $ok = 4 ] || fail "the head did not get the fabric addresses"
-  for _ in $(seq 50); do
+  [ $ok = 4 ] || fail "the head did not get the fabric addresses in 30 s ($ok of 4 nodes)"
+  deadline=$((SECONDS + 30))
+  while [ $SECONDS -lt $deadline ]; do
     [ "$(ctl 1 status -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["ready_count"])')" = 4 ] && break
-    sleep 0.1
+    sleep 0.2
   done
   ctl 1 topo validate --quick >/dev/null || fail "topo validate failed on the $2"
   ctl 1 group create g1 --size 2 >/dev/null
@@ -148,8 +152,8 @@ EOF
   for k in 1 2 3 4; do
     nsenter --net="/run/netns/$P-$k" /usr/sbin/slurmd -f "$SLURM_CONF" -N "$P-$k"
   done
-  local want=${1:-4}
-  for _ in $(seq 100); do
+  local want=${1:-4} deadline=$((SECONDS + 30))
+  while [ $SECONDS -lt $deadline ]; do
     [ "$(in1 sinfo -h -N -p all -o '%t' | grep -c '^idle$')" = "$want" ] && return 0
     sleep 0.1
   done
@@ -185,9 +189,9 @@ compare_run() {
 }
 
 sbatch_completes() {
-  local id st=""
+  local id st="" deadline=$((SECONDS + 30))
   id=$(in1 sbatch --parsable -p "$1" -N 2 -o "$D/batch-%j.out" --wrap "srun sh -c 'echo \$SLURMD_NODENAME \$NCCL_SOCKET_IFNAME'")
-  for _ in $(seq 100); do
+  while [ $SECONDS -lt $deadline ]; do
     st=$(in1 scontrol show job "$id" | grep -o 'JobState=[A-Z]*' || true)
     [ "$st" = JobState=COMPLETED ] && break
     sleep 0.1
@@ -224,8 +228,9 @@ ring_changes() {
   ctl 1 node undrain "$P-4" >/dev/null
   # a cable cut since the last validation: the verdict is out of date, refused too
   "$SPARKCTL" sim fault cut "$P-1:0" >/dev/null
-  local out rc=0 i
-  for i in $(seq 50); do
+  local out rc=0 deadline
+  deadline=$((SECONDS + 15)) # the carrier change reaches the head within a second
+  while [ $SECONDS -lt $deadline ]; do
     rc=0
     out=$(export_to "$D/stale" 2>&1) || rc=$?
     [ $rc = 1 ] && break
