@@ -102,15 +102,24 @@ cluster_up() {
   # each node reports its addresses within a second or so; under ASan and a
   # loaded CI machine, allow 30 s
   local ok=0 deadline=$((SECONDS + 30))
+  local missing
   while [ $SECONDS -lt $deadline ]; do
-    ok=0
+    ok=0 missing=""
     for k in 1 2 3 4; do
-      ctl 1 node show "$P-$k" -o json | grep -q "${want[$k]}" && ok=$((ok + 1))
+      # the whole answer first: grep -q stops reading at its match, and with
+      # pipefail a sparkctl still writing then fails the pipe (EPIPE)
+      local shown
+      shown=$(ctl 1 node show "$P-$k" -o json 2>/dev/null || true)
+      if grep -q "${want[$k]}" <<<"$shown"; then
+        ok=$((ok + 1))
+      else
+        missing="$missing $P-$k (${want[$k]})"
+      fi
     done
     [ $ok = 4 ] && break
     sleep 0.2
   done
-  [ $ok = 4 ] || fail "the head did not get the fabric addresses in 30 s ($ok of 4 nodes)"
+  [ $ok = 4 ] || fail "the head did not get the fabric addresses of$missing in 30 s"
   deadline=$((SECONDS + 30))
   while [ $SECONDS -lt $deadline ]; do
     [ "$(ctl 1 status -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["ready_count"])')" = 4 ] && break
