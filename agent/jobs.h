@@ -86,6 +86,10 @@ void jh_node_session_gone(struct agent *a, const char *node_id);
 int jh_start(struct agent *a);
 void jh_stop(struct agent *a);
 void jh_free(struct agent *a);
+/* jobs_head.c: the job network for these nodes from their stored fabric reports
+ * (jobenv.c jobnet_plan), as job_run plans it: a new plan (caller frees), NULL
+ * when memory runs out. */
+struct jobnet_plan *jh_net_plan(struct agent *a, const db_node *nodes, size_t n);
 /* jobs_head.c: enum plan_topo of the cluster's nodes (reordered to ring order on a ring) */
 int jh_cluster_topology(struct agent *a, db_node *nodes, size_t n);
 /* jobs_env.c: job_env, the environment a rank of `sparkctl run` would get on the

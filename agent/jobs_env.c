@@ -53,16 +53,6 @@ static bool opt_str(const json_t *req, const char *k, size_t max)
 	return !v || (json_is_string(v) && strlen(json_string_value(v)) <= max);
 }
 
-static void host_part(const char *addr, char *out, size_t len)
-{
-	char host[128];
-	int port;
-	if (util_split_hostport(addr, 0, host, sizeof host, &port) == 0)
-		snprintf(out, len, "%s", host);
-	else
-		snprintf(out, len, "%s", addr);
-}
-
 /* The plan for the request's nodes as node `origin` sees it: 0 and *out, or
  * -1 with code and why filled. */
 static int env_plan(struct agent *a, const json_t *req, const char *origin, json_t **out,
@@ -161,32 +151,13 @@ static int env_plan(struct agent *a, const json_t *req, const char *origin, json
 	free(pn);
 	free(pnames);
 	free(pr);
-	/* the network, as r_job_run plans it */
-	struct jobnet_member *mem = calloc(n, sizeof *mem);
-	char (*mgmt)[128] = calloc(n, sizeof *mgmt);
-	struct jobnet_plan *plan = calloc(1, sizeof *plan);
-	if (!mem || !mgmt || !plan) {
-		free(mem);
-		free(mgmt);
-		free(plan);
+	/* the network, as job_run plans it */
+	struct jobnet_plan *plan = jh_net_plan(a, sel, n);
+	if (!plan) {
 		*code = "internal";
 		snprintf(why, wl, "out of memory");
 		goto out;
 	}
-	for (i = 0; i < n; i++) {
-		db_fabric f;
-		if (db_fabric_get(a->hd.db, sel[i].id, &f) == 0) {
-			mem[i].discovery = json_loads(f.discovery, 0, NULL);
-			db_fabric_free(&f);
-		}
-		host_part(sel[i].address, mgmt[i], sizeof mgmt[i]);
-		mem[i].mgmt_addr = mgmt[i];
-	}
-	jobnet_plan(mem, n, plan);
-	for (i = 0; i < n; i++)
-		json_decref(mem[i].discovery);
-	free(mem);
-	free(mgmt);
 	int port = jobenv_master_port(job_id);
 	json_t *nodes_j = json_array();
 	char *peers = NULL;

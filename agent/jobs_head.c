@@ -228,6 +228,33 @@ static void host_of(const char *addr, char *out, size_t len)
 		snprintf(out, len, "%s", addr);
 }
 
+struct jobnet_plan *jh_net_plan(struct agent *a, const db_node *nodes, size_t n)
+{
+	struct jobnet_member *mem = calloc(n ? n : 1, sizeof *mem);
+	char (*mgmt)[128] = calloc(n ? n : 1, sizeof *mgmt);
+	struct jobnet_plan *plan = calloc(1, sizeof *plan);
+	if (mem && mgmt && plan) {
+		for (size_t i = 0; i < n; i++) {
+			db_fabric f;
+			if (db_fabric_get(a->hd.db, nodes[i].id, &f) == 0) {
+				mem[i].discovery = json_loads(f.discovery, 0, NULL);
+				db_fabric_free(&f);
+			}
+			host_of(nodes[i].address, mgmt[i], sizeof mgmt[i]);
+			mem[i].mgmt_addr = mgmt[i];
+		}
+		jobnet_plan(mem, n, plan); /* copies what it keeps */
+		for (size_t i = 0; i < n; i++)
+			json_decref(mem[i].discovery);
+	} else {
+		free(plan);
+		plan = NULL;
+	}
+	free(mem);
+	free(mgmt);
+	return plan;
+}
+
 static struct hjob *find_job(struct jobs *J, long long id)
 {
 	for (struct hjob *j = J->hjobs; j; j = j->next)
@@ -1288,30 +1315,12 @@ void jh_job_run(struct agent *a, const struct svc_req *q)
 		return;
 	}
 	/* network plan from the stored reports */
-	struct jobnet_member *mem = calloc(n, sizeof *mem);
-	char (*mgmt)[128] = calloc(n, sizeof *mgmt);
-	struct jobnet_plan *plan = calloc(1, sizeof *plan);
-	if (!mem || !mgmt || !plan) {
-		free(mem);
-		free(mgmt);
-		free(plan);
+	struct jobnet_plan *plan = jh_net_plan(a, nodes, n);
+	if (!plan) {
 		free(nodes);
 		reply_error(dest, id, "internal", "out of memory");
 		return;
 	}
-	for (i = 0; i < n; i++) {
-		db_fabric f;
-		if (db_fabric_get(a->hd.db, nodes[i].id, &f) == 0) {
-			mem[i].discovery = json_loads(f.discovery, 0, NULL);
-			db_fabric_free(&f);
-		}
-		host_of(nodes[i].address, mgmt[i], sizeof mgmt[i]);
-		mem[i].mgmt_addr = mgmt[i];
-	}
-	jobnet_plan(mem, n, plan);
-	for (i = 0; i < n; i++)
-		json_decref(mem[i].discovery);
-	free(mem);
 
 	int world = (int)(n * (size_t)rpn);
 	int nrows = strcmp(launcher, "native") == 0 ? world : strcmp(launcher, "torchrun") == 0 ? (int)n : 1;
@@ -1359,7 +1368,6 @@ void jh_job_run(struct agent *a, const struct svc_req *q)
 	if (r < 0) {
 		free(rows);
 		free(nodes);
-		free(mgmt);
 		free(plan);
 		json_decref(spec);
 		reply_error(dest, id, "internal", "cannot record the job in cluster.db: %s", strerror(-r));
@@ -1438,7 +1446,6 @@ void jh_job_run(struct agent *a, const struct svc_req *q)
 	}
 	free(rows);
 	free(nodes);
-	free(mgmt);
 	free(plan);
 	json_decref(spec);
 }

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 void cli_print_json(const json_t *j)
@@ -148,4 +149,17 @@ void out_table_free(out_table *t)
 		free(t->cells[i]);
 	free(t->cells);
 	free(t);
+}
+
+const char *out_fmt_utc(long long ts, const char *none, char *buf, size_t len)
+{
+	if (ts <= 0) {
+		snprintf(buf, len, "%s", none);
+		return buf;
+	}
+	time_t t = (time_t)ts;
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	strftime(buf, len, "%Y-%m-%d %H:%M:%SZ", &tm);
+	return buf;
 }

@@ -15,6 +15,8 @@ const char *out_fmt(char *buf, size_t len, const char *fmt, ...) __attribute__((
 void out_table_print(out_table *t, FILE *f);
 /* A duration for people: "2.5s" under a minute, else "3m07s". */
 const char *out_fmt_ms(unsigned long long ms, char *buf, size_t len);
+/* A Unix time as "YYYY-MM-DD HH:MM:SSZ" (UTC), or none when ts <= 0; returns buf. */
+const char *out_fmt_utc(long long ts, const char *none, char *buf, size_t len);
 /* s in upper case into out (ASCII letters; "pass" -> "PASS"), truncated to len. */
 void out_upper(const char *s, char *out, size_t len);
 void out_table_free(out_table *t);

@@ -9,18 +9,6 @@
 #include <string.h>
 #include <time.h>
 
-static void fmt_time(long long ts, char *buf, size_t len)
-{
-	if (ts <= 0) {
-		snprintf(buf, len, "never");
-		return;
-	}
-	time_t t = (time_t)ts;
-	struct tm tm;
-	gmtime_r(&t, &tm);
-	strftime(buf, len, "%Y-%m-%d %H:%M:%SZ", &tm);
-}
-
 /* ---- init / join / leave ---------------------------------------------- */
 
 void cli_text_init(const struct cli_answer *a)
@@ -175,8 +163,8 @@ void cli_text_node_show(const struct cli_answer *a)
 {
 	json_t *d = a->data;
 	char joined[64], seen[64];
-	fmt_time(cli_jnum(d, "joined_at"), joined, sizeof joined);
-	fmt_time(cli_jnum(d, "last_seen"), seen, sizeof seen);
+	out_fmt_utc(cli_jnum(d, "joined_at"), "never", joined, sizeof joined);
+	out_fmt_utc(cli_jnum(d, "last_seen"), "never", seen, sizeof seen);
 	printf("Name:        %s\nID:          %s\nState:       %s\nRole:        %s\n"
 	       "Address:     %s\nVersion:     %s\nJoined:      %s\nLast seen:   %s\n"
 	       "Connected:   %s\nCertificate: serial %s\n",
@@ -192,7 +180,7 @@ void cli_text_node_show(const struct cli_answer *a)
 		json_t *e;
 		json_array_foreach(ev, i, e) {
 			char ts[64];
-			fmt_time(cli_jnum(e, "ts"), ts, sizeof ts);
+			out_fmt_utc(cli_jnum(e, "ts"), "never", ts, sizeof ts);
 			printf("  %s  %-12s %s\n", ts, cli_jstr(e, "kind"), cli_jstr(e, "detail"));
 		}
 	}
@@ -220,7 +208,7 @@ void cli_text_token_create(const struct cli_answer *a)
 {
 	json_t *d = a->data;
 	char exp[64];
-	fmt_time(cli_jnum(d, "expires_at"), exp, sizeof exp);
+	out_fmt_utc(cli_jnum(d, "expires_at"), "never", exp, sizeof exp);
 	printf("Token %s (expires %s, %s).\nOn the new node run:\n\n  %s\n", cli_jstr(d, "id"), exp,
 	       cli_jnum(a->req, "uses") ? "limited uses" : "unlimited uses",
 	       cli_jstr(d, "join_command"));
@@ -240,7 +228,7 @@ void cli_text_token_ls(const struct cli_answer *a)
 			snprintf(left, sizeof left, "unlimited");
 		else
 			snprintf(left, sizeof left, "%lld", cli_jnum(k, "uses_left"));
-		fmt_time(cli_jnum(k, "expires_at"), exp, sizeof exp);
+		out_fmt_utc(cli_jnum(k, "expires_at"), "never", exp, sizeof exp);
 		const char *row[] = {cli_jstr(k, "id"), cli_jstr(k, "state"), uses, left, exp,
 				     cli_jstr(k, "description")};
 		out_table_row(t, row);

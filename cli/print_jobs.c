@@ -114,18 +114,6 @@ void cli_text_run(const struct cli_answer *a)
 
 /* ---- job ------------------------------------------------------------------------ */
 
-static void fmt_ts(long long ts, char *buf, size_t len)
-{
-	if (ts <= 0) {
-		snprintf(buf, len, "-");
-		return;
-	}
-	time_t t = (time_t)ts;
-	struct tm tm;
-	gmtime_r(&t, &tm);
-	strftime(buf, len, "%Y-%m-%d %H:%M:%SZ", &tm);
-}
-
 static void fmt_exit(json_t *j, char *buf, size_t len)
 {
 	json_t *e = json_object_get(j, "exit_code");
@@ -160,9 +148,9 @@ void cli_text_job_show(const struct cli_answer *a)
 {
 	json_t *d = a->data;
 	char c[40], s[40], e[40], ex[16], env[1024];
-	fmt_ts(cli_jnum(d, "created_at"), c, sizeof c);
-	fmt_ts(cli_jnum(d, "started_at"), s, sizeof s);
-	fmt_ts(cli_jnum(d, "ended_at"), e, sizeof e);
+	out_fmt_utc(cli_jnum(d, "created_at"), "-", c, sizeof c);
+	out_fmt_utc(cli_jnum(d, "started_at"), "-", s, sizeof s);
+	out_fmt_utc(cli_jnum(d, "ended_at"), "-", e, sizeof e);
 	fmt_exit(d, ex, sizeof ex);
 	join_names(json_object_get(d, "env"), env, sizeof env);
 	printf("Job:        %lld (%s)\n", cli_jnum(d, "id"), cli_jstr(d, "name"));

@@ -17,18 +17,6 @@ static void fmt_bytes(long long b, char *buf, size_t len)
 		snprintf(buf, len, "%lld B", b);
 }
 
-static void fmt_when(long long ts, char *buf, size_t len)
-{
-	if (ts <= 0) {
-		snprintf(buf, len, "-");
-		return;
-	}
-	time_t t = (time_t)ts;
-	struct tm tm;
-	gmtime_r(&t, &tm);
-	strftime(buf, len, "%Y-%m-%d %H:%M:%SZ", &tm);
-}
-
 void cli_text_model_ls(const struct cli_answer *a)
 {
 	static const char *const hdr[] = {"NAME", "FILES", "SIZE", "STATE", "PUSHED", "FINISHED"};
@@ -48,8 +36,8 @@ void cli_text_model_ls(const struct cli_answer *a)
 			snprintf(files, sizeof files, "%lld/%lld", cli_jnum(m, "files_complete"),
 				 cli_jnum(m, "files"));
 		fmt_bytes(cli_jnum(m, "bytes"), size, sizeof size);
-		fmt_when(cli_jnum(m, "pushed_at"), pushed, sizeof pushed);
-		fmt_when(cli_jnum(m, "finished_at"), fin, sizeof fin);
+		out_fmt_utc(cli_jnum(m, "pushed_at"), "-", pushed, sizeof pushed);
+		out_fmt_utc(cli_jnum(m, "finished_at"), "-", fin, sizeof fin);
 		const char *row[] = {cli_jstr(m, "name"), files, size,
 				     json_is_true(json_object_get(m, "complete")) ? "complete"
 										 : "partial",
