@@ -374,17 +374,6 @@ static void model_event(struct agent *a, enum svc_event ev, const struct svc_eve
 
 /* ---- model_ticket: the head signs an admin's push ---- */
 
-static bool hex_id(const char *s)
-{
-	size_t n = s ? strlen(s) : 0;
-	if (n == 0 || n > 64)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-			return false;
-	return true;
-}
-
 static void r_model_ticket(struct agent *a, const struct svc_req *r)
 {
 	const char *push = proto_str(r->msg, "push"), *name = proto_str(r->msg, "name");
@@ -394,7 +383,7 @@ static void r_model_ticket(struct agent *a, const struct svc_req *r)
 		svc_error(r, "internal", "only the head signs pushes");
 		return;
 	}
-	if (!hex_id(push) || !mm_valid_name(name) || n < 2 || n > 64) {
+	if (!mr_valid_push_id(push) || !mm_valid_name(name) || n < 2 || n > 64) {
 		svc_error(r, "bad_request", "push (1-64 hex), name (a model name) and chain (2-64 "
 			  "node ids) are required");
 		return;
@@ -629,7 +618,7 @@ static void r_model_push(struct agent *a, const struct svc_req *r)
 	util_strlcpy(j->dir, dir, sizeof j->dir);
 	util_strlcpy(j->name, name, sizeof j->name);
 	const char *push = proto_str(r->msg, "push");
-	if (!hex_id(push)) {
+	if (!mr_valid_push_id(push)) {
 		svc_error(r, "bad_request", "push must be 1-64 lower-case hex digits");
 		free(j);
 		free(mem);

@@ -204,7 +204,6 @@ static struct mr_push *find_push(struct mr_engine *e, const char *id)
 
 static void push_check_end(struct mr_push *p);
 static void down_settled(struct mr_push *p);
-static bool valid_push_id(const char *s);
 static void prep_start(struct mr_push *p, struct mr_link *l);
 static struct mr_push *push_new(struct mr_engine *e, const char *id, const struct mr_member *chain,
 				size_t n, size_t self);
@@ -510,7 +509,7 @@ static void auto_hello(struct mr_link *l, const json_t *f)
 	json_t *ch = json_object_get(f, "chain");
 	json_int_t mbytes = proto_int(f, "manifest_bytes", -1);
 	size_t n = json_array_size(ch);
-	if (!valid_push_id(pid) || !from || !json_is_array(ch) || n < 2 || n > MR_CHAIN_MAX ||
+	if (!mr_valid_push_id(pid) || !from || !json_is_array(ch) || n < 2 || n > MR_CHAIN_MAX ||
 	    mbytes < 2 || (size_t)mbytes > MR_MANIFEST_MAX) {
 		send_error(l->c, "bad_frame", "mp_hello: push, from, chain (2-%d members) and "
 			   "manifest_bytes (at most %zu) are required", MR_CHAIN_MAX, MR_MANIFEST_MAX);
@@ -1063,7 +1062,7 @@ int mr_engine_port(struct mr_engine *e)
 	return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
 }
 
-static bool valid_push_id(const char *s)
+bool mr_valid_push_id(const char *s)
 {
 	size_t n = s ? strlen(s) : 0;
 	if (n == 0 || n > 64)
@@ -1161,7 +1160,7 @@ static void push_go(struct mr_push *p)
 int mr_push_start(struct mr_engine *e, const struct mr_push_opts *o, const struct mr_cbs *cbs,
 		  void *data, char *err, size_t errlen)
 {
-	if (!valid_push_id(o->push_id) || o->nchain < 2 || o->self >= o->nchain || !o->m ||
+	if (!mr_valid_push_id(o->push_id) || o->nchain < 2 || o->self >= o->nchain || !o->m ||
 	    (o->self == 0 && !o->src_dir) || (o->self > 0 && !o->store_root)) {
 		snprintf(err, errlen, "bad push options");
 		return -EINVAL;

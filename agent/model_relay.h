@@ -120,4 +120,7 @@ int mr_engine_adopt(struct mr_engine *e, uv_stream_t *server, const char *peer_i
  * (run the loop). No callback runs after this. */
 void mr_engine_close(struct mr_engine *e);
 
+/* A push id: 1-64 lower-case hex digits. */
+bool mr_valid_push_id(const char *s);
+
 #endif
