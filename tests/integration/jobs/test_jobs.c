@@ -313,45 +313,7 @@ Test(jobs, jobs_native_env_switch_other_port_index, .timeout = 120)
 {
 	struct sh_sim s;
 	cluster_up(&s, "jsw", 4, SIM_SWITCH);
-	/* node 3 is cabled on port 0, the others on port 1 (the sim's default) */
-	char spec[2][64];
-	snprintf(spec[0], sizeof spec[0], "%s:1", sh_ns(&s, 3));
-	snprintf(spec[1], sizeof spec[1], "%s:0", sh_ns(&s, 3));
-	const char *argv[] = {sh_bin("sparkctl"), "sim", "fault", "swap", spec[0], spec[1], NULL};
-	pid_t pid = fork();
-	if (pid == 0) {
-		execv(argv[0], (char *const *)argv);
-		_exit(127);
-	}
-	int st = 0;
-	waitpid(pid, &st, 0);
-	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "sim fault swap");
-	/* fabric addresses: one subnet per twin rail (what issue 5 assigns) */
-	for (int k = 1; k <= 4; k++) {
-		int p = k == 3 ? 0 : 1;
-		char cmd[256];
-		snprintf(cmd, sizeof cmd,
-			 "ip addr add 169.254.20.%d/24 dev %s && ip addr add 169.254.21.%d/24 dev %s", k,
-			 sh_twin_name[p][0], k, sh_twin_name[p][1]);
-		cr_assert_eq(sh_sh(&s, k, cmd, NULL), 0, "%s", cmd);
-	}
-	/* wait for the reports with addresses */
-	for (int tries = 0;; tries++) {
-		int ok = 0;
-		for (int k = 1; k <= 4; k++) {
-			json_t *show = sh_ctl_json(&s, 1, "node", "show", sh_ns(&s, k), NULL);
-			char *txt = json_dumps(show, 0);
-			char want[32];
-			snprintf(want, sizeof want, "169.254.21.%d/24", k);
-			ok += txt && strstr(txt, want) != NULL;
-			free(txt);
-			json_decref(show);
-		}
-		if (ok == 4)
-			break;
-		cr_assert_lt(tries, 100, "the head did not get the fabric addresses");
-		sh_sleep_ms(100);
-	}
+	sh_switch_rails(&s); /* node 3 on port 0, the others on port 1; twin rails */
 	char *out = NULL;
 	int rc = sh_ctl(&s, 3, &out, "run", "--group", "all", "--", "env", NULL);
 	cr_assert_eq(rc, 0, "run: %s", out);

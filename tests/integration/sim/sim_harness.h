@@ -82,6 +82,11 @@ void sh_cluster_up(struct sh_sim *s, const char *tag, int nodes, enum sim_topo t
 /* Wait (up to 200 status polls) until the head's status has a fabric report
  * of each of its `nodes` nodes, and with `ready`, every node ready. Asserts. */
 void sh_wait_reports(struct sh_sim *s, int nodes, bool ready);
+/* On a 4-node sim switch: node 3 re-cabled on port 0 (the others stay on port
+ * 1), fabric addresses one subnet per twin rail (169.254.20.K/24 on twin 0,
+ * 169.254.21.K/24 on twin 1 of node K's cabled port), then wait (10 s) until
+ * the head's reports have them. Asserts. */
+void sh_switch_rails(struct sh_sim *s);
 
 /* Raw Ethernet frames. A socket for ethertype on ifname inside namespace ns. */
 int sh_raw_open(const char *ns, const char *ifname, uint16_t ethertype);
