@@ -7,44 +7,10 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#ifndef SPARKCTL
-#define SPARKCTL ""
-#endif
+#include "cli_run.h"
 #ifndef MODEL_FIXTURES
 #define MODEL_FIXTURES "tests/fixtures/models"
 #endif
-
-/* Run sparkctl with args; stdout (and stderr if err) captured; exit code. */
-static int run(const char *args, char **out, int with_stderr)
-{
-	if (!*SPARKCTL)
-		cr_skip_test("sparkctl is not built in this configuration");
-	char cmd[2048];
-	snprintf(cmd, sizeof cmd, "SPARKCTL_SOCKET=/nonexistent %s %s %s", SPARKCTL, args,
-		 with_stderr ? "2>&1" : "2>/dev/null");
-	FILE *p = popen(cmd, "r");
-	cr_assert(p);
-	size_t cap = 1 << 20, n = 0, k;
-	char *buf = malloc(cap);
-	while ((k = fread(buf + n, 1, cap - 1 - n, p)) > 0)
-		n += k;
-	buf[n] = '\0';
-	int st = pclose(p);
-	*out = buf;
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static json_t *run_json(const char *args, int want_rc)
-{
-	char *out;
-	int rc = run(args, &out, 0);
-	cr_assert_eq(rc, want_rc, "exit %d for %s:\n%s", rc, args, out);
-	json_error_t e;
-	json_t *j = json_loads(out, 0, &e);
-	cr_assert(j, "not JSON: %s\n%s", e.text, out);
-	free(out);
-	return j;
-}
 
 /* The keys docs/planner.md promises for `fit -o json`, in that order. */
 static const char *const fit_keys[] = {
@@ -58,7 +24,7 @@ static const char *const fit_keys[] = {
 
 Test(fit_cli, json_keys_are_the_documented_ones)
 {
-	json_t *j = run_json("fit llama-3.3-70b --nodes 2 --dtype fp8 --context 64K -o json", 0);
+	json_t *j = cli_run_json("", "fit llama-3.3-70b --nodes 2 --dtype fp8 --context 64K -o json", 0);
 	size_t i = 0;
 	const char *k;
 	json_t *v;
@@ -86,40 +52,40 @@ Test(fit_cli, json_keys_are_the_documented_ones)
 
 Test(fit_cli, config_json_and_exit_codes)
 {
-	json_t *j = run_json("fit " MODEL_FIXTURES "/deepseek-v3.json --nodes 8 -o json", 0);
+	json_t *j = cli_run_json("", "fit " MODEL_FIXTURES "/deepseek-v3.json --nodes 8 -o json", 0);
 	cr_assert_str_eq(json_string_value(json_object_get(j, "dtype")), "fp8");
 	cr_assert_str_eq(json_string_value(json_object_get(j, "kv_attention")), "mla");
 	cr_assert_eq(json_integer_value(json_object_get(j, "fewest_nodes")), 7);
 	json_decref(j);
 	char *out;
 	/* does not fit: exit 1, the stderr line says where it would */
-	cr_assert_eq(run("fit deepseek-v3 --nodes 4", &out, 1), 1);
+	cr_assert_eq(cli_run("", "fit deepseek-v3 --nodes 4", &out, 1), 1);
 	cr_assert(strstr(out, "DOES NOT FIT"), "%s", out);
 	cr_assert(strstr(out, "sparkctl: DeepSeek-V3 does not fit on 4 nodes; it fits on 7 (--nodes 7)"), "%s", out);
 	free(out);
-	cr_assert_eq(run("fit kimi-k2 --dtype bf16", &out, 1), 1);
+	cr_assert_eq(cli_run("", "fit kimi-k2 --dtype bf16", &out, 1), 1);
 	cr_assert(strstr(out, "try a smaller --dtype"), "%s", out);
 	free(out);
 	/* bad usage: exit 2 */
-	cr_assert_eq(run("fit no-such-model", &out, 1), 2);
+	cr_assert_eq(cli_run("", "fit no-such-model", &out, 1), 2);
 	cr_assert(strstr(out, "no model 'no-such-model'"), "%s", out);
 	free(out);
-	cr_assert_eq(run("fit llama-3.3-70b --tp 3", &out, 1), 2);
+	cr_assert_eq(cli_run("", "fit llama-3.3-70b --tp 3", &out, 1), 2);
 	cr_assert(strstr(out, "heads"), "%s", out);
 	free(out);
-	cr_assert_eq(run("fit llama-3.3-70b --dtype fp7", &out, 1), 2);
+	cr_assert_eq(cli_run("", "fit llama-3.3-70b --dtype fp7", &out, 1), 2);
 	free(out);
-	cr_assert_eq(run("fit " MODEL_FIXTURES "/bad-unknown-arch.json", &out, 1), 1);
+	cr_assert_eq(cli_run("", "fit " MODEL_FIXTURES "/bad-unknown-arch.json", &out, 1), 1);
 	cr_assert(strstr(out, "gemma3"), "%s", out);
 	free(out);
-	cr_assert_eq(run("fit --help", &out, 0), 0);
+	cr_assert_eq(cli_run("", "fit --help", &out, 0), 0);
 	cr_assert(strstr(out, "--kv-dtype"), "%s", out);
 	free(out);
 }
 
 Test(fit_cli, catalog_guide)
 {
-	json_t *j = run_json("fit --catalog --nodes 1,2,4,8 -o json", 0);
+	json_t *j = cli_run_json("", "fit --catalog --nodes 1,2,4,8 -o json", 0);
 	json_t *models = json_object_get(j, "models");
 	cr_assert_geq(json_array_size(models), 16);
 	cr_assert_eq(json_array_size(json_object_get(j, "nodes")), 4);
@@ -146,7 +112,7 @@ Test(fit_cli, catalog_guide)
 	cr_assert_eq(seen, 2);
 	json_decref(j);
 	char *out;
-	cr_assert_eq(run("fit --catalog", &out, 0), 0);
+	cr_assert_eq(cli_run("", "fit --catalog", &out, 0), 0);
 	cr_assert(strstr(out, "Kimi-K2"), "%s", out);
 	cr_assert(strstr(out, "GLM-5.3 (announced)"), "%s", out);
 	free(out);
@@ -154,7 +120,7 @@ Test(fit_cli, catalog_guide)
 
 Test(fit_cli, plan_decode)
 {
-	json_t *j = run_json("plan decode dense-27b --nodes 8 --dtype nvfp4 -o json", 0);
+	json_t *j = cli_run_json("", "plan decode dense-27b --nodes 8 --dtype nvfp4 -o json", 0);
 	json_t *rows = json_object_get(j, "rows");
 	cr_assert_eq(json_array_size(rows), 4, "1, 2, 4, 8: 32 heads do not split 3, 5, 6, 7 ways");
 	json_t *r8 = json_array_get(rows, 3);
@@ -165,17 +131,17 @@ Test(fit_cli, plan_decode)
 	cr_assert(s8 > 1 && s8 < 8, "%f", s8);
 	json_decref(j);
 	/* ring topology: one-shot cannot run past 3 nodes, relay does */
-	j = run_json("plan decode dense-27b --nodes 4 --topology ring --algo oneshot -o json", 0);
+	j = cli_run_json("", "plan decode dense-27b --nodes 4 --topology ring --algo oneshot -o json", 0);
 	cr_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(j, "rows"), 2), "algo")), "relay");
 	json_decref(j);
 	char *out;
-	cr_assert_eq(run("plan decode dense-27b", &out, 1), 2);
+	cr_assert_eq(cli_run("", "plan decode dense-27b", &out, 1), 2);
 	cr_assert(strstr(out, "--nodes"), "%s", out);
 	free(out);
-	cr_assert_eq(run("plan decode glm-5.3 --nodes 8", &out, 1), 2);
+	cr_assert_eq(cli_run("", "plan decode glm-5.3 --nodes 8", &out, 1), 2);
 	cr_assert(strstr(out, "announced"), "%s", out);
 	free(out);
-	cr_assert_eq(run("plan decode dense-27b --nodes 2 --calibration /nonexistent", &out, 1), 1);
+	cr_assert_eq(cli_run("", "plan decode dense-27b --nodes 2 --calibration /nonexistent", &out, 1), 1);
 	cr_assert(strstr(out, "bench/planner/run.sh"), "%s", out);
 	free(out);
 }

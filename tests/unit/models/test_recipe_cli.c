@@ -10,16 +10,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#ifndef SPARKCTL
-#define SPARKCTL ""
-#endif
+#include "cli_run.h"
 
 static char dir[64];
+static char env[128]; /* HOME in dir, no recipe dir from the environment */
 
 static void mkdirs(void)
 {
 	snprintf(dir, sizeof dir, "/tmp/recipe-cli.%d", (int)getpid());
 	mkdir(dir, 0755);
+	snprintf(env, sizeof env, "HOME=%s SPARKCTL_RECIPE_DIR=", dir);
 }
 
 static void put(const char *name, const char *text)
@@ -39,38 +39,6 @@ static void cleanup(void)
 	cr_assert_eq(system(cmd), 0);
 }
 
-/* Run sparkctl; stdout (and stderr with err) captured; the exit code. */
-static int run(const char *args, char **out, int with_stderr)
-{
-	if (!*SPARKCTL)
-		cr_skip_test("sparkctl is not built in this configuration");
-	char cmd[2048];
-	snprintf(cmd, sizeof cmd, "HOME=%s SPARKCTL_RECIPE_DIR= SPARKCTL_SOCKET=/nonexistent %s %s %s",
-		 dir, SPARKCTL, args, with_stderr ? "2>&1" : "2>/dev/null");
-	FILE *p = popen(cmd, "r");
-	cr_assert(p);
-	size_t cap = 1 << 20, n = 0, k;
-	char *buf = malloc(cap);
-	while ((k = fread(buf + n, 1, cap - 1 - n, p)) > 0)
-		n += k;
-	buf[n] = '\0';
-	int st = pclose(p);
-	*out = buf;
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static json_t *run_json(const char *args, int want_rc)
-{
-	char *out;
-	int rc = run(args, &out, 0);
-	cr_assert_eq(rc, want_rc, "exit %d for %s:\n%s", rc, args, out);
-	json_error_t e;
-	json_t *j = json_loads(out, 0, &e);
-	cr_assert(j, "not JSON: %s\n%s", e.text, out);
-	free(out);
-	return j;
-}
-
 static const char *js(json_t *o, const char *k) { return json_string_value(json_object_get(o, k)); }
 
 TestSuite(recipe_cli, .init = mkdirs, .fini = cleanup);
@@ -78,7 +46,7 @@ TestSuite(recipe_cli, .init = mkdirs, .fini = cleanup);
 Test(recipe_cli, ls_lists_the_builtins_and_user_recipes_first)
 {
 	char args[256];
-	json_t *j = run_json("recipe ls -o json", 0);
+	json_t *j = cli_run_json(env, "recipe ls -o json", 0);
 	json_t *rs = json_object_get(j, "recipes");
 	cr_assert_eq(json_array_size(rs), 6);
 	static const char *const keys[] = {"name", "runtime", "model", "description", "source"};
@@ -89,7 +57,7 @@ Test(recipe_cli, ls_lists_the_builtins_and_user_recipes_first)
 	/* a user recipe named like a built-in replaces it */
 	put("vllm.yaml", "name: vllm\nruntime: vllm\nmodel: org/Mine\n");
 	snprintf(args, sizeof args, "recipe ls --recipe-dir %s -o json", dir);
-	j = run_json(args, 0);
+	j = cli_run_json(env, args, 0);
 	rs = json_object_get(j, "recipes");
 	cr_assert_eq(json_array_size(rs), 6);
 	cr_assert_str_eq(js(json_array_get(rs, 0), "model"), "org/Mine");
@@ -101,19 +69,19 @@ Test(recipe_cli, a_broken_user_recipe_is_named_with_its_line)
 	put("bad.yaml", "name: bad\nruntime: vllm\nmodel: x\nport: 99999\n");
 	char args[256], *out;
 	snprintf(args, sizeof args, "recipe ls --recipe-dir %s", dir);
-	cr_assert_eq(run(args, &out, 1), 1, "%s", out);
+	cr_assert_eq(cli_run(env, args, &out, 1), 1, "%s", out);
 	cr_assert(strstr(out, "bad.yaml:4:1: port: expected a whole number from 1 to 65535"), "%s",
 		  out);
 	free(out);
 	snprintf(args, sizeof args, "serve bad --recipe-dir %s --layout /dev/null --dry-run", dir);
-	cr_assert_eq(run(args, &out, 1), 1, "%s", out);
+	cr_assert_eq(cli_run(env, args, &out, 1), 1, "%s", out);
 	cr_assert(strstr(out, "bad.yaml:4:1: port:"), "%s", out);
 	free(out);
 }
 
 Test(recipe_cli, show_fills_defaults_and_applies_set)
 {
-	json_t *j = run_json("recipe show sglang --set tp=2 --set env.HF_HOME=/d -o json", 0);
+	json_t *j = cli_run_json(env, "recipe show sglang --set tp=2 --set env.HF_HOME=/d -o json", 0);
 	cr_assert_str_eq(js(j, "runtime"), "sglang");
 	cr_assert_eq(json_integer_value(json_object_get(j, "tp")), 2);
 	cr_assert_eq(json_integer_value(json_object_get(j, "port")), 30000);
@@ -125,19 +93,19 @@ Test(recipe_cli, show_fills_defaults_and_applies_set)
 	json_decref(j);
 	/* --yaml prints a file that parses back to the same recipe */
 	char *out;
-	cr_assert_eq(run("recipe show llamacpp --yaml", &out, 0), 0);
+	cr_assert_eq(cli_run(env, "recipe show llamacpp --yaml", &out, 0), 0);
 	put("copy.yaml", out);
 	free(out);
 	char args[256];
 	snprintf(args, sizeof args, "recipe show %s/copy.yaml -o json", dir);
-	j = run_json(args, 0);
+	j = cli_run_json(env, args, 0);
 	cr_assert_str_eq(js(j, "runtime"), "llamacpp");
 	cr_assert_eq(json_integer_value(json_object_get(j, "rpc_port")), 50052);
 	json_decref(j);
-	cr_assert_eq(run("recipe show nosuch", &out, 1), 2);
+	cr_assert_eq(cli_run(env, "recipe show nosuch", &out, 1), 2);
 	cr_assert(strstr(out, "no recipe 'nosuch'"), "%s", out);
 	free(out);
-	cr_assert_eq(run("recipe show vllm --set tp=zero", &out, 1), 1);
+	cr_assert_eq(cli_run(env, "recipe show vllm --set tp=zero", &out, 1), 1);
 	cr_assert(strstr(out, "--set tp=zero: expected a whole number"), "%s", out);
 	free(out);
 }
@@ -154,7 +122,7 @@ Test(recipe_cli, serve_dry_run_plan_and_admission)
 	put("duo.json", layout2);
 	char args[512];
 	snprintf(args, sizeof args, "serve vllm --layout %s/duo.json --dry-run -o json", dir);
-	json_t *j = run_json(args, 0);
+	json_t *j = cli_run_json(env, args, 0);
 	static const char *const keys[] = {
 	    "recipe", "runtime", "model", "group", "topology", "net", "nodes", "tp", "pp",
 	    "port", "master_addr", "master_port", "endpoint", "health", "restart", "ranks",
@@ -175,22 +143,22 @@ Test(recipe_cli, serve_dry_run_plan_and_admission)
 	char *out;
 	snprintf(args, sizeof args,
 		 "serve vllm --layout %s/duo.json --dry-run --set model=meta-llama/Llama-3.1-405B", dir);
-	cr_assert_eq(run(args, &out, 1), 1, "%s", out);
+	cr_assert_eq(cli_run(env, args, &out, 1), 1, "%s", out);
 	cr_assert(strstr(out, "DOES NOT FIT"), "%s", out);
 	cr_assert(strstr(out, "it would on 8: use a group of 8, or --force"), "%s", out);
 	free(out);
 	strncat(args, " --force", sizeof args - strlen(args) - 1);
-	cr_assert_eq(run(args, &out, 1), 0, "%s", out);
+	cr_assert_eq(cli_run(env, args, &out, 1), 0, "%s", out);
 	free(out);
 	/* the recipe's own memory figure */
 	snprintf(args, sizeof args, "serve vllm --layout %s/duo.json --dry-run --set memory=120", dir);
-	cr_assert_eq(run(args, &out, 1), 1, "%s", out);
+	cr_assert_eq(cli_run(env, args, &out, 1), 1, "%s", out);
 	cr_assert(strstr(out, "the recipe's memory, 120.0 GiB per node, is over the 102 GiB"), "%s",
 		  out);
 	free(out);
 	/* a recipe larger than the group */
 	snprintf(args, sizeof args, "serve sglang --layout %s/duo.json --dry-run --set tp=4", dir);
-	cr_assert_eq(run(args, &out, 1), 1, "%s", out);
+	cr_assert_eq(cli_run(env, args, &out, 1), 1, "%s", out);
 	cr_assert(strstr(out, "needs 4 nodes; group duo has 2"), "%s", out);
 	free(out);
 }
@@ -198,20 +166,20 @@ Test(recipe_cli, serve_dry_run_plan_and_admission)
 Test(recipe_cli, serve_usage_errors_exit_2)
 {
 	char *out;
-	cr_assert_eq(run("serve vllm --group g", &out, 1), 2, "%s", out);
+	cr_assert_eq(cli_run(env, "serve vllm --group g", &out, 1), 2, "%s", out);
 	cr_assert(strstr(out, "add --dry-run"), "%s", out);
 	free(out);
-	cr_assert_eq(run("serve vllm --dry-run", &out, 1), 2, "%s", out);
+	cr_assert_eq(cli_run(env, "serve vllm --dry-run", &out, 1), 2, "%s", out);
 	cr_assert(strstr(out, "add --group G"), "%s", out);
 	free(out);
-	cr_assert_eq(run("serve --group g --dry-run", &out, 1), 2, "%s", out);
+	cr_assert_eq(cli_run(env, "serve --group g --dry-run", &out, 1), 2, "%s", out);
 	free(out);
-	cr_assert_eq(run("serve vllm --group g --dry-run --set novalue", &out, 1), 2, "%s", out);
+	cr_assert_eq(cli_run(env, "serve vllm --group g --dry-run --set novalue", &out, 1), 2, "%s", out);
 	free(out);
-	cr_assert_eq(run("serve --help", &out, 0), 0);
+	cr_assert_eq(cli_run(env, "serve --help", &out, 0), 0);
 	cr_assert(strstr(out, "--dry-run"), "%s", out);
 	free(out);
 	/* no sparkd: exit 1 with the socket named */
-	cr_assert_eq(run("serve vllm --group g --dry-run", &out, 1), 1, "%s", out);
+	cr_assert_eq(cli_run(env, "serve vllm --group g --dry-run", &out, 1), 1, "%s", out);
 	free(out);
 }
