@@ -41,16 +41,40 @@ const char *h_bin(const char *name)
 	return b;
 }
 
-static int free_port(void)
+/* Can a TCP socket bind 127.0.0.1:port right now? */
+static bool port_free(int port)
 {
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t sl = sizeof sa;
-	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 ||
-	    getsockname(fd, (struct sockaddr *)&sa, &sl) < 0)
-		cr_assert_fail("cannot pick a free port");
-	close(fd);
-	return ntohs(sa.sin_port);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+				 .sin_port = htons((uint16_t)port)};
+	bool ok = fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+/* An agent port: one the kernel picks, whose next port (the model service's
+ * data port, agent port + 1) is free too and is no other node's agent port. */
+static int free_port(const struct h_cluster *c, int n)
+{
+	for (int tries = 0; tries < 100; tries++) {
+		int fd = socket(AF_INET, SOCK_STREAM, 0);
+		struct sockaddr_in sa = {.sin_family = AF_INET,
+					 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+		socklen_t sl = sizeof sa;
+		if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 ||
+		    getsockname(fd, (struct sockaddr *)&sa, &sl) < 0)
+			cr_assert_fail("cannot pick a free port");
+		close(fd);
+		int p = ntohs(sa.sin_port);
+		bool clash = p >= 65535 || !port_free(p + 1);
+		for (int i = 0; i < n && !clash; i++)
+			clash = abs(c->nodes[i].port - p) <= 1;
+		if (!clash)
+			return p;
+	}
+	cr_assert_fail("cannot pick two free ports in a row");
+	return 0;
 }
 
 struct h_cluster *h_cluster_new(int n)
@@ -67,7 +91,7 @@ struct h_cluster *h_cluster_new(int n)
 		snprintf(nd->dir, sizeof nd->dir, "%s/%s", c->root, nd->name);
 		snprintf(nd->sock, sizeof nd->sock, "%s/%s.sock", c->root, nd->name);
 		snprintf(nd->log, sizeof nd->log, "%s/%s.log", c->root, nd->name);
-		nd->port = free_port();
+		nd->port = free_port(c, i);
 	}
 	return c;
 }

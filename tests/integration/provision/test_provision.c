@@ -665,13 +665,14 @@ Test(prov, prov_failed_host_does_not_stop_others)
 
 Test(prov, prov_failed_join_is_undone)
 {
-	/* a second cluster's head: the token (from the first) is refused at once */
+	/* a second cluster's head: the token (from the first) is refused at once.
+	 * On 7310: 7301 is the first head's model data port (agent port + 1). */
 	char sock2[400], state2[400], log2[400];
 	snprintf(sock2, sizeof sock2, "%s/head2.sock", E.root);
 	snprintf(state2, sizeof state2, "%s/head2", E.root);
 	snprintf(log2, sizeof log2, "%s/head2.log", E.root);
 	char *argv[] = {(char *)bin("sparkctl"), "sim", "exec", E.head, "--", (char *)bin("sparkd"),
-			"--state-dir", state2, "--socket", sock2, "--listen", HEAD_IP ":7301",
+			"--state-dir", state2, "--socket", sock2, "--listen", HEAD_IP ":7310",
 			"--name", "other", "--config", "/dev/null", NULL};
 	spawn(log2, argv); /* in the head's namespace: sim down ends it */
 	struct res r;
@@ -692,7 +693,7 @@ Test(prov, prov_failed_join_is_undone)
 	rfree(&r);
 	strcat(conf, "/sparkd.yaml");
 	trust_host_key();
-	r = provision("--head " HEAD_IP ":7301");
+	r = provision("--head " HEAD_IP ":7310");
 	cr_assert_eq(r.rc, 1, "%s\n%s", r.out, r.err);
 	cr_expect(step_line(r.out, "join", "failed"), "%s", r.out);
 	cr_expect(strstr(r.err, "did not present the CA"), "%s", r.err);
