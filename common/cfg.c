@@ -268,21 +268,28 @@ int cfg_get_str(json_t *root, const char *dotted, const char **out, char *err, s
 	return 0;
 }
 
+int cfg_int(const json_t *v, long long min, long long max, long long *out)
+{
+	const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+	char *end = NULL;
+	errno = 0;
+	long long x = s ? strtoll(s, &end, 10) : 0;
+	if (!s || !*s || *end || errno || x < min || x > max)
+		return -EINVAL;
+	*out = x;
+	return 0;
+}
+
 int cfg_get_int(json_t *root, const char *dotted, long long min, long long max, long long *out,
 		char *err, size_t errlen)
 {
 	json_t *v = cfg_get(root, dotted);
 	if (!v)
 		return -ENOENT;
-	const char *s = json_is_string(v) ? json_string_value(v) : NULL;
-	char *end = NULL;
-	errno = 0;
-	long long x = s ? strtoll(s, &end, 10) : 0;
-	if (!s || !*s || *end || errno || x < min || x > max) {
+	if (cfg_int(v, min, max, out) < 0) {
 		snprintf(err, errlen, "%s: expected an integer from %lld to %lld", dotted, min, max);
 		return -EINVAL;
 	}
-	*out = x;
 	return 0;
 }
 

@@ -21,6 +21,10 @@ json_t *cfg_get(json_t *root, const char *dotted);
 /* Typed reads of a scalar at a dotted path. Return 0 (found, *out set),
  * -ENOENT (absent, *out untouched), -EINVAL (wrong type; err says which key). */
 int cfg_get_str(json_t *root, const char *dotted, const char **out, char *err, size_t errlen);
+/* A scalar (the loader gives every scalar as a string) as a decimal integer
+ * in min..max: 0 and *out, or -EINVAL (not a string, not a whole number, out
+ * of range: the caller names the key and the file position). */
+int cfg_int(const json_t *v, long long min, long long max, long long *out);
 int cfg_get_int(json_t *root, const char *dotted, long long min, long long max, long long *out,
 		char *err, size_t errlen);
 /* Check that every top-level key of root is in the NULL-terminated list

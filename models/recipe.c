@@ -166,13 +166,10 @@ static int get_int(const struct ctx *c, json_t *root, const char *key, long long
 		   long long hi, int *out)
 {
 	json_t *v = cfg_get(root, key);
+	long long x;
 	if (!v)
 		return 0;
-	const char *s = json_is_string(v) ? json_string_value(v) : NULL;
-	char *e = NULL;
-	errno = 0;
-	long long x = s ? strtoll(s, &e, 10) : 0;
-	if (!s || !*s || *e || errno || x < lo || x > hi)
+	if (cfg_int(v, lo, hi, &x) < 0)
 		return fail(c, key, "expected a whole number from %lld to %lld", lo, hi);
 	*out = (int)x;
 	return 0;

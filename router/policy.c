@@ -107,13 +107,8 @@ static int get_int(struct pctx *c, json_t *obj, const char *key, long long min, 
 	json_t *v = json_object_get(obj, key);
 	if (!v)
 		return 0;
-	const char *s = json_is_string(v) ? json_string_value(v) : NULL;
-	char *end = NULL;
-	errno = 0;
-	long long x = s ? strtoll(s, &end, 10) : 0;
-	if (!s || !*s || *end || errno || x < min || x > max)
+	if (cfg_int(v, min, max, out) < 0)
 		return fail(c, key, "expected an integer from %lld to %lld", min, max);
-	*out = x;
 	return 0;
 }
 
