@@ -261,11 +261,13 @@ size_t peers_ask_pending(struct agent *a, const void *owner);
 void peers_ask_forget(struct agent *a, const void *owner);
 void peers_session_gone(struct agent *a, conn *c); /* head: fail what was asked through c */
 
-/* Dispatch a frame of another agent (or of the mailbox) by the services'
- * frame tables: its fields checked, then its handler. c: where a bad one
- * is answered (NULL: the mailbox, logged). */
+/* Dispatch a frame of another agent (or of the mailbox) to its row of the
+ * services' frame tables, which the caller looked up (svc_frame_of; NULL:
+ * none, refused as unknown_type): its fields checked, then its handler. c:
+ * where a bad one is answered (NULL: the mailbox, logged). */
+struct svc_frame;
 void peers_dispatch(struct agent *a, conn *c, const char *from, enum agent_frame_dir dir,
-		    const json_t *msg);
+		    const struct svc_frame *f, const json_t *msg);
 
 
 /* settle.c: memory after bursts. Init (CA key, certificates, migrations), joins (key

@@ -488,8 +488,9 @@ static void on_head_frame(conn *c, json_t *msg)
 	json_int_t id = proto_id(msg);
 	a->wk.last_ok_ms = util_now_ms();
 	agent_busy(a); /* the head sends nothing unasked but answers and requests */
-	if (svc_frame_of(t, FRAME_TO_NODE)) { /* a service's (crl, jobs, topo, ...) */
-		peers_dispatch(a, c, a->id.head_id, FRAME_TO_NODE, msg);
+	const struct svc_frame *f = svc_frame_of(t, FRAME_TO_NODE);
+	if (f) { /* a service's (crl, jobs, topo, ...) */
+		peers_dispatch(a, c, a->id.head_id, FRAME_TO_NODE, f, msg);
 		json_decref(msg);
 		return;
 	}

@@ -12,9 +12,7 @@
 
 #include <errno.h>
 #include <grp.h>
-#include <malloc.h>
 #include <pwd.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

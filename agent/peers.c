@@ -272,10 +272,9 @@ struct session *peers_session(struct agent *a, const char *node_id)
 }
 
 void peers_dispatch(struct agent *a, conn *c, const char *from, enum agent_frame_dir dir,
-		    const json_t *msg)
+		    const struct svc_frame *f, const json_t *msg)
 {
 	const char *t = proto_type(msg);
-	const struct svc_frame *f = svc_frame_of(t, dir);
 	char why[160];
 	if (!f) {
 		log_warn("frame_refused", "type=%s reason=unknown_type from=%s", log_q(t), from);
@@ -306,7 +305,8 @@ static void on_mail(uv_timer_t *t)
 	while (m) {
 		struct mail *next = m->next;
 		if (!a->stopping && a->id.role == ROLE_HEAD)
-			peers_dispatch(a, NULL, a->id.node_id, m->dir, m->msg);
+			peers_dispatch(a, NULL, a->id.node_id, m->dir,
+				       svc_frame_of(proto_type(m->msg), m->dir), m->msg);
 		json_decref(m->msg);
 		free(m);
 		m = next;

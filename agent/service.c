@@ -103,7 +103,7 @@ void svc_free_all(struct agent *a)
 /* Job users (the socket's group) read the cluster and run, watch and cancel
  * their own jobs, and exec as themselves; admins (root, security.admin_group)
  * also change membership, tokens, groups and addresses (issue 14). */
-bool svc_caller_is_admin(struct agent *a, const json_t *req)
+static bool caller_is_admin(struct agent *a, const json_t *req)
 {
 	json_t *caller = json_object_get(req, "caller");
 	if (!json_is_object(caller))
@@ -119,10 +119,11 @@ bool svc_caller_is_admin(struct agent *a, const json_t *req)
 	return false;
 }
 
-bool svc_caller_may(struct agent *a, const json_t *req, enum agent_right right, char *why,
-		    size_t len)
+/* May the request's caller ask for this (its row's right)? If not, why says so. */
+static bool caller_may(struct agent *a, const json_t *req, enum agent_right right, char *why,
+		       size_t len)
 {
-	if (right == RIGHT_USER || svc_caller_is_admin(a, req))
+	if (right == RIGHT_USER || caller_is_admin(a, req))
 		return true;
 	json_t *caller = json_object_get(req, "caller");
 	const char *user = proto_str(caller, "user");
@@ -146,7 +147,7 @@ void svc_serve(struct agent *a, const struct svc_request *row, const struct svc_
 		svc_error(r, "bad_request", "%s: %s", row->type, err);
 		return;
 	}
-	if (!svc_caller_may(a, r->msg, row->right, why, sizeof why)) {
+	if (!caller_may(a, r->msg, row->right, why, sizeof why)) {
 		log_warn("request_forbidden", "type=%s origin=%s", row->type, r->origin ? r->origin : "");
 		svc_error(r, "forbidden", "%s", why);
 		return;

@@ -113,11 +113,6 @@ int svc_start_all(struct agent *a, char *err, size_t len);
 void svc_stop_all(struct agent *a);
 void svc_free_all(struct agent *a);
 
-/* May the request's caller ask for this (its row's right)? If not, why says so. */
-bool svc_caller_may(struct agent *a, const json_t *req, enum agent_right right, char *why,
-		    size_t len);
-bool svc_caller_is_admin(struct agent *a, const json_t *req);
-
 /* Answers. A result too large for a frame becomes a "too_large" error. */
 void svc_send_result(conn *c, json_int_t id, json_t *data);
 void svc_reply(const struct svc_req *r, json_t *data);

@@ -125,7 +125,7 @@ static void member_frame(struct agent *a, struct session *s, const json_t *msg)
 	if (!own && (!row || !row->on_session)) {
 		if (!row || !(row->flags & SVC_FRAME_QUIET))
 			agent_busy(a);
-		peers_dispatch(a, s->c, s->node_id, FRAME_TO_HEAD, msg);
+		peers_dispatch(a, s->c, s->node_id, FRAME_TO_HEAD, row, msg);
 		return;
 	}
 	fields = own ? own->fields : row->fields;
