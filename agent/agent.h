@@ -76,6 +76,7 @@ struct fabric;  /* fabric service: discovery options, last report, watcher */
 struct jobs;    /* jobs service: groups, jobs, exec */
 struct topo_agent; /* topo service: neighbour discovery and topology validation */
 struct model_svc;  /* model service (model.c): the models this node holds */
+struct serve;      /* serve service (serve.c): supervised model servers */
 
 /* A frame's direction (service.h's svc_dir). */
 enum agent_frame_dir { FRAME_TO_HEAD, FRAME_TO_NODE };
@@ -101,6 +102,17 @@ struct agent_hooks {
 	int (*session_auth)(struct agent *a, X509 *cert, char *node_id, size_t len);
 	void (*session_preauth)(struct agent *a, struct session *s, const json_t *msg);
 	void (*session_closed)(struct agent *a, const struct session *s);
+	/* jobs (head): start a job on behalf of another service (the serve
+	 * service's runs). spec: {"name": s, "group": s, "owner": s (e.g.
+	 * "serve:NAME"), "caller": {as control.c attaches to requests},
+	 * "ranks": [{"node": node id, "argv": [s...], "env": {s: s}}] one per
+	 * group member in group order}; every rank also gets the job environment
+	 * contract (jobenv.c), the spec's env wins. The job id (>0), or <0 with
+	 * err. Its end arrives as SVC_EV_JOB_ENDED. */
+	long long (*job_launch)(struct agent *a, const json_t *spec, char *err, size_t len);
+	/* jobs (head): SIGTERM every rank of a job, SIGKILL after grace_ms.
+	 * 0, or <0 when it is unknown or has ended. */
+	int (*job_stop)(struct agent *a, long long job_id, int grace_ms);
 };
 
 /* The head role's state (cluster_head.c; db is read by every head side). */
@@ -150,6 +162,7 @@ struct agent {
 	struct jobs *jobs;
 	struct topo_agent *topo;
 	struct model_svc *model;
+	struct serve *serve;
 	struct agent_hooks hooks;
 	struct mail *mail_first, *mail_last; /* peers.c: the own-node mailbox */
 	struct ask *asks;         /* peers.c: requests to nodes waiting for answers */

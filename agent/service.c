@@ -13,7 +13,7 @@
 
 /* Each service's one export (its own header declares it for its files). */
 extern const struct service cluster_service, fabric_service, topo_service, jobs_service,
-    model_service;
+    model_service, serve_service;
 
 /* In start order; stopped in reverse. */
 static const struct service *const services[] = {
@@ -21,6 +21,7 @@ static const struct service *const services[] = {
 	&fabric_service,
 	&topo_service,
 	&jobs_service,
+	&serve_service,
 	&model_service,
 };
 

@@ -78,12 +78,15 @@ enum svc_event {
 	SVC_EV_NODE_GONE,      /* head: a node's last session closed (node_id) */
 	SVC_EV_STREAM_CANCEL,  /* head: who asked (conn, id) no longer reads the stream */
 	SVC_EV_FABRIC_CHANGED, /* this node's fabric changed (bits: TOPO_CHG_*) */
+	SVC_EV_NODE_UP,        /* head: a member said hello (node_id; the head's own node too) */
+	SVC_EV_JOB_ENDED,      /* head: a job ended (id; data: its record as job_show has it) */
 };
 struct svc_event_arg {
 	conn *c;
 	json_int_t id;
 	const char *node_id;
 	unsigned bits;
+	const json_t *data;
 };
 
 struct service {
