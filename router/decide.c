@@ -1,5 +1,7 @@
 #include "decide.h"
 
+#include "util.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -385,25 +387,75 @@ int route_decide(const struct policy *p, const struct req_info *r, header_fn hdr
 	return 0;
 }
 
-json_t *decision_json(const struct policy *p, const struct decision *d)
+void target_resolve(const struct policy *p, int t, const struct svc_table *svcs,
+		    struct resolved *out)
+{
+	const struct target *tg = &p->targets[t];
+	memset(out, 0, sizeof *out);
+	out->model = tg->model;
+	out->max_context = tg->max_context;
+	if (tg->kind == TARGET_URL) {
+		out->usable = true;
+		out->state = "url";
+		util_strlcpy(out->base, tg->url, sizeof out->base);
+		return;
+	}
+	const struct svc_info *sv = svcs ? svc_find(svcs, tg->service) : NULL;
+	out->state = sv ? sv->state : svcs && svcs->connected ? "absent" : "disconnected";
+	if (!sv)
+		return;
+	if (sv->max_context)
+		out->max_context = sv->max_context;
+	if (!tg->model)
+		out->model = sv->n_models ? sv->models[0] : sv->model[0] ? sv->model : NULL;
+	out->usable = svc_usable(sv, tg->management) &&
+		      svc_base_url(sv, tg->management, out->base, sizeof out->base);
+}
+
+json_t *decision_json(const struct policy *p, const struct decision *d,
+		      const struct svc_table *svcs)
 {
 	const struct target *t = &p->targets[d->target];
+	struct resolved rv;
+	target_resolve(p, d->target, svcs, &rv);
 	json_t *fb = json_array();
 	for (size_t i = 1; i < d->n_chain; i++)
 		json_array_append_new(fb, json_string(p->targets[d->chain[i]].name));
 	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:b}", "route", d->route->name,
 			      "route_type", route_type_name(d->route->type), "target", t->name,
 			      "target_kind", t->kind == TARGET_URL ? "url" : "service", "rule", d->rule,
-			      "reason", d->reason, "fallbacks", fb, "resolvable",
-			      t->kind == TARGET_URL);
+			      "reason", d->reason, "fallbacks", fb, "resolvable", rv.usable);
 	if (d->route->type == ROUTE_CLASSIFIER)
 		json_object_set_new(o, "classifier", json_string(p->targets[d->route->judge].name));
-	if (t->kind == TARGET_SERVICE)
-		json_object_set_new(o, "note",
-				    json_string("service targets are not resolvable yet: this "
-						"spark-router cannot follow cluster services "
-						"(issue 19); requests to this target fail over "
-						"to the route's fallbacks"));
+	if (rv.max_context)
+		json_object_set_new(o, "max_context", json_integer(rv.max_context));
+	if (t->kind != TARGET_SERVICE)
+		return o;
+	json_object_set_new(o, "service", json_string(t->service));
+	json_object_set_new(o, "state", json_string(rv.state));
+	json_object_set_new(o, "network", json_string(t->management ? "management" : "fabric"));
+	if (rv.usable) {
+		json_object_set_new(o, "url", json_string(rv.base));
+		return o;
+	}
+	char note[300];
+	if (!strcmp(rv.state, "disconnected"))
+		snprintf(note, sizeof note,
+			 "spark-router has no snapshot of the cluster's services from sparkd (see its "
+			 "log: sparkd_watch_lost); requests to this target go to the route's fallbacks");
+	else if (!strcmp(rv.state, "absent"))
+		snprintf(note, sizeof note,
+			 "the cluster has no service %s; requests to this target go to the route's fallbacks",
+			 t->service);
+	else if (!strcmp(rv.state, "ready"))
+		snprintf(note, sizeof note,
+			 "service %s is ready but has no %s endpoint; requests to this target go to the route's fallbacks",
+			 t->service, t->management ? "management" : "fabric");
+	else
+		snprintf(note, sizeof note,
+			 "service %s is %s, not ready; requests to this target go to the route's fallbacks",
+			 t->service, rv.state);
+	json_object_set_new(o, "note", json_string(note));
 	return o;
 }
 

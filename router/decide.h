@@ -8,6 +8,7 @@
 #define SPARK_ROUTER_DECIDE_H
 
 #include "policy.h"
+#include "services.h"
 
 #include <jansson.h>
 
@@ -77,8 +78,25 @@ void decision_pin(const struct policy *p, const struct route *rt, int t, struct 
  * window (vLLM, SGLang, llama.cpp and OpenAI phrasings)? */
 bool is_context_error(const char *body, size_t len);
 
+/* What a target is right now: a URL target always usable at its url:; a
+ * service target (looked up in svcs, the last svc_watch snapshot, NULL when
+ * the router follows none) usable only while its service is ready with an
+ * endpoint on the target's network. */
+struct resolved {
+	bool usable;
+	const char *state;           /* "url"; a service's state, "absent" (not in the
+				      * snapshot) or "disconnected" (no snapshot) */
+	char base[SVC_URL_MAX + 8];  /* the OpenAI base URL (.../v1) when usable */
+	const char *model;           /* the model name sent upstream, NULL: the client's */
+	long long max_context;       /* tokens, 0: unknown */
+};
+void target_resolve(const struct policy *p, int t, const struct svc_table *svcs,
+		    struct resolved *out);
+
 /* {"route", "route_type", "target", "target_kind", "rule", "reason",
- *  "fallbacks": [...], "resolvable", "note"?} */
-json_t *decision_json(const struct policy *p, const struct decision *d);
+ *  "fallbacks": [...], "resolvable", "max_context"?, and for a service target
+ *  "service", "state", "url"? and a "note" when it is not resolvable}. */
+json_t *decision_json(const struct policy *p, const struct decision *d,
+		      const struct svc_table *svcs);
 
 #endif

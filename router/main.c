@@ -14,10 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 #include <uv.h>
 
 static const char USAGE[] =
-	"Usage: spark-router --policy FILE [--listen HOST:PORT] [--log FILE|-]\n"
+	"Usage: spark-router --policy FILE [--listen HOST:PORT] [--log FILE|-] [--socket PATH]\n"
+	"                    [--pid-file FILE]\n"
 	"       spark-router --policy FILE --check [-o text|json]\n"
 	"\n"
 	"An OpenAI-compatible HTTP router: it sends each request to a target chosen by the\n"
@@ -27,6 +29,9 @@ static const char USAGE[] =
 	"  --listen HOST:PORT  listen address (default: the policy's listen:, else 127.0.0.1:4000);\n"
 	"                      an address other than loopback needs api_keys in the policy\n"
 	"  --log FILE          append the JSON-lines routing log to FILE (\"-\": stdout)\n"
+	"  --socket PATH       control socket of the local sparkd, followed for service targets\n"
+	"                      (env SPARKCTL_SOCKET, default " SPARK_DEFAULT_SOCKET ")\n"
+	"  --pid-file FILE     write the process id to FILE (for 'sparkctl route reload')\n"
 	"  --check             validate the policy, print a summary and exit (0 valid, 1 not)\n"
 	"  -o, --output FMT    the --check summary as text (default) or json\n"
 	"  --log-level LEVEL   error, warn, info (default), debug\n"
@@ -63,9 +68,46 @@ static void on_hup(uv_signal_t *h, int sig)
 		policy_free(p);
 		return;
 	}
-	log_info("policy_reloaded", "policy=%s routes=%zu targets=%zu%s", log_q(rc->path),
-		 p->n_routes, p->n_targets,
-		 policy_has_service_targets(p) ? " service_targets=unresolvable" : "");
+	log_info("policy_reloaded", "policy=%s routes=%zu targets=%zu", log_q(rc->path),
+		 p->n_routes, p->n_targets);
+}
+
+/* Is pid a running spark-router (its /proc comm)? */
+static bool is_router(pid_t pid)
+{
+	char path[64], comm[64] = "";
+	snprintf(path, sizeof path, "/proc/%d/comm", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return false;
+	bool ok = fgets(comm, sizeof comm, f) && !strncmp(comm, "spark-router", 12);
+	fclose(f);
+	return ok;
+}
+
+/* Write our pid to path; refuse when another live spark-router holds it. */
+static int pidfile_write(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (f) {
+		int old = 0;
+		if (fscanf(f, "%d", &old) == 1 && old > 0 && old != getpid() && is_router(old)) {
+			fclose(f);
+			fprintf(stderr, "spark-router: another spark-router (pid %d) holds %s; stop it or pass another --pid-file\n",
+				old, path);
+			return -EEXIST;
+		}
+		fclose(f);
+	}
+	char tmp[4200];
+	snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
+	f = fopen(tmp, "w");
+	if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) != 0 || rename(tmp, path) < 0) {
+		fprintf(stderr, "spark-router: cannot write the pid file %s: %s\n", path, strerror(errno));
+		unlink(tmp);
+		return -errno;
+	}
+	return 0;
 }
 
 static json_t *summary(const struct policy *p)
@@ -73,10 +115,15 @@ static json_t *summary(const struct policy *p)
 	json_t *t = json_array(), *r = json_array();
 	for (size_t i = 0; i < p->n_targets; i++) {
 		const struct target *tg = &p->targets[i];
-		json_array_append_new(
-			t, json_pack("{s:s, s:s, s:s, s:b}", "name", tg->name, "kind",
-				     tg->kind == TARGET_URL ? "url" : "service", "address",
-				     tg->url ? tg->url : tg->service, "resolvable", tg->kind == TARGET_URL));
+		json_t *o = json_pack("{s:s, s:s, s:s}", "name", tg->name, "kind",
+				      tg->kind == TARGET_URL ? "url" : "service", "address",
+				      tg->url ? tg->url : tg->service);
+		if (tg->kind == TARGET_SERVICE)
+			json_object_set_new(o, "network",
+					    json_string(tg->management ? "management" : "fabric"));
+		if (tg->max_context)
+			json_object_set_new(o, "max_context", json_integer(tg->max_context));
+		json_array_append_new(t, o);
 	}
 	for (size_t i = 0; i < p->n_routes; i++)
 		json_array_append_new(r, json_pack("{s:s, s:s}", "name", p->routes[i].name, "type",
@@ -90,12 +137,18 @@ int main(int argc, char **argv)
 	const char *policy_path = NULL, *out_fmt = "text";
 	struct server_opts so = {0};
 	int check = 0;
-	enum { O_POLICY = 256, O_LISTEN, O_LOG, O_CHECK, O_LEVEL, O_VERSION };
+	const char *pid_file = NULL;
+	so.control_socket = getenv("SPARKCTL_SOCKET");
+	if (!so.control_socket || !*so.control_socket)
+		so.control_socket = SPARK_DEFAULT_SOCKET;
+	enum { O_POLICY = 256, O_LISTEN, O_LOG, O_CHECK, O_LEVEL, O_VERSION, O_SOCKET, O_PID };
 	static const struct option lo[] = {
 		{"policy", required_argument, NULL, O_POLICY},
 		{"listen", required_argument, NULL, O_LISTEN},
 		{"log", required_argument, NULL, O_LOG},
 		{"check", no_argument, NULL, O_CHECK},
+		{"socket", required_argument, NULL, O_SOCKET},
+		{"pid-file", required_argument, NULL, O_PID},
 		{"output", required_argument, NULL, 'o'},
 		{"log-level", required_argument, NULL, O_LEVEL},
 		{"version", no_argument, NULL, O_VERSION},
@@ -117,6 +170,12 @@ int main(int argc, char **argv)
 			break;
 		case O_CHECK:
 			check = 1;
+			break;
+		case O_SOCKET:
+			so.control_socket = optarg;
+			break;
+		case O_PID:
+			pid_file = optarg;
 			break;
 		case 'o':
 			out_fmt = optarg;
@@ -163,7 +222,7 @@ int main(int argc, char **argv)
 		if (!strcmp(out_fmt, "json")) {
 			json_t *o = summary(p);
 			if (svc)
-				json_object_set_new(o, "note", json_string("service targets are not resolvable yet (issue 19)"));
+				json_object_set_new(o, "control_socket", json_string(so.control_socket));
 			json_dumpf(o, stdout, JSON_INDENT(2));
 			putchar('\n');
 			json_decref(o);
@@ -171,7 +230,8 @@ int main(int argc, char **argv)
 			printf("%s: valid: %zu targets, %zu routes, listen %s, %zu api keys\n", p->path,
 			       p->n_targets, p->n_routes, p->listen, p->n_api_keys);
 			if (svc)
-				printf("note: service targets are not resolvable yet (issue 19): requests to them go to the route's fallbacks\n");
+				printf("service targets follow the cluster's services through sparkd on %s: each is a target while its service is ready\n",
+				       so.control_socket);
 		}
 		policy_free(p);
 		return 0;
@@ -191,9 +251,10 @@ int main(int argc, char **argv)
 		policy_free(p);
 		return r == -EPERM || r == -EINVAL ? 2 : 1;
 	}
-	if (svc)
-		log_warn("service_targets_unresolvable",
-			 "detail=%s", log_q("service targets are not resolvable yet (issue 19): requests to them go to the route's fallbacks"));
+	if (pid_file && pidfile_write(pid_file) < 0) {
+		server_stop(s);
+		return 1;
+	}
 	log_info("router_listen", "addr=%s port=%d policy=%s routes=%zu targets=%zu",
 		 so.listen ? so.listen : p->listen, server_port(s), log_q(p->path), p->n_routes,
 		 p->n_targets);
@@ -208,5 +269,7 @@ int main(int argc, char **argv)
 	uv_signal_start(&shup, on_hup, SIGHUP);
 	uv_run(loop, UV_RUN_DEFAULT);
 	server_stop(s);
+	if (pid_file)
+		unlink(pid_file);
 	return 0;
 }

@@ -208,12 +208,29 @@ static bool url_ok(const char *u)
 	return true;
 }
 
+/* network: fabric (default) or management: which endpoint URL of a service. */
+static int get_network(struct pctx *c, json_t *obj, bool *management)
+{
+	json_t *v = json_object_get(obj, "network");
+	if (!v)
+		return 0;
+	const char *s = json_is_string(v) ? json_string_value(v) : "";
+	if (!strcmp(s, "fabric"))
+		*management = false;
+	else if (!strcmp(s, "management"))
+		*management = true;
+	else
+		return fail(c, "network", "expected fabric or management");
+	return 0;
+}
+
 static int parse_target(struct pctx *c, const char *name, json_t *t)
 {
 	static const char *const keys[] = {"url", "service", "api_key_env", "model",
 					   "max_concurrency", "queue", "queue_timeout_ms",
 					   "connect_timeout_ms", "timeout_ms", "weight",
-					   "cooldown_after", "cooldown_s", NULL};
+					   "cooldown_after", "cooldown_s", "network", "max_context",
+					   NULL};
 	struct policy *p = c->p;
 	if (!valid_name(name))
 		return fail(c, NULL, "a target name is 1-63 of letters, digits and -_.:/");
@@ -231,7 +248,10 @@ static int parse_target(struct pctx *c, const char *name, json_t *t)
 	tg->weight = 1;
 	tg->cooldown_after = 3;
 	tg->cooldown_s = 10;
-	if ((r = get_intv(c, t, "cooldown_after", 0, 1000, &tg->cooldown_after)) < 0 ||
+	tg->management = p->management;
+	if ((r = get_network(c, t, &tg->management)) < 0 ||
+	    (r = get_int(c, t, "max_context", 1, 1LL << 40, &tg->max_context)) < 0 ||
+	    (r = get_intv(c, t, "cooldown_after", 0, 1000, &tg->cooldown_after)) < 0 ||
 	    (r = get_intv(c, t, "cooldown_s", 1, 3600, &tg->cooldown_s)) < 0 ||
 	    (r = get_str(c, t, "url", &tg->url)) < 0 ||
 	    (r = get_str(c, t, "service", &tg->service)) < 0 ||
@@ -251,6 +271,8 @@ static int parse_target(struct pctx *c, const char *name, json_t *t)
 		return fail(c, "url", "expected an http:// or https:// URL without spaces");
 	if (tg->service && !valid_name(tg->service))
 		return fail(c, "service", "not a valid service name");
+	if (tg->url && json_object_get(t, "network"))
+		return fail(c, "network", "only service targets take network: (a URL target is its url:)");
 	if (tg->service && tg->api_key_env)
 		return fail(c, "api_key_env", "only URL targets take an API key");
 	if (tg->url) { /* no trailing slash: paths are appended */
@@ -347,15 +369,12 @@ static const char DEFAULT_PROMPT_P_SOLVE[] =
 
 static int parse_classifier(struct pctx *c, json_t *o, struct route *rt)
 {
-	struct policy *p = c->p;
 	int r;
 	if (json_object_get(o, "target") || json_object_get(o, "rules") || json_object_get(o, "seed"))
 		return fail(c, json_object_get(o, "target") ? "target" : json_object_get(o, "rules") ? "rules" : "seed",
 			    "not used by a classifier route (it takes classifier:, default: and targets: or strong:/weak:)");
 	if ((r = target_ref(c, json_object_get(o, "classifier"), "classifier", &rt->judge)) < 0)
 		return r;
-	if (p->targets[rt->judge].kind != TARGET_URL)
-		return fail(c, "classifier", "the classifier must be a URL target (service targets are not resolvable yet)");
 	if ((r = target_ref(c, json_object_get(o, "default"), "default", &rt->target)) < 0)
 		return r;
 	json_t *an = json_object_get(o, "answer");
@@ -650,7 +669,7 @@ int policy_parse(const char *name, const char *text, size_t len, struct policy *
 {
 	static const char *const keys[] = {"listen", "api_keys", "log", "max_body_bytes",
 					   "max_connections", "idle_timeout_s", "default_route",
-					   "sessions", "targets", "routes", NULL};
+					   "sessions", "targets", "routes", "network", NULL};
 	json_t *root = NULL;
 	*out = NULL;
 	int r = cfg_parse(name, text, len, &root, err, errlen);
@@ -672,7 +691,8 @@ int policy_parse(const char *name, const char *text, size_t len, struct policy *
 	    (r = get_str(&c, root, "default_route", &p->default_route)) < 0 ||
 	    (r = get_int(&c, root, "max_body_bytes", 1024, 1LL << 30, &p->max_body_bytes)) < 0 ||
 	    (r = get_int(&c, root, "max_connections", 1, 100000, &mc)) < 0 ||
-	    (r = get_int(&c, root, "idle_timeout_s", 1, 3600, &it)) < 0)
+	    (r = get_int(&c, root, "idle_timeout_s", 1, 3600, &it)) < 0 ||
+	    (r = get_network(&c, root, &p->management)) < 0)
 		goto out;
 	p->max_connections = (int)mc;
 	p->idle_timeout_s = (int)it;

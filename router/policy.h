@@ -1,6 +1,6 @@
 /* policy: spark-router's YAML policy (through common/cfg), validated into
  * plain structs. A policy names targets (an external URL with an API key from
- * the environment, or a cluster service) and routes (the model names clients
+ * the environment, or a cluster service followed live: cluster.h) and routes (the model names clients
  * send), each of a type: passthrough, weighted, rules. Every error names the
  * file, line and column of the value at fault. The policy is immutable after
  * policy_parse; the router swaps whole policies. Reference: docs/router.md. */
@@ -35,6 +35,9 @@ struct target {
 	int weight;          /* default weight in weighted routes */
 	int cooldown_after;  /* consecutive failures that cool the target down (0: never) */
 	int cooldown_s;      /* how long a cooled target is skipped */
+	bool management;     /* TARGET_SERVICE: use the endpoint's management_url, not url */
+	long long max_context; /* the context window in tokens, 0: unknown (a service's
+			        * record, when it has one, overrides it) */
 };
 
 enum route_type { ROUTE_PASSTHROUGH, ROUTE_WEIGHTED, ROUTE_RULES, ROUTE_CLASSIFIER };
@@ -107,6 +110,7 @@ struct policy {
 	int max_connections;
 	int idle_timeout_s;
 	char *default_route;              /* route for unknown model names, or NULL (404) */
+	bool management;                  /* network: management (the default for service targets) */
 	char *session_header;             /* "x-session-id" unless set */
 	int session_ttl_s;
 	int max_sessions;

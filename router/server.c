@@ -1,5 +1,6 @@
 #include "server.h"
 
+#include "cluster.h"
 #include "decide.h"
 #include "log.h"
 #include "metrics.h"
@@ -52,6 +53,9 @@ struct gen {
 	uint64_t rng[POLICY_MAX_ROUTES];
 	unsigned char keyhash[POLICY_MAX_LIST][32];
 	char *upkey[POLICY_MAX_TARGETS]; /* "Authorization: Bearer ..." or NULL */
+	/* a request naming a model a service target serves (GET /v1/models lists
+	 * them) goes to that target: one passthrough route per service target */
+	struct route svc_route[POLICY_MAX_TARGETS];
 };
 
 struct server {
@@ -69,6 +73,9 @@ struct server {
 	struct connrec conns;            /* list head */
 	struct sessions *sess;
 	int idle_s;                      /* idle_timeout_s at start-up (MHD's too) */
+	struct cluster *cl;              /* the svc_watch subscription, or NULL */
+	char *sock;                      /* its control socket */
+	bool usable[POLICY_MAX_TARGETS]; /* of the current policy's targets, last logged */
 };
 
 struct rq {
@@ -90,6 +97,8 @@ struct rq {
 	int cur;                         /* target of the running attempt, -1 */
 	int attempts;                    /* upstream requests made */
 	int last_fail;                   /* 429, 503 (unresolvable), 502, 504 */
+	long long ctx_fail;              /* a context-length error came from a target of this
+					  * many tokens: smaller ones are skipped (0: none known) */
 	/* the running upstream request */
 	CURL *easy;
 	struct curl_slist *hdrs;
@@ -547,19 +556,36 @@ static size_t on_write(char *b, size_t size, size_t n, void *arg)
 	return len;
 }
 
+static const struct svc_table *svcs(const struct server *s)
+{
+	return s->cl ? cluster_services(s->cl) : NULL;
+}
+
+/* Is this one of the per-service routes (a model a service serves)? */
+static bool svc_route_of(const struct gen *g, const struct route *rt)
+{
+	return rt >= g->svc_route && rt < g->svc_route + POLICY_MAX_TARGETS;
+}
+
 static int start_curl(struct rq *r, int t)
 {
 	struct server *s = r->s;
 	const struct target *tg = &r->g->p->targets[t];
+	struct resolved rv;
+	target_resolve(r->g->p, t, svcs(s), &rv);
+	if (!rv.usable)
+		return -1;
 	const char *path = r->ep == EP_CHAT ? "/chat/completions" : "/completions";
 	char url[2048];
-	if ((size_t)snprintf(url, sizeof url, "%s%s", tg->url, path) >= sizeof url)
+	if ((size_t)snprintf(url, sizeof url, "%s%s", rv.base, path) >= sizeof url)
 		return -1;
 	free(r->up_body);
 	r->up_body = NULL;
-	if (tg->model) {
+	/* a client that asked for a service's own model id gets it as asked */
+	const char *model = svc_route_of(r->g, r->d.route) ? NULL : rv.model;
+	if (model) {
 		json_t *copy = json_deep_copy(r->json);
-		json_object_set_new(copy, "model", json_string(tg->model));
+		json_object_set_new(copy, "model", json_string(model));
 		r->up_body = json_dumps(copy, JSON_COMPACT);
 		json_decref(copy);
 		if (!r->up_body)
@@ -619,11 +645,21 @@ static int start_judge(struct rq *r)
 	struct server *s = r->s;
 	const struct route *rt = r->d.route;
 	const struct target *tg = &r->g->p->targets[rt->judge];
+	struct resolved rv;
+	target_resolve(r->g->p, rt->judge, svcs(s), &rv);
 	char url[2048];
-	if ((size_t)snprintf(url, sizeof url, "%s/chat/completions", tg->url) >= sizeof url)
+	if (!rv.usable ||
+	    (size_t)snprintf(url, sizeof url, "%s/chat/completions", rv.base) >= sizeof url)
 		return -1;
 	free(r->up_body);
 	r->up_body = classifier_body(r->g->p, rt, &r->ri);
+	if (r->up_body && !tg->model && rv.model) { /* a service judge: its own model */
+		json_t *j = json_loads(r->up_body, 0, NULL);
+		json_object_set_new(j, "model", json_string(rv.model));
+		free(r->up_body);
+		r->up_body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+		json_decref(j);
+	}
 	CURL *e = r->up_body ? upstream_get(s->up) : NULL;
 	if (!e)
 		return -1;
@@ -733,10 +769,17 @@ static void begin_attempt(struct rq *r)
 		int t = r->d.chain[r->attempt];
 		const struct target *tg = &r->g->p->targets[t];
 		r->cur = t;
-		if (tg->kind == TARGET_SERVICE) {
+		struct resolved rv;
+		target_resolve(r->g->p, t, svcs(s), &rv);
+		if (!rv.usable) { /* a service that is not ready, or no snapshot */
 			attempt_metric(r, t, "unresolvable");
 			if (!r->last_fail)
 				r->last_fail = 503;
+			continue;
+		}
+		/* after a context-length error, only a larger (or unknown) window helps */
+		if (r->ctx_fail && rv.max_context && rv.max_context <= r->ctx_fail) {
+			attempt_metric(r, t, "context_smaller");
 			continue;
 		}
 		struct tstate *ts = &r->g->ts[t];
@@ -782,7 +825,7 @@ static void begin_attempt(struct rq *r)
 		break;
 	case 503:
 		answer_error(r, 503, "server_error", "target_unresolvable",
-			     "this route's targets are cluster services, which this spark-router cannot resolve yet (issue 19); add a URL target to the route's fallbacks");
+			     "no target of this route is usable: its cluster services are not ready, or spark-router has no snapshot of them from sparkd (POST /v1/decision says which); retry later or add a URL target to the route's fallbacks");
 		break;
 	case 400:
 		answer_error(r, 400, "invalid_request_error", "context_length_exceeded",
@@ -844,6 +887,10 @@ static void on_upstream_done(CURL *e, CURLcode rc, void *arg)
 		attempt_metric(r, t, "context_length");
 		r->discard = true; /* the next target may have a larger context */
 		r->status = 400;
+		struct resolved rv;
+		target_resolve(r->g->p, t, svcs(s), &rv);
+		if (rv.max_context > r->ctx_fail)
+			r->ctx_fail = rv.max_context;
 	}
 	if (r->streaming) {
 		r->up_done = true;
@@ -914,9 +961,20 @@ static const char *hdr_lookup(void *ctx, const char *name)
 	return MHD_lookup_connection_value((struct MHD_Connection *)ctx, MHD_HEADER_KIND, name);
 }
 
+static bool listed(json_t *data, const char *id)
+{
+	size_t i;
+	json_t *e;
+	json_array_foreach(data, i, e)
+		if (!strcmp(json_string_value(json_object_get(e, "id")), id))
+			return true;
+	return false;
+}
+
 static void do_models(struct rq *r)
 {
 	const struct policy *p = r->g->p;
+	const struct svc_table *t = svcs(r->s);
 	json_t *data = json_array();
 	for (size_t i = 0; i < p->n_routes; i++) {
 		json_array_append_new(data, json_pack("{s:s, s:s, s:i, s:s}", "id", p->routes[i].name,
@@ -927,6 +985,19 @@ static void do_models(struct rq *r)
 							      p->routes[i].aliases[a], "object",
 							      "model", "created", 0, "owned_by",
 							      "spark-router"));
+	}
+	/* the models of ready services: a request naming one goes to its service */
+	for (size_t i = 0; t && i < p->n_targets; i++) {
+		const struct target *tg = &p->targets[i];
+		const struct svc_info *sv = tg->kind == TARGET_SERVICE ? svc_find(t, tg->service) : NULL;
+		if (!sv || !svc_usable(sv, tg->management))
+			continue;
+		for (size_t m = 0; m < sv->n_models; m++)
+			if (!listed(data, sv->models[m]))
+				json_array_append_new(data, json_pack("{s:s, s:s, s:i, s:s, s:s}", "id",
+								      sv->models[m], "object", "model",
+								      "created", 0, "owned_by", "spark-router",
+								      "target", tg->name));
 	}
 	answer_json(r, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
@@ -961,6 +1032,18 @@ static uint64_t session_of(struct rq *r, const struct route *rt)
 	return k;
 }
 
+/* The service target whose ready service serves model id m, or -1. */
+static int service_model_target(const struct gen *g, const struct svc_table *t, const char *m)
+{
+	for (size_t i = 0; t && m && i < g->p->n_targets; i++) {
+		const struct target *tg = &g->p->targets[i];
+		const struct svc_info *sv = tg->kind == TARGET_SERVICE ? svc_find(t, tg->service) : NULL;
+		if (sv && svc_usable(sv, tg->management) && svc_has_model(sv, m))
+			return (int)i;
+	}
+	return -1;
+}
+
 /* Parse and decide; false when an error answer was made. */
 static bool parse_and_decide(struct rq *r, enum req_kind kind)
 {
@@ -977,9 +1060,18 @@ static bool parse_and_decide(struct rq *r, enum req_kind kind)
 	uint64_t *rng = rt ? &r->g->rng[rt - r->g->p->routes] : &r->g->rng[0];
 	r->skey = rt ? session_of(r, rt) : 0;
 	int pin = r->skey ? sessions_get(s->sess, r->skey, util_now_ms()) : -1;
-	if (pin >= 0 && (size_t)pin < r->g->p->n_targets && r->g->p->targets[pin].kind == TARGET_URL &&
-	    r->g->ts[pin].cooled_until_ms <= util_now_ms()) {
+	struct resolved pv = {0};
+	if (pin >= 0 && (size_t)pin < r->g->p->n_targets)
+		target_resolve(r->g->p, pin, svcs(s), &pv);
+	int st = rt ? -1 : service_model_target(r->g, svcs(s), r->ri.model);
+	if (pin >= 0 && pv.usable && r->g->ts[pin].cooled_until_ms <= util_now_ms()) {
 		decision_pin(r->g->p, rt, pin, &r->d);
+	} else if (st >= 0) {
+		decision_pin(r->g->p, &r->g->svc_route[st], st, &r->d);
+		util_strlcpy(r->d.rule, "service_model", sizeof r->d.rule);
+		snprintf(r->d.reason, sizeof r->d.reason,
+			 "no route is named \"%.64s\", but service %s (target %s) serves that model",
+			 r->ri.model, r->g->p->targets[st].service, r->g->p->targets[st].name);
 	} else if (route_decide(r->g->p, &r->ri, hdr_lookup, r->c, rng, &r->d) < 0) {
 		char m[400];
 		snprintf(m, sizeof m,
@@ -1004,7 +1096,7 @@ static bool parse_and_decide(struct rq *r, enum req_kind kind)
 
 static void answer_decision(struct rq *r)
 {
-	json_t *o = decision_json(r->g->p, &r->d);
+	json_t *o = decision_json(r->g->p, &r->d, svcs(r->s));
 	json_object_set_new(o, "request_id", json_string(r->id));
 	json_object_set_new(o, "request",
 			    json_pack("{s:s, s:I, s:I, s:b, s:b, s:b}", "model", r->ri.model,
@@ -1391,6 +1483,12 @@ static struct gen *gen_new(struct policy *p)
 		if (k && asprintf(&g->upkey[i], "Authorization: Bearer %s", k) < 0)
 			g->upkey[i] = NULL;
 	}
+	for (size_t i = 0; i < p->n_targets; i++) {
+		struct route *rt = &g->svc_route[i];
+		util_strlcpy(rt->name, p->targets[i].name, sizeof rt->name);
+		rt->type = ROUTE_PASSTHROUGH;
+		rt->target = (int)i;
+	}
 	for (size_t i = 0; i < p->n_routes; i++) {
 		uint64_t seed = p->routes[i].seed;
 		if (!p->routes[i].has_seed)
@@ -1419,6 +1517,52 @@ static void gen_unref(struct gen *g)
 	free(g);
 }
 
+/* Which targets are usable now: a gauge each, and a log line when one changes. */
+static void targets_check(struct server *s, bool quiet)
+{
+	const struct policy *p = s->g->p;
+	for (size_t i = 0; i < p->n_targets; i++) {
+		const struct target *tg = &p->targets[i];
+		struct resolved rv;
+		target_resolve(p, (int)i, svcs(s), &rv);
+		char l[128];
+		snprintf(l, sizeof l, "target=\"%s\"", tg->name);
+		metrics_set(s->m, "spark_router_target_usable", l, rv.usable);
+		if (rv.usable == s->usable[i])
+			continue;
+		s->usable[i] = rv.usable;
+		if (quiet || tg->kind != TARGET_SERVICE)
+			continue;
+		if (rv.usable)
+			log_info("service_target_up", "target=%s service=%s url=%s max_context=%lld",
+				 tg->name, tg->service, log_q(rv.base), rv.max_context);
+		else
+			log_warn("service_target_down", "target=%s service=%s state=%s", tg->name,
+				 tg->service, rv.state);
+	}
+}
+
+static void on_cluster_change(void *arg)
+{
+	targets_check(arg, false);
+}
+
+/* Follow the cluster's services while the policy has service targets. */
+static int cluster_follow(struct server *s)
+{
+	bool want = policy_has_service_targets(s->g->p);
+	if (want && !s->cl) {
+		s->cl = cluster_new(s->loop, s->sock, on_cluster_change, s);
+		if (!s->cl)
+			return -errno;
+		log_info("sparkd_watch_start", "socket=%s", log_q(s->sock));
+	} else if (!want && s->cl) {
+		cluster_free(s->cl);
+		s->cl = NULL;
+	}
+	return 0;
+}
+
 int server_reload(struct server *s, struct policy *p)
 {
 	struct gen *g = gen_new(p);
@@ -1437,6 +1581,10 @@ int server_reload(struct server *s, struct policy *p)
 	for (size_t i = 0; i < p->n_targets; i++)
 		target_gauges(s, g, (int)i);
 	gen_unref(old);
+	memset(s->usable, 0, sizeof s->usable);
+	if (cluster_follow(s) < 0)
+		log_error("sparkd_watch_failed", "socket=%s error=%s", log_q(s->sock), log_q(strerror(errno)));
+	targets_check(s, false);
 	return 0;
 }
 
@@ -1532,6 +1680,8 @@ int server_start(uv_loop_t *loop, struct policy *p, const struct server_opts *o,
 		       "1 while a target is cooled down after repeated failures");
 	metrics_family(s->m, "spark_router_inflight", METRIC_GAUGE, "Upstream requests in flight, by target");
 	metrics_family(s->m, "spark_router_queue_depth", METRIC_GAUGE, "Requests waiting for a target slot");
+	metrics_family(s->m, "spark_router_target_usable", METRIC_GAUGE,
+		       "1 while a target can be sent requests (a service target: its service is ready)");
 	for (size_t i = 0; i < p->n_targets; i++)
 		target_gauges(s, s->g, (int)i);
 	s->up = upstream_new(loop, on_upstream_done, s);
@@ -1568,6 +1718,12 @@ int server_start(uv_loop_t *loop, struct policy *p, const struct server_opts *o,
 	uv_timer_init(loop, &s->watch);
 	s->watch.data = s;
 	uv_timer_start(&s->watch, on_watch, 100, 100);
+	s->sock = strdup(o->control_socket ? o->control_socket : "/run/sparkctl/sparkd.sock");
+	if (!s->sock || cluster_follow(s) < 0) {
+		snprintf(err, errlen, "cannot follow the cluster's services on %s: %s", s->sock ? s->sock : "", strerror(errno));
+		return -EINVAL;
+	}
+	targets_check(s, true);
 	mhd_kick(s);
 	*out = s;
 	return 0;
@@ -1589,6 +1745,8 @@ void server_stop(struct server *s)
 	/* MHD must not be stopped with suspended connections; at exit the
 	 * process goes away with them, so only the listening socket is closed. */
 	MHD_quiesce_daemon(s->d);
+	cluster_free(s->cl);
+	s->cl = NULL;
 	if (s->log && s->log != stdout)
 		fclose(s->log);
 	s->log = NULL;

@@ -1,7 +1,8 @@
 /* server: spark-router's HTTP side. libmicrohttpd in external-epoll mode
  * watched by a uv_poll on one libuv loop, connections suspended while the
  * upstream (upstream.c, libcurl multi on the same loop) answers; streams are
- * passed on chunk by chunk. Endpoints: POST /v1/chat/completions,
+ * passed on chunk by chunk. Service targets are resolved at each attempt from
+ * the last svc_watch snapshot (cluster.c). Endpoints: POST /v1/chat/completions,
  * /v1/completions, /v1/decision; GET /v1/models, /health, /metrics. */
 #ifndef SPARK_ROUTER_SERVER_H
 #define SPARK_ROUTER_SERVER_H
@@ -13,6 +14,8 @@
 struct server_opts {
 	const char *listen;   /* HOST:PORT (numeric host), overrides the policy's */
 	const char *log_path; /* routing log, overrides the policy's ("-" = stdout) */
+	const char *control_socket; /* sparkd's control socket, followed (cluster.h)
+				     * while the policy has service targets */
 };
 
 struct server;

@@ -81,7 +81,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			    d.target != d.route->target)
 				abort();
 		}
-		json_decref(decision_json(p, &d));
+		json_decref(decision_json(p, &d, NULL));
 	}
 	req_info_free(&ri);
 	json_decref(j);

@@ -69,7 +69,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	r = route_decide(p, &ri, hdr, NULL, &rng, &d);
 	if (r != 0 || d.target < 0 || (size_t)d.target >= p->n_targets)
 		abort();
-	json_decref(decision_json(p, &d));
+	json_decref(decision_json(p, &d, NULL));
 	req_info_free(&ri);
 	json_decref(j);
 	return 0;

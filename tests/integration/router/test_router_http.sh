@@ -101,14 +101,18 @@ routes:
   svc:     {type: passthrough, target: pool, fallbacks: [small]}
   svconly: {type: passthrough, target: pool}
 EOF
+export SPARKCTL_SOCKET=$DIR/no-sparkd.sock # no sparkd here: service targets stay unusable
 "$ROUTER" --policy "$DIR/policy.yaml" --check >"$DIR/check.out" || die "--check refused a good policy"
 grep -q "valid: 15 targets, 19 routes" "$DIR/check.out" || die "check summary: $(cat "$DIR/check.out")"
-grep -q "not resolvable yet" "$DIR/check.out" || die "--check does not say service targets are unresolvable"
+grep -q "service targets follow the cluster's services through sparkd on $DIR/no-sparkd.sock" "$DIR/check.out" ||
+  die "--check does not say how service targets are resolved: $(cat "$DIR/check.out")"
 "$ROUTER" --policy "$S/dist/router.yaml" --check >/dev/null || die "the shipped example dist/router.yaml is not valid"
-ok "--check accepts the policy (and the shipped dist/router.yaml) and says service targets are not resolvable yet"
+ok "--check accepts the policy (and the shipped dist/router.yaml) and says where service targets come from"
 
 start_router "$DIR/policy.yaml" main
-grep -q 'service_targets_unresolvable' "$DIR/router-main.log" || die "no start-up warning about service targets"
+for _ in $(seq 50); do grep -q 'msg=sparkd_watch_lost' "$DIR/router-main.log" && break; sleep 0.05; done
+grep -q 'msg=sparkd_watch_lost.*is sparkd running.*service_targets=unusable' "$DIR/router-main.log" ||
+  die "no warning that sparkd cannot be reached for the service targets"
 U=http://127.0.0.1:$RPORT
 chat() { # MODEL TEXT [curl args...]
   local m=$1 t=$2
@@ -151,10 +155,10 @@ dec=$(curl -sS "$U/v1/decision" -d '{"model":"auto","messages":[{"role":"user","
 echo "$dec" | grep -q '"target":"small"' && echo "$dec" | grep -q '"rule":"default"' || die "decision: $dec"
 n_before=$(curl -sS "http://127.0.0.1:$PORT_b/stats" | sed -n 's/.*"requests":\([0-9]*\).*/\1/p')
 curl -sS "$U/v1/decision" -d '{"model":"svc","messages":[{"role":"user","content":"hi"}]}' >"$DIR/dec"
-grep -q '"resolvable":false' "$DIR/dec" && grep -q 'not resolvable yet' "$DIR/dec" || die "service decision: $(cat "$DIR/dec")"
+grep -q '"resolvable":false' "$DIR/dec" && grep -q '"state":"disconnected"' "$DIR/dec" || die "service decision: $(cat "$DIR/dec")"
 n_after=$(curl -sS "http://127.0.0.1:$PORT_b/stats" | sed -n 's/.*"requests":\([0-9]*\).*/\1/p')
 [ "$n_before" = "$n_after" ] || die "/v1/decision called a model"
-ok "/v1/decision explains without calling a model; service targets say they are not resolvable"
+ok "/v1/decision explains without calling a model; a service target without sparkd says it is not resolvable"
 
 code=$(chat retry hi)
 [ "$code" = 200 ] && grep -q 'from b: hi' "$DIR/body" && [ "$(hdr x-spark-target)" = small ] ||

@@ -275,7 +275,7 @@ Test(decide, passthrough_unknown_model_and_chain)
 	cr_assert_eq(d.n_chain, 2);
 	cr_assert_str_eq(p->targets[d.chain[0]].name, "small");
 	cr_assert_str_eq(p->targets[d.chain[1]].name, "big");
-	json_t *o = decision_json(p, &d);
+	json_t *o = decision_json(p, &d, NULL);
 	cr_assert_str_eq(json_string_value(json_object_get(o, "target")), "small");
 	cr_assert_str_eq(json_string_value(json_object_get(o, "route_type")), "rules");
 	cr_assert(json_is_true(json_object_get(o, "resolvable")));
@@ -285,7 +285,7 @@ Test(decide, passthrough_unknown_model_and_chain)
 	policy_free(p);
 }
 
-Test(decide, service_targets_say_they_are_not_resolvable)
+Test(decide, service_targets_without_a_snapshot_are_not_resolvable)
 {
 	struct policy *p = load(GOOD);
 	struct req_info ri;
@@ -296,10 +296,11 @@ Test(decide, service_targets_say_they_are_not_resolvable)
 	struct decision d;
 	uint64_t rng = 0;
 	cr_assert_eq(route_decide(p, &ri, NULL, NULL, &rng, &d), 0);
-	json_t *o = decision_json(p, &d);
+	json_t *o = decision_json(p, &d, NULL);
 	cr_assert_str_eq(json_string_value(json_object_get(o, "target_kind")), "service");
 	cr_assert(json_is_false(json_object_get(o, "resolvable")));
-	cr_assert(strstr(json_string_value(json_object_get(o, "note")), "not resolvable yet"));
+	cr_assert_str_eq(json_string_value(json_object_get(o, "state")), "disconnected");
+	cr_assert(strstr(json_string_value(json_object_get(o, "note")), "fallbacks"));
 	json_decref(o);
 	req_info_free(&ri);
 	json_decref(j);
