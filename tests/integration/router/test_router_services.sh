@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# spark-router with service targets, over real HTTP on loopback: a fake sparkd
+# (fake_sparkd.js: the control socket's framing and the svc_watch stream of
+# the services contract) tells it which services are ready and where, and two
+# fake OpenAI-compatible upstreams (fake_upstream.js) play the services' model
+# servers. Checks what a user would: a ready service takes requests at its
+# endpoint with its own model name; a service that stops leaves routing (its
+# route's fallbacks answer, else 503) and comes back when ready; losing sparkd
+# makes service targets unusable until the router has reconnected by itself;
+# hostile frames (bad JSON, an oversized frame) cost a reconnect, nothing more;
+# /v1/models lists the services' models; decisions say the state; the
+# context-length fallback skips targets whose context is no larger; the pid
+# file and SIGHUP through `sparkctl route reload`.
+set -euo pipefail
+B=${SPARK_BUILD_DIR:?}
+S=${SPARK_SOURCE_DIR:?}
+ROUTER=$B/router/spark-router
+SPARKCTL=$B/cli/sparkctl
+FAKE=$S/tests/integration/router/fake_upstream.js
+FAKED=$S/tests/integration/router/fake_sparkd.js
+command -v node >/dev/null || { echo "SKIP: node is not installed (scripts/deps.sh --test)"; exit 77; }
+command -v curl >/dev/null || { echo "SKIP: curl is not installed"; exit 77; }
+DIR=$(mktemp -d /tmp/spark-router-svc-XXXXXX)
+pids=()
+cleanup() {
+  for p in ${pids[@]+"${pids[@]}"}; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+pass=0
+ok() { pass=$((pass + 1)); echo "ok $pass - $*"; }
+die() { echo "FAIL: $*" >&2; for f in "$DIR"/*.log; do echo "== $f" >&2; tail -20 "$f" >&2; done; exit 1; }
+wait_for() { # SECONDS COMMAND...: until the command succeeds
+  local t=$1
+  shift
+  for _ in $(seq $((t * 20))); do "$@" && return 0; sleep 0.05; done
+  return 1
+}
+
+start_fake() { # NAME -> sets PORT_NAME
+  node "$FAKE" "$1" >"$DIR/$1.out" 2>"$DIR/$1.log" &
+  pids+=($!)
+  wait_for 5 grep -q '^PORT ' "$DIR/$1.out" || die "fake upstream $1 did not start"
+  eval "PORT_$1=$(awk '/^PORT/{print $2}' "$DIR/$1.out")"
+}
+start_fake a
+start_fake b
+SOCK=$DIR/sparkd.sock
+STATE=$DIR/services.json
+services() { # JSON of the services array -> the fake sparkd's next snapshot
+  printf '{"services": %s}' "$1" >"$STATE.tmp" && mv "$STATE.tmp" "$STATE"
+}
+qwen() { # STATE -> one service record in the contract's shape
+  printf '{"name":"qwen","group":"g1","state":"%s","runtime":"vllm","model":"Qwen/Qwen3-8B","run":3,
+    "endpoint":{"url":"http://127.0.0.1:%s","management_url":"http://127.0.0.1:%s","models":["qwen3-8b"]},
+    "max_context":32768,"updated_at":"2026-12-02T00:00:00Z"}' "$1" "$PORT_b" "$PORT_a"
+}
+services "[$(qwen ready)]"
+node "$FAKED" "$SOCK" "$STATE" >"$DIR/sparkd.out" 2>"$DIR/sparkd.log" &
+pids+=($!)
+wait_for 5 grep -q READY "$DIR/sparkd.out" || die "fake sparkd did not start"
+
+cat >"$DIR/policy.yaml" <<EOF
+targets:
+  pool:   {service: qwen}
+  poolm:  {service: qwen, network: management}
+  other:  {service: nosuch}
+  a:      {url: 'http://127.0.0.1:$PORT_a/v1'}
+  c8k:    {url: 'http://127.0.0.1:$PORT_a/v1', model: ctxlen, max_context: 8192}
+  c4k:    {url: 'http://127.0.0.1:$PORT_a/v1', model: ctxlen, max_context: 4096}
+  c128k:  {url: 'http://127.0.0.1:$PORT_b/v1', max_context: 131072}
+routes:
+  svc:      {type: passthrough, target: pool, fallbacks: [a]}
+  svconly:  {type: passthrough, target: pool}
+  mgmt:     {type: passthrough, target: poolm}
+  absent:   {type: passthrough, target: other}
+  ctx:      {type: passthrough, target: c8k, fallbacks: [c4k, c128k]}
+  ctxsmall: {type: passthrough, target: c8k, fallbacks: [c4k]}
+  ctxsvc:   {type: passthrough, target: c8k, fallbacks: [c4k, pool]}
+EOF
+"$ROUTER" --policy "$DIR/policy.yaml" --socket "$SOCK" --check >"$DIR/check.out" || die "--check refused the policy"
+grep -q "through sparkd on $SOCK" "$DIR/check.out" || die "--check: $(cat "$DIR/check.out")"
+ok "--check names the control socket service targets come from"
+
+"$ROUTER" --policy "$DIR/policy.yaml" --listen 127.0.0.1:0 --socket "$SOCK" --pid-file "$DIR/router.pid" \
+  2>"$DIR/router.log" &
+RPID=$!
+pids+=($RPID)
+wait_for 5 grep -q 'msg=router_listen' "$DIR/router.log" || die "router did not start"
+RPORT=$(sed -n 's/.*msg=router_listen.* port=\([0-9]*\).*/\1/p' "$DIR/router.log")
+U=http://127.0.0.1:$RPORT
+chat() { # MODEL TEXT -> status; body in $DIR/body, headers in $DIR/hdrs
+  curl -sS -o "$DIR/body" -D "$DIR/hdrs" -w '%{http_code}' "$U/v1/chat/completions" \
+    -H 'content-type: application/json' \
+    -d "{\"model\":\"$1\",\"messages\":[{\"role\":\"user\",\"content\":\"$2\"}]}"
+}
+hdr() { sed -n "s/^$1: *\\(.*\\)\\r\$/\\1/Ip" "$DIR/hdrs"; }
+stat_of() { curl -sS "http://127.0.0.1:$1/stats" | sed -n "s/.*\"$2\":\"\\{0,1\\}\\([^,\"]*\\).*/\\1/p"; }
+decision() { curl -sS "$U/v1/decision" -d "{\"model\":\"$1\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"; }
+usable() { decision "$1" | grep -q "\"resolvable\":$2"; }
+
+wait_for 5 grep -q 'msg=service_target_up target=pool service=qwen' "$DIR/router.log" ||
+  die "no service_target_up for pool"
+[ "$(cat "$DIR/router.pid")" = "$RPID" ] || die "pid file: $(cat "$DIR/router.pid" 2>&1)"
+code=$(chat svc hello)
+[ "$code" = 200 ] && grep -q '"content":"from b: hello"' "$DIR/body" && [ "$(hdr x-spark-target)" = pool ] ||
+  die "ready service: $code $(cat "$DIR/body")"
+[ "$(stat_of "$PORT_b" last_model)" = qwen3-8b ] || die "upstream model: $(stat_of "$PORT_b" last_model)"
+code=$(chat mgmt hello)
+[ "$code" = 200 ] && grep -q 'from a: hello' "$DIR/body" || die "management network: $code $(cat "$DIR/body")"
+decision svc >"$DIR/dec"
+grep -q '"state":"ready"' "$DIR/dec" && grep -q '"resolvable":true' "$DIR/dec" &&
+  grep -q "\"url\":\"http://127.0.0.1:$PORT_b/v1\"" "$DIR/dec" && grep -q '"max_context":32768' "$DIR/dec" ||
+  die "decision: $(cat "$DIR/dec")"
+decision absent | grep -q '"state":"absent"' || die "absent service: $(decision absent)"
+ok "a ready service takes requests at its endpoint (fabric, or management with network:) under its own model name; decisions say ready, url, max_context"
+
+curl -sS "$U/v1/models" >"$DIR/models"
+grep -q '"id":"qwen3-8b"' "$DIR/models" && grep -q '"id":"svc"' "$DIR/models" || die "/v1/models: $(cat "$DIR/models")"
+code=$(chat qwen3-8b hi)
+[ "$code" = 200 ] && [ "$(hdr x-spark-rule)" = service_model ] && [ "$(hdr x-spark-target)" = pool ] &&
+  grep -q 'from b: hi' "$DIR/body" || die "service model by name: $code $(cat "$DIR/hdrs")"
+ok "/v1/models lists the service's models, and a request naming one goes to that service"
+
+services "[$(qwen starting)]"
+wait_for 5 usable svc false || die "a starting service still routed: $(decision svc)"
+decision svc | grep -q '"state":"starting"' || die "decision: $(decision svc)"
+grep -q 'msg=service_target_down target=pool service=qwen state=starting' "$DIR/router.log" || die "no service_target_down"
+code=$(chat svc hello)
+[ "$code" = 200 ] && [ "$(hdr x-spark-target)" = a ] && grep -q 'from a: hello' "$DIR/body" ||
+  die "fallback while starting: $code $(cat "$DIR/body")"
+code=$(chat svconly hello)
+[ "$code" = 503 ] && grep -q '"code":"target_unresolvable"' "$DIR/body" || die "503: $code $(cat "$DIR/body")"
+code=$(chat qwen3-8b hello)
+[ "$code" = 404 ] || die "a model of a service that is not ready: $code"
+if curl -sS "$U/v1/models" | grep -q '"id":"qwen3-8b"'; then die "/v1/models lists a service that is not ready"; fi
+curl -sS "$U/metrics" | grep -q 'spark_router_target_usable{target="pool"} 0' || die "usable gauge not 0"
+services "[]"
+wait_for 5 usable svc false && wait_for 5 sh -c "curl -sS '$U/v1/decision' -d '{\"model\":\"svc\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}' | grep -q '\"state\":\"absent\"'" ||
+  die "stopped service: $(decision svc)"
+services "[$(qwen ready)]"
+wait_for 5 usable svc true || die "the service did not come back"
+code=$(chat svc back)
+[ "$code" = 200 ] && grep -q 'from b: back' "$DIR/body" || die "after ready again: $code"
+curl -sS "$U/metrics" | grep -q 'spark_router_target_usable{target="pool"} 1' || die "usable gauge not 1"
+ok "a service that is not ready (or gone) leaves routing: fallbacks answer, else 503; back when ready"
+
+conns() { grep -c '^CONN' "$DIR/sparkd.out"; }
+conns_at_least() { [ "$(conns)" -ge "$1" ]; }
+n0=$(conns)
+printf '{"close": true}' >"$STATE"
+wait_for 5 usable svc false || die "still usable without sparkd"
+decision svc | grep -q '"state":"disconnected"' || die "decision: $(decision svc)"
+grep -q 'msg=sparkd_watch_lost.*service_targets=unusable' "$DIR/router.log" || die "no sparkd_watch_lost"
+code=$(chat svc x)
+[ "$code" = 200 ] && [ "$(hdr x-spark-target)" = a ] || die "fallback without sparkd: $code"
+wait_for 5 conns_at_least $((n0 + 3)) || die "the router does not retry: $(conns) connections"
+services "[$(qwen ready)]"
+wait_for 10 usable svc true || die "no reconnect after sparkd came back"
+ok "losing sparkd makes service targets unusable (fallbacks answer); the router retries with back-off and resumes"
+
+for bad in '{"garbage": true}' '{"huge": true}' '{"error": true}'; do
+  n0=$(conns)
+  printf '%s' "$bad" >"$STATE"
+  wait_for 5 usable svc false || die "after $bad: still usable"
+  wait_for 5 conns_at_least $((n0 + 1)) || die "after $bad: no reconnect"
+  [ "$(curl -sS "$U/health")" = '{"status":"ok"}' ] || die "after $bad: the router is not answering"
+  services "[$(qwen ready)]"
+  wait_for 10 usable svc true || die "after $bad: not back"
+done
+grep -q 'error="bad frame from sparkd' "$DIR/router.log" && grep -q 'unavailable: the head is unreachable' "$DIR/router.log" ||
+  die "hostile frames not logged"
+kill -0 "$RPID" || die "the router died"
+ok "hostile frames from the socket (bad JSON, a 2 MiB length, an error answer) cost a reconnect; the router lives"
+
+na=$(stat_of "$PORT_a" requests)
+code=$(chat ctx hi)
+[ "$code" = 200 ] && [ "$(hdr x-spark-target)" = c128k ] && grep -q 'from b: hi' "$DIR/body" ||
+  die "context fallback: $code $(cat "$DIR/body")"
+[ "$(stat_of "$PORT_a" requests)" = $((na + 1)) ] || die "the 4k target was called after an 8k context error"
+curl -sS "$U/metrics" | grep -q 'spark_router_upstream_attempts_total{target="c4k",outcome="context_smaller"} 1' ||
+  die "no context_smaller attempt"
+code=$(chat ctxsmall hi)
+[ "$code" = 400 ] && grep -q '"code":"context_length_exceeded"' "$DIR/body" || die "no larger context: $code $(cat "$DIR/body")"
+code=$(chat ctxsvc hi)
+[ "$code" = 200 ] && [ "$(hdr x-spark-target)" = pool ] || die "context fallback to a service: $code $(cat "$DIR/body")"
+ok "a context-length error goes to the next target with a larger max_context (the policy's, or the service's)"
+
+if [ -x "$SPARKCTL" ] && "$SPARKCTL" route reload --help >/dev/null 2>&1; then
+  sed -i 's/^  absent: .*/&\n  added:    {type: passthrough, target: a}/' "$DIR/policy.yaml"
+  "$SPARKCTL" -o json route reload --pid-file "$DIR/router.pid" >"$DIR/reload.json" || die "route reload failed"
+  grep -q "\"pid\": *$RPID" "$DIR/reload.json" || die "reload answer: $(cat "$DIR/reload.json")"
+  wait_for 5 grep -q 'msg=policy_reloaded' "$DIR/router.log" || die "no policy_reloaded"
+  code=$(chat added hi)
+  [ "$code" = 200 ] || die "the reloaded route: $code"
+  wait_for 5 usable svc true || die "service target after reload: $(decision svc)"
+  echo 2147483646 >"$DIR/bogus.pid"
+  if "$SPARKCTL" route reload --pid-file "$DIR/bogus.pid" 2>"$DIR/reload.err"; then die "reload of a dead pid succeeded"; fi
+  grep -q 'spark-router' "$DIR/reload.err" || die "reload error: $(cat "$DIR/reload.err")"
+  echo $$ >"$DIR/notrouter.pid"
+  if "$SPARKCTL" route reload --pid-file "$DIR/notrouter.pid" 2>"$DIR/reload.err"; then die "reload signalled a process that is not spark-router"; fi
+  ok "sparkctl route reload: SIGHUP to the pid in the pid file, only when it is a spark-router"
+fi
+
+kill -TERM "$RPID"
+wait "$RPID" || die "router exit status $?"
+[ ! -e "$DIR/router.pid" ] || die "the pid file was left behind"
+ok "a clean stop removes the pid file"
+echo "all $pass checks passed"
