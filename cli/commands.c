@@ -61,6 +61,10 @@ int cmd_model_ls(struct cli_ctx *, int, char **);
 int cmd_model_rm(struct cli_ctx *, int, char **);
 int cmd_model_verify(struct cli_ctx *, int, char **);
 int cmd_model_push(struct cli_ctx *, int, char **);
+/* cmd_route.c (writers: print_route.c) */
+int cmd_route_serve(struct cli_ctx *, int, char **);
+int cmd_route_check(struct cli_ctx *, int, char **);
+int cmd_route_reload(struct cli_ctx *, int, char **);
 /* @@extern-decls: areas add their handler declarations above this line */
 
 const struct cli_cmd cli_commands[] = {
@@ -390,6 +394,32 @@ const struct cli_cmd cli_commands[] = {
 	 "re-hash every chunk of a model on this node against its manifest (SHA-256)",
 	 "Exit 1 when a file is missing, has the wrong size or a chunk does not match; the\n"
 	 "table names each (path, chunk, problem).\n"},
+	{"route", "serve", cmd_route_serve, NULL,
+	 "route serve --policy FILE [--listen ADDR:PORT] [--log FILE|-] [--pid-file FILE]\n"
+	 "         [--log-level L]",
+	 "run spark-router, the OpenAI-compatible router, in the foreground",
+	 "  --policy FILE     the routing policy (YAML; see docs/router.md, /etc/sparkctl/router.yaml)\n"
+	 "  --listen A:P      listen address (default: the policy's listen:, else 127.0.0.1:4000);\n"
+	 "                    anything but loopback needs api_keys in the policy\n"
+	 "  --log FILE        the JSON-lines routing log (\"-\": stdout)\n"
+	 "  --pid-file FILE   where its pid goes, for 'route reload' (default\n"
+	 "                    /run/spark-router/spark-router.pid when writable, else\n"
+	 "                    $XDG_RUNTIME_DIR/spark-router.pid)\n"
+	 "  --log-level L     error, warn, info (default), debug\n"
+	 "Service targets follow the services of the sparkd this sparkctl talks to (--socket).\n"
+	 "spark-router is found by env SPARK_ROUTER, beside sparkctl, or on PATH; its exit\n"
+	 "status is this command's (0 after SIGINT/SIGTERM, 1 bad policy or port, 2 usage).\n"},
+	{"route", "check", cmd_route_check, cli_text_route_check, "route check FILE [-o table|json]",
+	 "validate a routing policy: its targets and routes, or FILE:LINE:COL of the error",
+	 "Exit 0 when the policy is valid, 1 when not (the error names file, line and column).\n"},
+	{"route", "reload", cmd_route_reload, cli_text_route_reload,
+	 "route reload [--pid-file FILE] [-o table|json]",
+	 "make the running spark-router read its policy again (SIGHUP)",
+	 "  --pid-file FILE   spark-router's pid file (default: the first that exists of\n"
+	 "                    /run/spark-router/spark-router.pid, the systemd unit's, and\n"
+	 "                    $XDG_RUNTIME_DIR/spark-router.pid)\n"
+	 "Only a process that is a spark-router is signalled. A policy with an error is refused\n"
+	 "and the old one stays: spark-router logs reload_refused (or policy_reloaded).\n"},
 	/* @@table-entries: areas add their rows above this line */
 	{NULL, NULL, NULL, NULL, NULL, NULL, NULL},
 };

@@ -119,4 +119,8 @@ void cli_text_model_rm(const struct cli_answer *a);
 void cli_text_model_verify(const struct cli_answer *a);
 void cli_text_model_push(const struct cli_answer *a);
 
+/* ---- print_route.c: route check, route reload ---- */
+void cli_text_route_check(const struct cli_answer *a);
+void cli_text_route_reload(const struct cli_answer *a);
+
 #endif

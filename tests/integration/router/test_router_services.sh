@@ -83,8 +83,18 @@ EOF
 grep -q "through sparkd on $SOCK" "$DIR/check.out" || die "--check: $(cat "$DIR/check.out")"
 ok "--check names the control socket service targets come from"
 
-"$ROUTER" --policy "$DIR/policy.yaml" --listen 127.0.0.1:0 --socket "$SOCK" --pid-file "$DIR/router.pid" \
-  2>"$DIR/router.log" &
+[ -x "$SPARKCTL" ] || die "no sparkctl in the build"
+"$SPARKCTL" --socket "$SOCK" route check "$DIR/policy.yaml" >"$DIR/rcheck.out" || die "route check refused the policy"
+grep -q "^pool  *service  *qwen  *fabric" "$DIR/rcheck.out" && grep -q "through sparkd on $SOCK" "$DIR/rcheck.out" ||
+  die "route check: $(cat "$DIR/rcheck.out")"
+printf 'targets:\n  a: {service: q, network: wifi}\n' >"$DIR/bad.yaml"
+if "$SPARKCTL" route check "$DIR/bad.yaml" 2>"$DIR/rcheck.err"; then die "route check accepted a bad policy"; fi
+grep -q "bad.yaml:2:28: targets.a.network: expected fabric or management" "$DIR/rcheck.err" || die "route check error: $(cat "$DIR/rcheck.err")"
+ok "sparkctl route check: the targets and routes of a policy, or the error's FILE:LINE:COL (exit 1)"
+
+# started through sparkctl, which execs spark-router: the pid is the router's
+"$SPARKCTL" --socket "$SOCK" route serve --policy "$DIR/policy.yaml" --listen 127.0.0.1:0 \
+  --pid-file "$DIR/router.pid" 2>"$DIR/router.log" &
 RPID=$!
 pids+=($RPID)
 wait_for 5 grep -q 'msg=router_listen' "$DIR/router.log" || die "router did not start"
@@ -98,7 +108,8 @@ chat() { # MODEL TEXT -> status; body in $DIR/body, headers in $DIR/hdrs
 hdr() { sed -n "s/^$1: *\\(.*\\)\\r\$/\\1/Ip" "$DIR/hdrs"; }
 stat_of() { curl -sS "http://127.0.0.1:$1/stats" | sed -n "s/.*\"$2\":\"\\{0,1\\}\\([^,\"]*\\).*/\\1/p"; }
 decision() { curl -sS "$U/v1/decision" -d "{\"model\":\"$1\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"; }
-usable() { decision "$1" | grep -q "\"resolvable\":$2"; }
+usable() { local d; d=$(decision "$1"); grep -q "\"resolvable\":$2" <<<"$d"; }
+metric() { local m; m=$(curl -sS "$U/metrics"); grep -qF "$1" <<<"$m"; } # grep -q on a pipe: curl's (23)
 
 wait_for 5 grep -q 'msg=service_target_up target=pool service=qwen' "$DIR/router.log" ||
   die "no service_target_up for pool"
@@ -113,7 +124,8 @@ decision svc >"$DIR/dec"
 grep -q '"state":"ready"' "$DIR/dec" && grep -q '"resolvable":true' "$DIR/dec" &&
   grep -q "\"url\":\"http://127.0.0.1:$PORT_b/v1\"" "$DIR/dec" && grep -q '"max_context":32768' "$DIR/dec" ||
   die "decision: $(cat "$DIR/dec")"
-decision absent | grep -q '"state":"absent"' || die "absent service: $(decision absent)"
+decision absent >"$DIR/dec"
+grep -q '"state":"absent"' "$DIR/dec" || die "absent service: $(decision absent)"
 ok "a ready service takes requests at its endpoint (fabric, or management with network:) under its own model name; decisions say ready, url, max_context"
 
 curl -sS "$U/v1/models" >"$DIR/models"
@@ -125,7 +137,8 @@ ok "/v1/models lists the service's models, and a request naming one goes to that
 
 services "[$(qwen starting)]"
 wait_for 5 usable svc false || die "a starting service still routed: $(decision svc)"
-decision svc | grep -q '"state":"starting"' || die "decision: $(decision svc)"
+decision svc >"$DIR/dec"
+grep -q '"state":"starting"' "$DIR/dec" || die "decision: $(decision svc)"
 grep -q 'msg=service_target_down target=pool service=qwen state=starting' "$DIR/router.log" || die "no service_target_down"
 code=$(chat svc hello)
 [ "$code" = 200 ] && [ "$(hdr x-spark-target)" = a ] && grep -q 'from a: hello' "$DIR/body" ||
@@ -134,16 +147,18 @@ code=$(chat svconly hello)
 [ "$code" = 503 ] && grep -q '"code":"target_unresolvable"' "$DIR/body" || die "503: $code $(cat "$DIR/body")"
 code=$(chat qwen3-8b hello)
 [ "$code" = 404 ] || die "a model of a service that is not ready: $code"
-if curl -sS "$U/v1/models" | grep -q '"id":"qwen3-8b"'; then die "/v1/models lists a service that is not ready"; fi
-curl -sS "$U/metrics" | grep -q 'spark_router_target_usable{target="pool"} 0' || die "usable gauge not 0"
+curl -sS "$U/v1/models" >"$DIR/models"
+if grep -q '"id":"qwen3-8b"' "$DIR/models"; then die "/v1/models lists a service that is not ready"; fi
+metric 'spark_router_target_usable{target="pool"} 0' || die "usable gauge not 0"
 services "[]"
-wait_for 5 usable svc false && wait_for 5 sh -c "curl -sS '$U/v1/decision' -d '{\"model\":\"svc\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}' | grep -q '\"state\":\"absent\"'" ||
+state_is() { local d; d=$(decision "$1"); grep -q "\"state\":\"$2\"" <<<"$d"; }
+wait_for 5 state_is svc absent ||
   die "stopped service: $(decision svc)"
 services "[$(qwen ready)]"
 wait_for 5 usable svc true || die "the service did not come back"
 code=$(chat svc back)
 [ "$code" = 200 ] && grep -q 'from b: back' "$DIR/body" || die "after ready again: $code"
-curl -sS "$U/metrics" | grep -q 'spark_router_target_usable{target="pool"} 1' || die "usable gauge not 1"
+metric 'spark_router_target_usable{target="pool"} 1' || die "usable gauge not 1"
 ok "a service that is not ready (or gone) leaves routing: fallbacks answer, else 503; back when ready"
 
 conns() { grep -c '^CONN' "$DIR/sparkd.out"; }
@@ -151,7 +166,8 @@ conns_at_least() { [ "$(conns)" -ge "$1" ]; }
 n0=$(conns)
 printf '{"close": true}' >"$STATE"
 wait_for 5 usable svc false || die "still usable without sparkd"
-decision svc | grep -q '"state":"disconnected"' || die "decision: $(decision svc)"
+decision svc >"$DIR/dec"
+grep -q '"state":"disconnected"' "$DIR/dec" || die "decision: $(decision svc)"
 grep -q 'msg=sparkd_watch_lost.*service_targets=unusable' "$DIR/router.log" || die "no sparkd_watch_lost"
 code=$(chat svc x)
 [ "$code" = 200 ] && [ "$(hdr x-spark-target)" = a ] || die "fallback without sparkd: $code"
@@ -179,7 +195,7 @@ code=$(chat ctx hi)
 [ "$code" = 200 ] && [ "$(hdr x-spark-target)" = c128k ] && grep -q 'from b: hi' "$DIR/body" ||
   die "context fallback: $code $(cat "$DIR/body")"
 [ "$(stat_of "$PORT_a" requests)" = $((na + 1)) ] || die "the 4k target was called after an 8k context error"
-curl -sS "$U/metrics" | grep -q 'spark_router_upstream_attempts_total{target="c4k",outcome="context_smaller"} 1' ||
+metric 'spark_router_upstream_attempts_total{target="c4k",outcome="context_smaller"} 1' ||
   die "no context_smaller attempt"
 code=$(chat ctxsmall hi)
 [ "$code" = 400 ] && grep -q '"code":"context_length_exceeded"' "$DIR/body" || die "no larger context: $code $(cat "$DIR/body")"
@@ -187,7 +203,7 @@ code=$(chat ctxsvc hi)
 [ "$code" = 200 ] && [ "$(hdr x-spark-target)" = pool ] || die "context fallback to a service: $code $(cat "$DIR/body")"
 ok "a context-length error goes to the next target with a larger max_context (the policy's, or the service's)"
 
-if [ -x "$SPARKCTL" ] && "$SPARKCTL" route reload --help >/dev/null 2>&1; then
+{
   sed -i 's/^  absent: .*/&\n  added:    {type: passthrough, target: a}/' "$DIR/policy.yaml"
   "$SPARKCTL" -o json route reload --pid-file "$DIR/router.pid" >"$DIR/reload.json" || die "route reload failed"
   grep -q "\"pid\": *$RPID" "$DIR/reload.json" || die "reload answer: $(cat "$DIR/reload.json")"
@@ -201,7 +217,7 @@ if [ -x "$SPARKCTL" ] && "$SPARKCTL" route reload --help >/dev/null 2>&1; then
   echo $$ >"$DIR/notrouter.pid"
   if "$SPARKCTL" route reload --pid-file "$DIR/notrouter.pid" 2>"$DIR/reload.err"; then die "reload signalled a process that is not spark-router"; fi
   ok "sparkctl route reload: SIGHUP to the pid in the pid file, only when it is a spark-router"
-fi
+}
 
 kill -TERM "$RPID"
 wait "$RPID" || die "router exit status $?"
