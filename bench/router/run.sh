@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# bench/router/run.sh: spark-router's overhead, side by side in one run, in
+# front of the same fast fake OpenAI-compatible upstream
+# (tests/integration/router/fake_upstream.js, node, loopback):
+#   direct   wrk -> upstream
+#   router   wrk -> spark-router (a rules route) -> upstream
+#   portkey  wrk -> Portkey's AI gateway (npm @portkey-ai/gateway) -> upstream
+# at the same concurrency, in alternating rounds (the median round is shown);
+# then at about 1,000 req/s (wrk, 10 connections each pausing 10 ms between
+# requests, less about 1 ms) direct and through spark-router,
+# for the latency spark-router adds, and its own routing-overhead histogram
+# (parsing and deciding, spark_router_routing_overhead_seconds).
+# Not part of CI. Needs node, npm (first run: installs the gateway into
+# $SPARK_NPM_CACHE/bench-router), wrk, python3.
+#   bench/router/run.sh [--build DIR] [--duration S] [--connections C] [--rounds N] [--rate R]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SRC=$PWD
+BUILD=build-bench
+DUR=4
+CONN=50
+ROUNDS=3
+RATE=1000
+while [ $# -gt 0 ]; do
+  case $1 in
+    --build) BUILD=$2; shift 2 ;;
+    --duration) DUR=$2; shift 2 ;;
+    --connections) CONN=$2; shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
+    --rate) RATE=$2; shift 2 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "$0: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+for t in node npm wrk curl python3; do
+  command -v $t >/dev/null || { echo "$0: $t is not installed" >&2; exit 1; }
+done
+[ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" --buildtype=release -Dtests=disabled >/dev/null
+ninja -C "$BUILD" router/spark-router >/dev/null
+ROUTER=$BUILD/router/spark-router
+
+NPM=${SPARK_NPM_CACHE:-/var/cache/sparkctl-npm}/bench-router
+if [ ! -x "$NPM/node_modules/.bin/gateway" ]; then
+  mkdir -p "$NPM"
+  # @hono/node-server pinned: the gateway's streaming breaks with later ones (Portkey-AI/gateway#1389)
+  cat >"$NPM/package.json" <<'EOP'
+{ "name": "sparkctl-router-bench", "private": true,
+  "dependencies": { "@portkey-ai/gateway": "1.15.2" },
+  "overrides": { "@hono/node-server": "1.13.8" } }
+EOP
+  (cd "$NPM" && timeout 300 npm install --no-audit --no-fund >/dev/null 2>&1) ||
+    { echo "$0: npm install of the gateway failed" >&2; exit 1; }
+fi
+
+DIR=$(mktemp -d /tmp/spark-router-bench-XXXXXX)
+pids=()
+cleanup() {
+  for p in ${pids[@]+"${pids[@]}"}; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 200); do curl -s -o /dev/null "http://127.0.0.1:$1$2" && return 0; sleep 0.05; done; return 1; }
+
+node "$SRC/tests/integration/router/fake_upstream.js" up >"$DIR/up.out" 2>"$DIR/up.log" &
+pids+=($!)
+for _ in $(seq 100); do grep -q '^PORT ' "$DIR/up.out" && break; sleep 0.05; done
+UP=$(awk '/^PORT/{print $2}' "$DIR/up.out")
+[ -n "$UP" ] || { echo "$0: the fake upstream did not start" >&2; exit 1; }
+
+cat >"$DIR/policy.yaml" <<EOP
+targets:
+  up: {url: 'http://127.0.0.1:$UP/v1'}
+routes:
+  bench:
+    type: rules
+    rules:
+      - {name: long, when: {min_tokens: 2000}, target: up}
+      - {name: code, when: {regex: 'def [a-z_]+\\(', in: any}, target: up}
+    default: up
+EOP
+RP=$(free_port)
+"$ROUTER" --policy "$DIR/policy.yaml" --listen "127.0.0.1:$RP" --log-level warn 2>"$DIR/router.log" &
+pids+=($!)
+PP=$(free_port)
+(cd "$NPM" && exec node node_modules/.bin/gateway --headless --port="$PP") \
+  >"$DIR/portkey.log" 2>&1 &
+pids+=($!)
+wait_port "$RP" /health || { echo "$0: spark-router did not start" >&2; cat "$DIR/router.log" >&2; exit 1; }
+wait_port "$PP" / || { echo "$0: the Portkey gateway did not start" >&2; tail "$DIR/portkey.log" >&2; exit 1; }
+
+BODY='{"model":"bench","messages":[{"role":"user","content":"hello there"}]}'
+cat >"$DIR/post.lua" <<EOP
+wrk.method = "POST"
+wrk.body = '$BODY'
+wrk.headers["Content-Type"] = "application/json"
+local pause = tonumber(os.getenv("BENCH_PAUSE_MS") or "0")
+if pause > 0 then delay = function() return pause end end
+done = function(s, lat, req)
+  local e = s.errors.connect + s.errors.read + s.errors.write + s.errors.timeout + s.errors.status
+  io.write(string.format("RESULT %.0f %.3f %.3f %d %d\n", s.requests / (s.duration / 1e6),
+    lat:percentile(50) / 1000, lat:percentile(99) / 1000, e, s.requests))
+end
+EOP
+PK_HDRS=(-H 'x-portkey-provider: openai' -H "x-portkey-custom-host: http://127.0.0.1:$UP/v1"
+  -H 'Authorization: Bearer bench-key')
+# one wrk run: PATH_NAME URL [headers] -> "rps p50_ms p99_ms errors requests"
+run_wrk() {
+  local name=$1 url=$2
+  shift 2
+  wrk -t1 -c"$CONN" -d"${DUR}s" -s "$DIR/post.lua" "$@" "$url" 2>&1 | awk '/^RESULT/{print $2, $3, $4, $5, $6}'
+}
+# the answer must be the upstream's, through each path, before measuring
+check() {
+  local a
+  a=$(curl -sS "$@" -H 'content-type: application/json' -d "$BODY")
+  grep -q '"content":"from up: hello there"' <<<"$a" || { echo "$0: a bad answer: $a" >&2; exit 1; }
+}
+check "http://127.0.0.1:$UP/v1/chat/completions"
+check "http://127.0.0.1:$RP/v1/chat/completions"
+check "http://127.0.0.1:$PP/v1/chat/completions" "${PK_HDRS[@]}"
+for u in "http://127.0.0.1:$UP" "http://127.0.0.1:$RP"; do # warm-up
+  wrk -t1 -c"$CONN" -d1s -s "$DIR/post.lua" "$u/v1/chat/completions" >/dev/null 2>&1
+done
+wrk -t1 -c"$CONN" -d1s -s "$DIR/post.lua" "${PK_HDRS[@]}" "http://127.0.0.1:$PP/v1/chat/completions" >/dev/null 2>&1
+
+echo "spark-router overhead: wrk -t1 -c$CONN -d${DUR}s, $ROUNDS alternating rounds (median shown), non-streaming chat"
+echo "completions to a node fake upstream; everything on this machine ($(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))"
+for r in $(seq "$ROUNDS"); do
+  run_wrk direct "http://127.0.0.1:$UP/v1/chat/completions" >>"$DIR/direct"
+  run_wrk router "http://127.0.0.1:$RP/v1/chat/completions" >>"$DIR/router"
+  run_wrk portkey "http://127.0.0.1:$PP/v1/chat/completions" "${PK_HDRS[@]}" >>"$DIR/portkey"
+done
+
+# fixed rate: the latency spark-router adds, and its own routing overhead
+metric_hist() { # -> "le0.5ms le1ms count sum" of the routing-overhead histogram
+  curl -sS "http://127.0.0.1:$RP/metrics" | awk '
+    /^spark_router_routing_overhead_seconds_bucket/ && /le="0.0005"/ {a += $NF}
+    /^spark_router_routing_overhead_seconds_bucket/ && /le="0.001"/ {b += $NF}
+    /^spark_router_routing_overhead_seconds_count/ {c += $NF}
+    /^spark_router_routing_overhead_seconds_sum/ {s += $NF}
+    END {printf "%d %d %d %.9f\n", a, b, c, s}'
+}
+# 10 connections, each pausing 10000/RATE ms less about the answer's own 1 ms
+# after every answer: about RATE req/s (the measured rate is printed)
+run_rate() { # URL -> "rps p50_ms p99_ms errors requests"
+  local pause=$((10000 / RATE - 1))
+  [ "$pause" -ge 1 ] || pause=1
+  BENCH_PAUSE_MS=$pause wrk -t1 -c10 -d"${DUR}s" -s "$DIR/post.lua" "$1" 2>&1 |
+    awk '/^RESULT/{print $2, $3, $4, $5, $6}'
+}
+h0=$(metric_hist)
+read -r drps dp50 dp99 derr _ < <(run_rate "http://127.0.0.1:$UP/v1/chat/completions")
+read -r rrps rp50 rp99 rerr _ < <(run_rate "http://127.0.0.1:$RP/v1/chat/completions")
+h1=$(metric_hist)
+
+python3 - "$DIR" "$CONN" "$RATE" "$dp50" "$dp99" "$derr" "$rp50" "$rp99" "$rerr" "$h0" "$h1" "$drps" "$rrps" <<'EOP'
+import statistics, sys
+d, conn, rate = sys.argv[1], sys.argv[2], sys.argv[3]
+def rounds(name):
+    rows = [list(map(float, l.split())) for l in open(f"{d}/{name}") if l.strip()]
+    med = sorted(rows, key=lambda r: r[0])[len(rows) // 2]
+    return med, [r[0] for r in rows]
+res = {n: rounds(n) for n in ("direct", "router", "portkey")}
+D = res["direct"][0]
+print()
+print(f"{'path':<9} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} {'+p99 ms':>8} {'errors':>7} {'vs direct':>10}  rounds (req/s)")
+for n in ("direct", "router", "portkey"):
+    r, all_ = res[n]
+    add50 = "" if n == "direct" else f"{r[1] - D[1]:.2f}"
+    add99 = "" if n == "direct" else f"{r[2] - D[2]:.2f}"
+    print(f"{n:<9} {r[0]:>8.0f} {r[1]:>8.2f} {r[2]:>8.2f} {add50:>8} {add99:>8} {int(r[3]):>7} {r[0] / D[0]:>9.2f}x  "
+          + ", ".join(f"{x:.0f}" for x in all_))
+R, P = res["router"][0], res["portkey"][0]
+print(f"\nspark-router vs direct: {R[0] / D[0]:.2f}x req/s (target >= 0.5x); "
+      f"vs Portkey's gateway: {R[0] / P[0]:.1f}x req/s (target >= 10x)")
+dp50, dp99, derr, rp50, rp99, rerr = map(float, sys.argv[4:10])
+h0, h1 = [list(map(float, x.split())) for x in sys.argv[10:12]]
+le05, le1, cnt, sm = (h1[i] - h0[i] for i in range(4))
+drps, rrps = sys.argv[12:14]
+print(f"\nat about {rate} req/s (wrk -c10, paced; measured {drps} direct, {rrps} through spark-router): "
+      f"direct p50 {dp50:.3f} ms p99 {dp99:.3f} ms; through spark-router p50 {rp50:.3f} ms "
+      f"p99 {rp99:.3f} ms: added p50 {rp50 - dp50:.3f} ms, p99 {rp99 - dp99:.3f} ms "
+      f"(errors {int(derr)} / {int(rerr)})")
+if cnt:
+    print(f"spark-router's routing overhead (parse + decide) over those {int(cnt)} requests: "
+          f"{100 * le05 / cnt:.2f}% <= 0.5 ms, {100 * le1 / cnt:.2f}% <= 1 ms (p99 under 1 ms: "
+          f"{'yes' if le1 / cnt >= 0.99 else 'no'}), mean {1e6 * sm / cnt:.1f} us")
+EOP
