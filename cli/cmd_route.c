@@ -8,6 +8,7 @@
 #include "print.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -200,8 +201,11 @@ int cmd_route_check(struct cli_ctx *ctx, int argc, char **argv)
 	return 0;
 }
 
-/* The pid in a pid file, or -1 with a message for people in why. */
-static pid_t read_pid(const char *path, char *why, size_t len)
+/* The spark-router a pid file names, or -1 with a message for people in why:
+ * the pid it holds must be the process holding its lock (spark-router keeps
+ * a write lock on its pid file while it runs) and a spark-router by its
+ * /proc comm, so a stale file or a recycled pid is never signalled. */
+static pid_t router_pid(const char *path, char *why, size_t len)
 {
 	FILE *f = fopen(path, "r");
 	if (!f) {
@@ -211,25 +215,27 @@ static pid_t read_pid(const char *path, char *why, size_t len)
 	}
 	long v = 0;
 	int ok = fscanf(f, "%ld", &v) == 1 && v > 1 && v < (1L << 22);
+	struct flock q = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+	int locked = fcntl(fileno(f), F_GETLK, &q) == 0 && q.l_type != F_UNLCK;
 	fclose(f);
 	if (!ok) {
 		snprintf(why, len, "%s does not hold a process id", path);
 		return -1;
 	}
+	char comm[64] = "", cpath[64];
+	snprintf(cpath, sizeof cpath, "/proc/%ld/comm", v);
+	FILE *c = locked && q.l_pid == (pid_t)v ? fopen(cpath, "r") : NULL;
+	if (c) {
+		if (!fgets(comm, sizeof comm, c))
+			comm[0] = '\0';
+		fclose(c);
+	}
+	if (strcmp(comm, "spark-router\n")) {
+		snprintf(why, len, "process %ld of %s is not a running spark-router (a stale pid file?); start it with 'sparkctl route serve'",
+			 v, path);
+		return -1;
+	}
 	return (pid_t)v;
-}
-
-/* Is pid a running spark-router (its /proc comm)? */
-static bool is_router(pid_t pid)
-{
-	char path[64], comm[64] = "";
-	snprintf(path, sizeof path, "/proc/%d/comm", (int)pid);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return false;
-	bool ok = fgets(comm, sizeof comm, f) && !strcmp(comm, "spark-router\n");
-	fclose(f);
-	return ok;
 }
 
 int cmd_route_reload(struct cli_ctx *ctx, int argc, char **argv)
@@ -253,12 +259,9 @@ int cmd_route_reload(struct cli_ctx *ctx, int argc, char **argv)
 					PID_DIR);
 		pidfile = def;
 	}
-	pid_t pid = read_pid(pidfile, why, sizeof why);
+	pid_t pid = router_pid(pidfile, why, sizeof why);
 	if (pid < 0)
 		return cli_fail("%s", why);
-	if (!is_router(pid))
-		return cli_fail("process %d of %s is not a running spark-router (a stale pid file?); start it with 'sparkctl route serve'",
-				(int)pid, pidfile);
 	if (kill(pid, SIGHUP) < 0)
 		return cli_fail("cannot signal spark-router (pid %d): %s%s", (int)pid, strerror(errno),
 				errno == EPERM ? "; run as its user or root" : "");

@@ -7,6 +7,7 @@
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <signal.h>
@@ -72,42 +73,32 @@ static void on_hup(uv_signal_t *h, int sig)
 		 p->n_routes, p->n_targets);
 }
 
-/* Is pid a running spark-router (its /proc comm)? */
-static bool is_router(pid_t pid)
-{
-	char path[64], comm[64] = "";
-	snprintf(path, sizeof path, "/proc/%d/comm", (int)pid);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return false;
-	bool ok = fgets(comm, sizeof comm, f) && !strncmp(comm, "spark-router", 12);
-	fclose(f);
-	return ok;
-}
-
-/* Write our pid to path; refuse when another live spark-router holds it. */
+/* Write our pid to path and hold a write lock on it while we run (fcntl, so
+ * that F_GETLK names the holder): refused while another process holds it. */
 static int pidfile_write(const char *path)
 {
-	FILE *f = fopen(path, "r");
-	if (f) {
-		int old = 0;
-		if (fscanf(f, "%d", &old) == 1 && old > 0 && old != getpid() && is_router(old)) {
-			fclose(f);
-			fprintf(stderr, "spark-router: another spark-router (pid %d) holds %s; stop it or pass another --pid-file\n",
-				old, path);
-			return -EEXIST;
-		}
-		fclose(f);
-	}
-	char tmp[4200];
-	snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
-	f = fopen(tmp, "w");
-	if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) != 0 || rename(tmp, path) < 0) {
-		fprintf(stderr, "spark-router: cannot write the pid file %s: %s\n", path, strerror(errno));
-		unlink(tmp);
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+	if (fd < 0) {
+		fprintf(stderr, "spark-router: cannot open the pid file %s: %s\n", path, strerror(errno));
 		return -errno;
 	}
-	return 0;
+	if (fcntl(fd, F_SETLK, &fl) < 0) {
+		struct flock q = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+		fcntl(fd, F_GETLK, &q);
+		fprintf(stderr, "spark-router: another spark-router (pid %d) holds %s; stop it or pass another --pid-file\n",
+			q.l_type != F_UNLCK ? (int)q.l_pid : 0, path);
+		close(fd);
+		return -EEXIST;
+	}
+	char b[32];
+	int n = snprintf(b, sizeof b, "%d\n", (int)getpid());
+	if (ftruncate(fd, 0) < 0 || write(fd, b, (size_t)n) != n) {
+		fprintf(stderr, "spark-router: cannot write the pid file %s: %s\n", path, strerror(errno));
+		close(fd);
+		return -EIO;
+	}
+	return fd; /* kept open: the lock lasts as long as the process */
 }
 
 static json_t *summary(const struct policy *p)

@@ -114,6 +114,10 @@ metric() { local m; m=$(curl -sS "$U/metrics"); grep -qF "$1" <<<"$m"; } # grep 
 wait_for 5 grep -q 'msg=service_target_up target=pool service=qwen' "$DIR/router.log" ||
   die "no service_target_up for pool"
 [ "$(cat "$DIR/router.pid")" = "$RPID" ] || die "pid file: $(cat "$DIR/router.pid" 2>&1)"
+if "$ROUTER" --policy "$DIR/policy.yaml" --listen 127.0.0.1:0 --socket "$SOCK" --pid-file "$DIR/router.pid" \
+  2>"$DIR/second.err"; then die "a second spark-router took the pid file"; fi
+grep -q "another spark-router (pid $RPID) holds" "$DIR/second.err" || die "second router: $(cat "$DIR/second.err")"
+[ "$(cat "$DIR/router.pid")" = "$RPID" ] || die "the second router changed the pid file"
 code=$(chat svc hello)
 [ "$code" = 200 ] && grep -q '"content":"from b: hello"' "$DIR/body" && [ "$(hdr x-spark-target)" = pool ] ||
   die "ready service: $code $(cat "$DIR/body")"
@@ -216,11 +220,11 @@ ok "a context-length error goes to the next target with a larger max_context (th
   grep -q 'spark-router' "$DIR/reload.err" || die "reload error: $(cat "$DIR/reload.err")"
   echo $$ >"$DIR/notrouter.pid"
   if "$SPARKCTL" route reload --pid-file "$DIR/notrouter.pid" 2>"$DIR/reload.err"; then die "reload signalled a process that is not spark-router"; fi
-  ok "sparkctl route reload: SIGHUP to the pid in the pid file, only when it is a spark-router"
+  ok "sparkctl route reload: SIGHUP to the pid in the pid file, only when that process holds its lock and is a spark-router"
 }
 
 kill -TERM "$RPID"
 wait "$RPID" || die "router exit status $?"
 [ ! -e "$DIR/router.pid" ] || die "the pid file was left behind"
-ok "a clean stop removes the pid file"
+ok "the pid file is locked while spark-router runs (a second one is refused) and removed at a clean stop"
 echo "all $pass checks passed"
