@@ -312,6 +312,24 @@ static void chain_add(struct decision *d, int t)
 int route_decide(const struct policy *p, const struct req_info *r, header_fn hdr, void *hctx,
 		 uint64_t *rng, struct decision *d)
 {
+	return route_decide_live(p, r, hdr, hctx, rng, NULL, d);
+}
+
+/* Weight of entry i of a weighted route: 0 for a service target that is not
+ * usable now (when svcs is given and some entry is usable). */
+static int live_weight(const struct policy *p, const struct route *rt, size_t i,
+		       const struct svc_table *svcs)
+{
+	if (!svcs || p->targets[rt->wtargets[i]].kind != TARGET_SERVICE)
+		return rt->weights[i];
+	struct resolved rv;
+	target_resolve(p, rt->wtargets[i], svcs, &rv);
+	return rv.usable ? rt->weights[i] : 0;
+}
+
+int route_decide_live(const struct policy *p, const struct req_info *r, header_fn hdr, void *hctx,
+		      uint64_t *rng, const struct svc_table *svcs, struct decision *d)
+{
 	memset(d, 0, sizeof *d);
 	const struct route *rt = policy_route(p, r->model);
 	bool by_default = false;
@@ -330,20 +348,32 @@ int route_decide(const struct policy *p, const struct req_info *r, header_fn hdr
 			 p->targets[rt->target].name);
 		break;
 	case ROUTE_WEIGHTED: {
+		/* service targets that are not usable take no share (unless none is usable) */
+		int w[POLICY_MAX_LIST];
 		long long sum = 0;
 		for (size_t i = 0; i < rt->n_wtargets; i++)
-			sum += rt->weights[i];
+			sum += (w[i] = live_weight(p, rt, i, svcs));
+		bool live = svcs && sum > 0;
+		if (!live) {
+			sum = 0;
+			for (size_t i = 0; i < rt->n_wtargets; i++)
+				sum += (w[i] = rt->weights[i]);
+		}
 		uint64_t x = decide_rand(rng) % (uint64_t)sum;
 		size_t i = 0;
 		for (; i + 1 < rt->n_wtargets; i++) {
-			if (x < (uint64_t)rt->weights[i])
+			if (x < (uint64_t)w[i])
 				break;
-			x -= (uint64_t)rt->weights[i];
+			x -= (uint64_t)w[i];
 		}
 		d->target = rt->wtargets[i];
 		snprintf(d->rule, sizeof d->rule, "weighted");
-		snprintf(d->reason, sizeof d->reason, "weighted draw: %s has weight %d of %lld",
-			 p->targets[d->target].name, rt->weights[i], sum);
+		bool skipped = false;
+		for (size_t k = 0; live && k < rt->n_wtargets; k++)
+			skipped |= w[k] != rt->weights[k];
+		snprintf(d->reason, sizeof d->reason, "weighted draw: %s has weight %d of %lld%s",
+			 p->targets[d->target].name, w[i], sum,
+			 skipped ? " (service targets that are not ready take no share)" : "");
 		break;
 	}
 	case ROUTE_CLASSIFIER:

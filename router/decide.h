@@ -55,6 +55,10 @@ uint64_t decide_rand(uint64_t *state);
  * (and the policy has no default_route). */
 int route_decide(const struct policy *p, const struct req_info *r, header_fn hdr, void *hctx,
 		 uint64_t *rng, struct decision *d);
+/* The same, knowing the services (svcs, may be NULL): a weighted draw leaves
+ * out service targets that are not usable now, unless none is usable. */
+int route_decide_live(const struct policy *p, const struct req_info *r, header_fn hdr, void *hctx,
+		      uint64_t *rng, const struct svc_table *svcs, struct decision *d);
 /* Does a rule's condition hold (exported for the tests)? */
 bool cond_match(const struct cond *c, const struct req_info *r, header_fn hdr, void *hctx);
 

@@ -1072,7 +1072,7 @@ static bool parse_and_decide(struct rq *r, enum req_kind kind)
 		snprintf(r->d.reason, sizeof r->d.reason,
 			 "no route is named \"%.64s\", but service %s (target %s) serves that model",
 			 r->ri.model, r->g->p->targets[st].service, r->g->p->targets[st].name);
-	} else if (route_decide(r->g->p, &r->ri, hdr_lookup, r->c, rng, &r->d) < 0) {
+	} else if (route_decide_live(r->g->p, &r->ri, hdr_lookup, r->c, rng, svcs(s), &r->d) < 0) {
 		char m[400];
 		snprintf(m, sizeof m,
 			 "the model '%.200s' does not exist here: GET /v1/models lists the routes of this spark-router",

@@ -73,6 +73,7 @@ targets:
 routes:
   svc:      {type: passthrough, target: pool, fallbacks: [a]}
   svconly:  {type: passthrough, target: pool}
+  wsvc:     {type: weighted, targets: [pool, a]}
   mgmt:     {type: passthrough, target: poolm}
   absent:   {type: passthrough, target: other}
   ctx:      {type: passthrough, target: c8k, fallbacks: [c4k, c128k]}
@@ -147,6 +148,10 @@ grep -q 'msg=service_target_down target=pool service=qwen state=starting' "$DIR/
 code=$(chat svc hello)
 [ "$code" = 200 ] && [ "$(hdr x-spark-target)" = a ] && grep -q 'from a: hello' "$DIR/body" ||
   die "fallback while starting: $code $(cat "$DIR/body")"
+for _ in 1 2 3 4 5 6 7 8; do
+  code=$(chat wsvc hi)
+  [ "$code" = 200 ] && [ "$(hdr x-spark-target)" = a ] || die "weighted draw while starting: $code $(hdr x-spark-target)"
+done
 code=$(chat svconly hello)
 [ "$code" = 503 ] && grep -q '"code":"target_unresolvable"' "$DIR/body" || die "503: $code $(cat "$DIR/body")"
 code=$(chat qwen3-8b hello)
@@ -163,7 +168,7 @@ wait_for 5 usable svc true || die "the service did not come back"
 code=$(chat svc back)
 [ "$code" = 200 ] && grep -q 'from b: back' "$DIR/body" || die "after ready again: $code"
 metric 'spark_router_target_usable{target="pool"} 1' || die "usable gauge not 1"
-ok "a service that is not ready (or gone) leaves routing: fallbacks answer, else 503; back when ready"
+ok "a service that is not ready (or gone) leaves routing: fallbacks answer, weighted draws skip it, else 503; back when ready"
 
 conns() { grep -c '^CONN' "$DIR/sparkd.out"; }
 conns_at_least() { [ "$(conns)" -ge "$1" ]; }

@@ -258,6 +258,45 @@ Test(services, decisions_explain_a_service_target)
 	policy_free(p);
 }
 
+Test(services, weighted_draws_leave_out_services_that_are_not_ready)
+{
+	const char *pol = "targets:\n  pool: {service: qwen}\n  a: {url: 'http://127.0.0.1:1/v1'}\n"
+			  "routes:\n  w: {type: weighted, seed: 7, targets: [pool, a]}\n";
+	char err[600];
+	struct policy *p;
+	cr_assert_eq(policy_parse("t.yaml", pol, strlen(pol), &p, err, sizeof err), 0, "%s", err);
+	const char *b = "{\"model\":\"w\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+	struct req_info ri;
+	json_t *j;
+	cr_assert_eq(req_parse(b, strlen(b), REQ_CHAT, &ri, &j, err, sizeof err), 0);
+	struct svc_table t = {0};
+	int pool = policy_target_index(p, "pool");
+	uint64_t rng = 7;
+	int n_pool[3] = {0};
+	for (int phase = 0; phase < 3; phase++) {
+		/* 0: starting, 1: ready, 2: no snapshot at all (sparkd lost) */
+		if (phase == 0)
+			cr_assert_eq(frame(SNAP(QWEN_STARTING), &t, err), 1);
+		else if (phase == 1)
+			cr_assert_eq(frame(SNAP(QWEN_READY), &t, err), 1);
+		else
+			svc_table_clear(&t);
+		for (int i = 0; i < 400; i++) {
+			struct decision d;
+			cr_assert_eq(route_decide_live(p, &ri, NULL, NULL, &rng, &t, &d), 0);
+			n_pool[phase] += d.target == pool;
+			if (phase == 0)
+				cr_assert(strstr(d.reason, "take no share"), "%s", d.reason);
+		}
+	}
+	cr_assert_eq(n_pool[0], 0, "a starting service got %d of 400 draws", n_pool[0]);
+	cr_assert(n_pool[1] > 140 && n_pool[1] < 260, "a ready one: %d of 400 (1:1)", n_pool[1]);
+	cr_assert_eq(n_pool[2], 0, "without a snapshot: %d of 400", n_pool[2]);
+	req_info_free(&ri);
+	json_decref(j);
+	policy_free(p);
+}
+
 Test(services, policy_network_and_max_context)
 {
 	char err[600];
