@@ -5,6 +5,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "session.h"
+#include "spark_config.h"
 #include "upstream.h"
 #include "util.h"
 
@@ -1718,7 +1719,7 @@ int server_start(uv_loop_t *loop, struct policy *p, const struct server_opts *o,
 	uv_timer_init(loop, &s->watch);
 	s->watch.data = s;
 	uv_timer_start(&s->watch, on_watch, 100, 100);
-	s->sock = strdup(o->control_socket ? o->control_socket : "/run/sparkctl/sparkd.sock");
+	s->sock = strdup(o->control_socket ? o->control_socket : SPARK_DEFAULT_SOCKET);
 	if (!s->sock || cluster_follow(s) < 0) {
 		snprintf(err, errlen, "cannot follow the cluster's services on %s: %s", s->sock ? s->sock : "", strerror(errno));
 		return -EINVAL;
