@@ -52,22 +52,14 @@ EOP
     { echo "$0: npm install of the gateway failed" >&2; exit 1; }
 fi
 
-DIR=$(mktemp -d /tmp/spark-router-bench-XXXXXX)
-pids=()
-cleanup() {
-  for p in ${pids[@]+"${pids[@]}"}; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
+# shellcheck source=../../tests/integration/router/lib.sh
+. "$SRC/tests/integration/router/lib.sh"
+router_lib_init bench
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_port() { for _ in $(seq 200); do curl -s -o /dev/null "http://127.0.0.1:$1$2" && return 0; sleep 0.05; done; return 1; }
 
-node "$SRC/tests/integration/router/fake_upstream.js" up >"$DIR/up.out" 2>"$DIR/up.log" &
-pids+=($!)
-for _ in $(seq 100); do grep -q '^PORT ' "$DIR/up.out" && break; sleep 0.05; done
-UP=$(awk '/^PORT/{print $2}' "$DIR/up.out")
-[ -n "$UP" ] || { echo "$0: the fake upstream did not start" >&2; exit 1; }
+start_fake up
+UP=$PORT_up
 
 cat >"$DIR/policy.yaml" <<EOP
 targets:

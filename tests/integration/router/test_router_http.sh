@@ -11,30 +11,12 @@ set -euo pipefail
 B=${SPARK_BUILD_DIR:?}
 S=${SPARK_SOURCE_DIR:?}
 ROUTER=$B/router/spark-router
-FAKE=$S/tests/integration/router/fake_upstream.js
 command -v node >/dev/null || { echo "SKIP: node is not installed (scripts/deps.sh --test)"; exit 77; }
 command -v curl >/dev/null || { echo "SKIP: curl is not installed"; exit 77; }
-DIR=$(mktemp -d /tmp/spark-router-it-XXXXXX)
-pids=()
-cleanup() {
-  for p in ${pids[@]+"${pids[@]}"}; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
-pass=0
-ok() { pass=$((pass + 1)); echo "ok $pass - $*"; }
-die() { echo "FAIL: $*" >&2; for f in "$DIR"/*.log; do echo "== $f" >&2; tail -20 "$f" >&2; done; exit 1; }
+# shellcheck source=lib.sh
+. "$S/tests/integration/router/lib.sh"
+router_lib_init it
 
-start_fake() { # NAME -> sets PORT_NAME
-  node "$FAKE" "$1" >"$DIR/$1.out" 2>"$DIR/$1.log" &
-  pids+=($!)
-  for _ in $(seq 100); do
-    if grep -q '^PORT ' "$DIR/$1.out"; then break; fi
-    sleep 0.05
-  done
-  eval "PORT_$1=$(awk '/^PORT/{print $2}' "$DIR/$1.out")"
-}
 start_router() { # POLICY TAG [ARGS...] -> RPORT, RPID
   local pol=$1 tag=$2
   shift 2

@@ -16,24 +16,13 @@ if [ ! -f "$MOD/node_modules/openai/package.json" ]; then
   (cd "$MOD" && timeout 120 npm install --no-audit --no-fund >/dev/null 2>&1) ||
     { echo "SKIP: npm install openai failed (no registry?)"; exit 77; }
 fi
-DIR=$(mktemp -d /tmp/spark-router-oa-XXXXXX)
-pids=()
-cleanup() {
-  for p in ${pids[@]+"${pids[@]}"}; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
-die() { echo "FAIL: $*" >&2; tail -20 "$DIR"/*.log >&2 || true; exit 1; }
-start_fake() { # NAME (in this shell, so that cleanup knows its pid)
-  node "$HERE/fake_upstream.js" "$1" >"$DIR/$1.out" 2>"$DIR/$1.log" &
-  pids+=($!)
-  for _ in $(seq 100); do grep -q '^PORT ' "$DIR/$1.out" && break; sleep 0.05; done
-}
+# shellcheck source=lib.sh
+. "$HERE/lib.sh"
+router_lib_init oa
 start_fake a
 start_fake b
-PA=$(awk '/^PORT/{print $2}' "$DIR/a.out")
-PB=$(awk '/^PORT/{print $2}' "$DIR/b.out")
+PA=$PORT_a
+PB=$PORT_b
 [ -n "$PA" ] && [ -n "$PB" ] || die "fake upstreams did not start"
 export ROUTER_OA_KEY=sdk-key-0123456789abcdef
 cat >"$DIR/policy.yaml" <<EOP

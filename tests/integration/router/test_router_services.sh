@@ -16,34 +16,12 @@ B=${SPARK_BUILD_DIR:?}
 S=${SPARK_SOURCE_DIR:?}
 ROUTER=$B/router/spark-router
 SPARKCTL=$B/cli/sparkctl
-FAKE=$S/tests/integration/router/fake_upstream.js
 FAKED=$S/tests/integration/router/fake_sparkd.js
 command -v node >/dev/null || { echo "SKIP: node is not installed (scripts/deps.sh --test)"; exit 77; }
 command -v curl >/dev/null || { echo "SKIP: curl is not installed"; exit 77; }
-DIR=$(mktemp -d /tmp/spark-router-svc-XXXXXX)
-pids=()
-cleanup() {
-  for p in ${pids[@]+"${pids[@]}"}; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
-pass=0
-ok() { pass=$((pass + 1)); echo "ok $pass - $*"; }
-die() { echo "FAIL: $*" >&2; for f in "$DIR"/*.log; do echo "== $f" >&2; tail -20 "$f" >&2; done; exit 1; }
-wait_for() { # SECONDS COMMAND...: until the command succeeds
-  local t=$1
-  shift
-  for _ in $(seq $((t * 20))); do "$@" && return 0; sleep 0.05; done
-  return 1
-}
-
-start_fake() { # NAME -> sets PORT_NAME
-  node "$FAKE" "$1" >"$DIR/$1.out" 2>"$DIR/$1.log" &
-  pids+=($!)
-  wait_for 5 grep -q '^PORT ' "$DIR/$1.out" || die "fake upstream $1 did not start"
-  eval "PORT_$1=$(awk '/^PORT/{print $2}' "$DIR/$1.out")"
-}
+# shellcheck source=lib.sh
+. "$S/tests/integration/router/lib.sh"
+router_lib_init svc
 start_fake a
 start_fake b
 SOCK=$DIR/sparkd.sock
