@@ -153,7 +153,9 @@ static void on_connect(uv_connect_t *req, int status)
 		return;
 	if (status < 0) {
 		lost(c, "cannot connect: %s%s", uv_strerror(status),
-		     status == UV_ENOENT || status == UV_ECONNREFUSED ? " (is sparkd running?)" : "");
+		     status == UV_ENOENT || status == UV_ECONNREFUSED ? " (is sparkd running?)"
+		     : status == UV_EACCES ? " (run spark-router as root or as a member of the socket's group)"
+					   : "");
 		return;
 	}
 	uv_os_fd_t fd;
