@@ -206,6 +206,29 @@ ok "a context-length error goes to the next target with a larger max_context (th
   ok "sparkctl route reload: SIGHUP to the pid in the pid file, only when that process holds its lock and is a spark-router"
 }
 
+# a control socket served by another user is not sparkd: refused before a frame is read
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+  chmod 711 "$DIR"
+  HD=$DIR/hostile
+  mkdir -m 777 "$HD"
+  printf '{"services": [%s]}' "$(qwen ready)" >"$HD/state.json"
+  chmod 644 "$HD/state.json"
+  setpriv --reuid=65534 --regid=65534 --clear-groups node "$FAKED" "$HD/sparkd.sock" "$HD/state.json" \
+    >"$HD/out" 2>"$DIR/hostile-sparkd.log" &
+  pids+=($!)
+  wait_for 5 grep -q READY "$HD/out" || die "the hostile fake sparkd did not start"
+  "$ROUTER" --policy "$DIR/policy.yaml" --listen 127.0.0.1:0 --socket "$HD/sparkd.sock" 2>"$DIR/router-hostile.log" &
+  HPID=$!
+  pids+=($HPID)
+  wait_for 5 grep -q "is neither root nor this router's user: not sparkd" "$DIR/router-hostile.log" ||
+    die "a socket of uid 65534 was not refused"
+  HPORT=$(sed -n 's/.*msg=router_listen.* port=\([0-9]*\).*/\1/p' "$DIR/router-hostile.log")
+  d=$(curl -sS "http://127.0.0.1:$HPORT/v1/decision" -d '{"model":"svc","messages":[{"role":"user","content":"x"}]}')
+  grep -q '"state":"disconnected"' <<<"$d" || die "hostile socket: $d"
+  kill "$HPID"
+  ok "a control socket whose owner is neither root nor the router's user is refused (SO_PEERCRED): its services are never used"
+fi
+
 kill -TERM "$RPID"
 wait "$RPID" || die "router exit status $?"
 [ ! -e "$DIR/router.pid" ] || die "the pid file was left behind"
