@@ -47,6 +47,8 @@ typedef struct job {
 	const char *finish;
 	double t0;
 	int refs;                 /* the connection and the queue/decoder */
+	pthread_cond_t cv;        /* started, done, or (to a waiting stream) tokens */
+	int waiters;              /* stream readers waiting for tokens */
 	struct job *next;
 	/* the stream's cursor (connection thread only) */
 	int stage, sent_ids;
@@ -94,6 +96,7 @@ static void job_unref(job_t *j) /* S.mu held */
 	if (--j->refs > 0)
 		return;
 	serve_req_free(&j->req);
+	pthread_cond_destroy(&j->cv);
 	free(j->ids);
 	free(j->text);
 	free(j->out);
@@ -170,8 +173,10 @@ static int next_event(job_t *j)
 		}
 		/* fall through */
 	case 1:
+		j->waiters++;
 		while (j->n_ids == j->sent_ids && !j->done)
-			pthread_cond_wait(&S.prog, &S.mu);
+			pthread_cond_wait(&j->cv, &S.mu);
+		j->waiters--;
 		out_of(j, &o);
 		if (j->n_ids > j->sent_ids) {
 			o.finish = NULL;
@@ -274,6 +279,7 @@ static enum MHD_Result generate(struct MHD_Connection *c, conn_t *cn)
 	}
 	j->req = req;
 	j->refs = 1;
+	pthread_cond_init(&j->cv, NULL);
 	j->created = (long long)time(NULL);
 	j->t0 = dec_now();
 	pthread_mutex_lock(&S.mu);
@@ -305,7 +311,7 @@ static enum MHD_Result generate(struct MHD_Connection *c, conn_t *cn)
 	pthread_cond_signal(&S.work);
 	/* wait until it runs (a stream's 200 goes out then) or ends */
 	while (!(j->started || j->done))
-		pthread_cond_wait(&S.prog, &S.mu);
+		pthread_cond_wait(&j->cv, &S.mu);
 	if (j->failed && j->n_ids == 0) {
 		e = j->err;
 		job_unref(j);
@@ -329,7 +335,7 @@ static enum MHD_Result generate(struct MHD_Connection *c, conn_t *cn)
 		return q;
 	}
 	while (!j->done)
-		pthread_cond_wait(&S.prog, &S.mu);
+		pthread_cond_wait(&j->cv, &S.mu);
 	if (j->failed) {
 		e = j->err;
 		job_unref(j);
@@ -555,7 +561,10 @@ static void on_token(void *ud, int index, int tok)
 		j->ids[j->n_ids++] = tok;
 	if (n && serve_buf_append(&j->text, &j->text_len, &j->text_cap, piece, n) < 0)
 		j->failed = 1, serve_set_error(&j->err, 500, "server_error", NULL, NULL, "out of memory");
-	pthread_cond_broadcast(&S.prog);
+	/* only a stream that waits wants each token: a plain request waits for
+	 * done (a wake-up per token would cost a context switch per token) */
+	if (j->waiters)
+		pthread_cond_signal(&j->cv);
 	pthread_mutex_unlock(&S.mu);
 }
 
@@ -634,7 +643,7 @@ static int run_job(const dec_model_t *m, const serve_opts_t *o, job_t *j, char *
 		serve_set_error(&j->err, 500, "server_error", NULL, NULL, "decoding failed: %s", err);
 	}
 	j->done = 1;
-	pthread_cond_broadcast(&S.prog);
+	pthread_cond_broadcast(&j->cv);
 	job_unref(j);
 	pthread_mutex_unlock(&S.mu);
 	return rc;
@@ -649,10 +658,10 @@ static void fail_queued(const char *why) /* S.mu held */
 		j->failed = 1;
 		j->done = 1;
 		serve_set_error(&j->err, 503, "server_error", "shutting_down", NULL, "%s", why);
+		pthread_cond_broadcast(&j->cv);
 		job_unref(j);
 	}
 	S.tail = NULL;
-	pthread_cond_broadcast(&S.prog);
 }
 
 int serve_rank0(const dec_model_t *m, sc_comm_t *comm, const serve_opts_t *o)
@@ -724,7 +733,7 @@ int serve_rank0(const dec_model_t *m, sc_comm_t *comm, const serve_opts_t *o)
 			S.tail = NULL;
 		S.waiting--;
 		j->started = 1;
-		pthread_cond_broadcast(&S.prog);
+		pthread_cond_broadcast(&j->cv);
 		pthread_mutex_unlock(&S.mu);
 		if ((rc = run_job(m, o, j, err, sizeof(err))) < 0) {
 			logf_("level=error msg=serve_decode_failed err=\"%s\"", err);
