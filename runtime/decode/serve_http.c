@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -356,6 +357,24 @@ static enum MHD_Result generate(struct MHD_Connection *c, conn_t *cn)
 	return send_buf(c, 200, s, len, "application/json", 0);
 }
 
+/* Authorization: Bearer KEY, compared in constant time */
+static int authorized(struct MHD_Connection *c)
+{
+	const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+	size_t kl, hl;
+	unsigned char d = 0;
+	if (!S.o.api_key)
+		return 1;
+	if (!h || strncasecmp(h, "Bearer ", 7) != 0)
+		return 0;
+	h += 7;
+	kl = strlen(S.o.api_key);
+	hl = strlen(h);
+	for (size_t i = 0; i < kl; i++)
+		d |= (unsigned char)(S.o.api_key[i] ^ (i < hl ? h[i] : 0));
+	return d == 0 && hl == kl;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls)
@@ -395,6 +414,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 			                        "no such endpoint: spark-decode serves POST "
 			                        "/v1/completions, POST /v1/chat/completions, GET "
 			                        "/v1/models and GET /health");
+		if (cn->ep != EP_HEALTH && !authorized(c)) {
+			serve_err_t e;
+			serve_set_error(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
+			                "missing or wrong API key: send Authorization: Bearer KEY");
+			return send_error(c, &e);
+		}
 		cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 		if (cl && strtoll(cl, NULL, 10) > S.o.max_body)
 			return send_err(c, 413, "invalid_request_error", "request_too_large",

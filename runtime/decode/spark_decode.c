@@ -88,6 +88,8 @@ static void usage(FILE *f)
 	        "  --max-tokens-cap N   largest max_tokens (default 4096)\n"
 	        "  --max-context N      prompt + max_tokens limit (default 8192)\n"
 	        "  --idle-timeout S     close idle connections after S seconds (default 30)\n"
+	        "  --api-key-file FILE  require Authorization: Bearer KEY (the file's first line;\n"
+	        "                       or the variable SPARK_DECODE_API_KEY) on /v1/\n"
 	        "\n"
 	        "Without --local, inside a job (SPARK_* or RANK/WORLD_SIZE/MASTER_ADDR\n"
 	        "variables) it is one rank of the job; otherwise a single rank.\n");
@@ -396,7 +398,7 @@ int main(int argc, char **argv)
 	enum { O_MODEL = 256, O_SYNTH, O_LAYERS, O_DTYPE, O_SEED, O_CATALOG, O_LIST, O_PROMPT,
 	       O_TOKENS, O_ALGO, O_CDT, O_LOCAL, O_THREADS, O_NOPF, O_DUMP, O_MEMBW, O_VERSION, O_WARMUP,
 	       O_SERVE, O_HOST, O_PORT, O_NAME, O_TOK, O_EOS, O_QUEUE, O_MAXCONN, O_MAXBODY,
-	       O_MAXTOK, O_MAXCTX, O_IDLE };
+	       O_MAXTOK, O_MAXCTX, O_IDLE, O_KEYFILE };
 	static const struct option opts[] = {
 		{"model", required_argument, 0, O_MODEL},
 		{"synthetic", required_argument, 0, O_SYNTH},
@@ -430,6 +432,7 @@ int main(int argc, char **argv)
 		{"max-tokens-cap", required_argument, 0, O_MAXTOK},
 		{"max-context", required_argument, 0, O_MAXCTX},
 		{"idle-timeout", required_argument, 0, O_IDLE},
+		{"api-key-file", required_argument, 0, O_KEYFILE},
 		{0, 0, 0, 0},
 	};
 	args_t a = {.dtype = DEC_BF16, .seed = 1, .tokens = 32, .threads = 1, .prefault = 1, .warmup = 1,
@@ -437,7 +440,8 @@ int main(int argc, char **argv)
 	char err[DEC_ERR_LEN], *catalog = NULL;
 	size_t catlen = 0;
 	int c, rc = 0, list = 0, tok = -1;
-	const char *name = NULL;
+	const char *name = NULL, *keyfile = NULL;
+	char *key = NULL;
 
 	a.so = (serve_opts_t){.host = "0.0.0.0", .port = 8000, .queue = 16, .max_conns = 64,
 	                      .max_body = 1 << 20, .max_tokens_cap = 4096, .max_context = 8192,
@@ -550,6 +554,7 @@ int main(int argc, char **argv)
 			if (parse_int(optarg, 2, 1 << 20, &a.so.max_context) < 0)
 				USAGE_ERR("--max-context wants a number of tokens, 2-1048576");
 			break;
+		case O_KEYFILE: keyfile = optarg; break;
 		case O_IDLE:
 			if (parse_int(optarg, 1, 86400, &a.so.idle_timeout_s) < 0)
 				USAGE_ERR("--idle-timeout wants seconds, 1-86400");
@@ -605,6 +610,23 @@ int main(int argc, char **argv)
 			          a.so.max_tokens_cap, a.so.max_context);
 		if (a.dump)
 			USAGE_ERR("--dump-logits does not go with --serve");
+		if (keyfile) {
+			size_t kl = 0;
+			if (!(key = read_file(keyfile, &kl))) {
+				fprintf(stderr, PROG ": %s: cannot read the API key file\n", keyfile);
+				rc = 1;
+				goto out;
+			}
+			key[strcspn(key, "\r\n")] = 0;
+		} else if (getenv("SPARK_DECODE_API_KEY") && *getenv("SPARK_DECODE_API_KEY")) {
+			key = strdup(getenv("SPARK_DECODE_API_KEY"));
+		}
+		if (key && strlen(key) < 8) {
+			fprintf(stderr, PROG ": the API key is shorter than 8 characters\n");
+			rc = 2;
+			goto out;
+		}
+		a.so.api_key = key;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (a.local) {
@@ -652,6 +674,7 @@ int main(int argc, char **argv)
 		rc = run_rank(NULL, 0, 1, &a, "single");
 	}
 out:
+	free(key);
 	free(catalog);
 	free(a.prompt);
 	return rc;
