@@ -674,6 +674,18 @@ static int run_job(const dec_model_t *m, const serve_opts_t *o, job_t *j, char *
 	return rc;
 }
 
+static void fail_queued(const char *why);
+
+/* A collective failed: the communicator is gone, refuse everything, stop. */
+static void rank_failed(const char *what, const char *err)
+{
+	logf_("level=error msg=%s err=\"%s\"", what, err);
+	pthread_mutex_lock(&S.mu);
+	S.state = ST_DRAINING;
+	fail_queued("a rank of this server failed");
+	pthread_mutex_unlock(&S.mu);
+}
+
 static void fail_queued(const char *why) /* S.mu held */
 {
 	while (S.head) {
@@ -736,12 +748,8 @@ int serve_rank0(const dec_model_t *m, sc_comm_t *comm, const serve_opts_t *o)
 				int64_t h[HDR_N] = {MSG_NOOP};
 				pthread_mutex_unlock(&S.mu);
 				if ((rc = bcast(h, NULL, 0)) < 0) {
-					logf_("level=error msg=serve_peer_lost err=\"%s\"", sc_strerror(rc));
+					rank_failed("serve_peer_lost", sc_strerror(rc));
 					status = 1;
-					pthread_mutex_lock(&S.mu);
-					S.state = ST_DRAINING;
-					fail_queued("a rank of this server failed");
-					pthread_mutex_unlock(&S.mu);
 					goto stop;
 				}
 				pthread_mutex_lock(&S.mu);
@@ -761,12 +769,8 @@ int serve_rank0(const dec_model_t *m, sc_comm_t *comm, const serve_opts_t *o)
 		pthread_cond_broadcast(&j->cv);
 		pthread_mutex_unlock(&S.mu);
 		if ((rc = run_job(m, o, j, err, sizeof(err))) < 0) {
-			logf_("level=error msg=serve_decode_failed err=\"%s\"", err);
+			rank_failed("serve_decode_failed", err);
 			status = 1;
-			pthread_mutex_lock(&S.mu);
-			S.state = ST_DRAINING;
-			fail_queued("a rank of this server failed");
-			pthread_mutex_unlock(&S.mu);
 			goto stop;
 		}
 	}

@@ -124,9 +124,12 @@ static char *read_file(const char *path, size_t *len)
 	return buf;
 }
 
-static int serve_rank(sc_comm_t *comm, int rank, int world, const args_t *a)
+/* Load this rank's shard unless `rc` already failed (and was reported), then
+ * agree with the others: everyone learns whether someone failed, instead of
+ * waiting for a timeout. 0 with *m loaded, or 1 (nothing to free). */
+static int load_agreed(sc_comm_t *comm, int rank, int world, const args_t *a, int rc,
+                       dec_model_t *m, double *load_s)
 {
-	dec_model_t m;
 	dec_load_opts_t lo = {.model_dir = a->model_dir,
 	                      .shape = a->model_dir ? NULL : &a->shape,
 	                      .dtype = a->dtype,
@@ -134,22 +137,32 @@ static int serve_rank(sc_comm_t *comm, int rank, int world, const args_t *a)
 	                      .layers = a->layers,
 	                      .prefault = a->prefault};
 	char err[DEC_ERR_LEN];
-	int rc = 0;
+	double t0 = dec_now();
 	int32_t bad;
+
+	if (rc == 0 && (rc = dec_model_load(m, &lo, rank, world, err, sizeof(err))) < 0)
+		die_rank(rank, world, err);
+	*load_s = dec_now() - t0;
+	bad = rc < 0;
+	if (world > 1 && sc_allreduce(comm, &bad, &bad, 1, SC_I32, SC_MAX) < 0)
+		bad = 1;
+	if (bad && rc == 0)
+		dec_model_free(m);
+	return bad ? 1 : 0;
+}
+
+static int serve_rank(sc_comm_t *comm, int rank, int world, const args_t *a)
+{
+	dec_model_t m;
+	char err[DEC_ERR_LEN];
+	double load_s;
+	int rc = 0;
 
 	/* rank 0 binds first: a taken port fails before minutes of loading */
 	if (rank == 0 && (rc = serve_bind(&a->so, err, sizeof(err))) < 0)
 		die_rank(rank, world, err);
-	if (rc == 0 && (rc = dec_model_load(&m, &lo, rank, world, err, sizeof(err))) < 0)
-		die_rank(rank, world, err);
-	bad = rc < 0;
-	if (world > 1 && sc_allreduce(comm, &bad, &bad, 1, SC_I32, SC_MAX) < 0)
-		bad = 1;
-	if (bad) {
-		if (rc == 0)
-			dec_model_free(&m);
+	if (load_agreed(comm, rank, world, a, rc, &m, &load_s))
 		return 1;
-	}
 	rc = rank == 0 ? serve_rank0(&m, comm, &a->so) : serve_follow(&m, comm, &a->so);
 	dec_model_free(&m);
 	return rc;
@@ -159,12 +172,6 @@ static int serve_rank(sc_comm_t *comm, int rank, int world, const args_t *a)
 static int run_rank(sc_comm_t *comm, int rank, int world, const args_t *a, const char *mode)
 {
 	dec_model_t m;
-	dec_load_opts_t lo = {.model_dir = a->model_dir,
-	                      .shape = a->model_dir ? NULL : &a->shape,
-	                      .dtype = a->dtype,
-	                      .seed = a->seed,
-	                      .layers = a->layers,
-	                      .prefault = a->prefault};
 	dec_run_opts_t ro = {.prompt = a->prompt,
 	                     .n_prompt = a->n_prompt,
 	                     .n_tokens = a->tokens,
@@ -175,9 +182,7 @@ static int run_rank(sc_comm_t *comm, int rank, int world, const args_t *a, const
 	dec_result_t res;
 	dec_report_t rep = {0};
 	char err[DEC_ERR_LEN], source[300];
-	double t0;
 	int rc;
-	int32_t bad;
 
 	dec_blas_threads(a->threads);
 	if (a->serve)
@@ -192,20 +197,8 @@ static int run_rank(sc_comm_t *comm, int rank, int world, const args_t *a, const
 		die_rank(rank, world, err);
 		return 1;
 	}
-	t0 = dec_now();
-	rc = dec_model_load(&m, &lo, rank, world, err, sizeof(err));
-	rep.load_s = dec_now() - t0;
-	if (rc < 0)
-		die_rank(rank, world, err);
-	/* everyone learns whether someone failed, instead of waiting for a timeout */
-	bad = rc < 0;
-	if (world > 1 && sc_allreduce(comm, &bad, &bad, 1, SC_I32, SC_MAX) < 0)
-		bad = 1;
-	if (bad) {
-		if (rc == 0)
-			dec_model_free(&m);
+	if (load_agreed(comm, rank, world, a, 0, &m, &rep.load_s))
 		return 1;
-	}
 	if (rank == 0 && a->dump && !(ro.dump = fopen(a->dump, "wb"))) {
 		snprintf(err, sizeof(err), "%s: %s", a->dump, strerror(errno));
 		die_rank(rank, world, err);
