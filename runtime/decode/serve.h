@@ -110,6 +110,8 @@ int serve_chat_append(char **buf, size_t *len, size_t *cap, const char *role, co
 
 /* ---- serve_http.c --------------------------------------------------------- */
 
+#define SERVE_MAX_CONTEXT (1 << 20) /* the largest --max-context */
+
 typedef struct serve_opts {
 	const char *host;         /* listen address (default 0.0.0.0) */
 	int port;                 /* 0: any free port (logged) */

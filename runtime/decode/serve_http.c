@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <microhttpd.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -84,12 +85,14 @@ static struct server {
 static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void logf_(const char *fmt, ...)
 {
+	char line[1024];
+	int n = snprintf(line, sizeof(line), "prog=spark-decode ");
 	va_list ap;
 	va_start(ap, fmt);
-	fprintf(stderr, "prog=spark-decode ");
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
 	va_end(ap);
+	strcat(line, "\n");
+	fputs(line, stderr); /* one write per line: threads do not interleave */
 }
 
 static void job_unref(job_t *j) /* S.mu held */
@@ -626,12 +629,12 @@ static int run_request(const dec_model_t *m, const serve_opts_t *o, const int *p
 	return dec_generate(m, m->world > 1 ? S.comm : NULL, &ro, res, err, errlen);
 }
 
-static uint64_t fresh_seed(void)
+static uint64_t fresh_seed(const job_t *j)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ULL ^ (uint64_t)ts.tv_sec ^
-	       (S.next_id << 32);
+	       ((uint64_t)(uintptr_t)j << 20);
 }
 
 static int run_job(const dec_model_t *m, const serve_opts_t *o, job_t *j, char *err,
@@ -639,7 +642,7 @@ static int run_job(const dec_model_t *m, const serve_opts_t *o, job_t *j, char *
 {
 	int64_t h[HDR_N] = {MSG_REQUEST, j->req.n_prompt, j->req.max_tokens, 0, 0, 0, 0, 0};
 	double temp = j->req.temperature;
-	uint64_t seed = j->req.has_seed ? j->req.seed : fresh_seed();
+	uint64_t seed = j->req.has_seed ? j->req.seed : fresh_seed(j);
 	dec_result_t res;
 	int rc;
 
@@ -813,9 +816,10 @@ int serve_follow(const dec_model_t *m, sc_comm_t *comm, const serve_opts_t *o)
 	char err[DEC_ERR_LEN];
 	int *prompt = NULL, rc;
 
-	/* rank 0 decides when to stop: a TERM here waits for its EXIT */
+	/* rank 0 decides when to stop: a TERM or INT here waits for its EXIT */
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	S.comm = comm;
 	S.world = m->world;
@@ -835,8 +839,10 @@ int serve_follow(const dec_model_t *m, sc_comm_t *comm, const serve_opts_t *o)
 			continue;
 		n = (int)h[1];
 		max_tokens = (int)h[2];
-		if (h[0] != MSG_REQUEST || h[1] < 1 || h[1] > o->max_context || h[2] < 1 ||
-		    h[2] > o->max_context) {
+		/* rank 0's own limits may be larger than this rank's defaults: only
+		 * what --max-context could ever allow */
+		if (h[0] != MSG_REQUEST || h[1] < 1 || h[1] > SERVE_MAX_CONTEXT || h[2] < 1 ||
+		    h[2] > SERVE_MAX_CONTEXT) {
 			fprintf(stderr, "spark-decode: rank %d: bad request header from rank 0\n",
 			        m->rank);
 			return 1;

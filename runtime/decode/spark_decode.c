@@ -544,7 +544,7 @@ int main(int argc, char **argv)
 				USAGE_ERR("--max-tokens-cap wants a number of tokens, 1-1048576");
 			break;
 		case O_MAXCTX:
-			if (parse_int(optarg, 2, 1 << 20, &a.so.max_context) < 0)
+			if (parse_int(optarg, 2, SERVE_MAX_CONTEXT, &a.so.max_context) < 0)
 				USAGE_ERR("--max-context wants a number of tokens, 2-1048576");
 			break;
 		case O_KEYFILE: keyfile = optarg; break;
