@@ -238,6 +238,28 @@ wait "$PID_q" || die "the drained server exited $?"
 pgrep -P "$PID_q" >/dev/null && die "ranks left after the drain"
 ok "SIGTERM: the running request completed (2000 tokens), queued and new got 503, health 503, exit 0"
 
+# job mode, as a recipe runs it: two processes joined by SPARK_RANK /
+# SPARK_WORLD_SIZE / SPARK_PEERS, a collective timeout of 3 s and 4 s idle (the
+# 1 s no-op keeps rank 1 in step), then SIGTERM to both as a supervisor does
+read -r J0 J1 < <("$PY" -c "
+import socket; s = [socket.socket() for _ in range(2)]
+[x.bind(('127.0.0.1', 0)) for x in s]; print(*[x.getsockname()[1] for x in s]); [x.close() for x in s]")
+PEERS="0=127.0.0.1:$J0,1=127.0.0.1:$J1"
+SPARK_RANK=1 SPARK_WORLD_SIZE=2 SPARK_PEERS=$PEERS SPARK_COLL_TIMEOUT_MS=3000 \
+  "$DEC" --synthetic tiny --serve 2>"$DIR/job1.log" &
+JOB1=$!
+pids+=("$JOB1")
+export SPARK_RANK=0 SPARK_WORLD_SIZE=2 SPARK_PEERS=$PEERS SPARK_COLL_TIMEOUT_MS=3000
+start job0
+unset SPARK_RANK SPARK_WORLD_SIZE SPARK_PEERS SPARK_COLL_TIMEOUT_MS
+sleep 4
+[ "$(req "$PORT_job0" POST /v1/completions "$GREEDY")" = 200 ] || die "job mode after 4 s idle: $(cat "$DIR/body")"
+cmp -s <(js 'json.dumps(d["choices"][0]["token_ids"])') "$DIR/tp1.greedy" || die "job mode: other tokens"
+kill -TERM "$PID_job0" "$JOB1"
+wait "$PID_job0" || die "job rank 0 exit status"
+wait "$JOB1" || die "job rank 1 exit status"
+ok "job mode (SPARK_PEERS, two processes): the same tokens after 4 s idle with a 3 s collective timeout; both ranks exit 0 on SIGTERM"
+
 for s in tp1 tp2; do
   p=PID_$s
   kill -TERM "${!p}"
