@@ -71,7 +71,7 @@ static struct server {
 	pthread_mutex_t mu;
 	pthread_cond_t work, prog;
 	job_t *head, *tail;
-	int waiting, state, active;
+	int waiting, running, state, active;
 	struct MHD_Daemon *d;
 	serve_opts_t o;
 	serve_limits_t lim;
@@ -288,14 +288,15 @@ static enum MHD_Result generate(struct MHD_Connection *c, conn_t *cn)
 	j->t0 = dec_now();
 	pthread_mutex_lock(&S.mu);
 	if (S.state != ST_READY) {
+		int st = S.state;
 		pthread_mutex_unlock(&S.mu);
 		job_unref(j);
-		return S.state == ST_LOADING
+		return st == ST_LOADING
 		               ? send_err(c, 503, "server_error", "loading", "the model is still loading")
 		               : send_err(c, 503, "server_error", "shutting_down",
 		                          "the server is shutting down");
 	}
-	if (S.waiting >= S.o.queue) {
+	if (S.waiting + S.running > S.o.queue) { /* the running one and --queue waiting */
 		int q = S.waiting;
 		pthread_mutex_unlock(&S.mu);
 		job_unref(j);
@@ -671,6 +672,7 @@ static int run_job(const dec_model_t *m, const serve_opts_t *o, job_t *j, char *
 		serve_set_error(&j->err, 500, "server_error", NULL, NULL, "decoding failed: %s", err);
 	}
 	j->done = 1;
+	S.running = 0;
 	pthread_cond_broadcast(&j->cv);
 	job_unref(j);
 	pthread_mutex_unlock(&S.mu);
@@ -768,6 +770,7 @@ int serve_rank0(const dec_model_t *m, sc_comm_t *comm, const serve_opts_t *o)
 		if (!S.head)
 			S.tail = NULL;
 		S.waiting--;
+		S.running = 1;
 		j->started = 1;
 		pthread_cond_broadcast(&j->cv);
 		pthread_mutex_unlock(&S.mu);

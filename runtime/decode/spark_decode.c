@@ -82,7 +82,7 @@ static void usage(FILE *f)
 	        "  --tokenizer bytes|none  text as bytes (the stand-in; default for synthetic\n"
 	        "                       shapes) or token ids only (default for --model)\n"
 	        "  --eos ID             stop a request after generating this id\n"
-	        "  --queue N            waiting requests beyond the running one (default 16)\n"
+	        "  --queue N            requests that may wait behind the running one (default 16)\n"
 	        "  --max-conns N        concurrent connections (default 64)\n"
 	        "  --max-body BYTES     request body limit (default 1048576)\n"
 	        "  --max-tokens-cap N   largest max_tokens (default 4096)\n"

@@ -191,14 +191,14 @@ fi
 # --eos: a request stops after the end-of-sequence id, finish_reason "stop"
 read -r EOS K < <("$PY" -c "
 import json; g = json.load(open('$DIR/tp1.greedy')); print(g[5], g.index(g[5]))")
-start eos --eos "$EOS"
+start eos --eos "$EOS" --queue 0 # --queue 0: the running request only
 [ "$(req "$PORT_eos" POST /v1/completions "$GREEDY")" = 200 ] || die "eos request"
 [ "$(js 'd["choices"][0]["finish_reason"]')" = stop ] || die "finish_reason with --eos"
 [ "$(js 'd["usage"]["completion_tokens"]')" = $((K + 1)) ] || die "eos: $(cat "$DIR/body")"
 [ "$(js 'd["choices"][0]["token_ids"][-1]')" = "$EOS" ] || die "eos is not the last token"
 kill -TERM "$PID_eos"
 wait "$PID_eos" || die "eos server exit"
-ok "--eos $EOS: stopped after $((K + 1)) tokens with finish_reason stop"
+ok "--eos $EOS: stopped after $((K + 1)) tokens with finish_reason stop (--queue 0 serves one at a time)"
 
 # queue bound and draining (TP=2, --queue 1): R1 runs, R2 waits, R3 gets 429;
 # SIGTERM: R1 completes, R2 and new requests get 503, every rank exits 0
