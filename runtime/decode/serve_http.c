@@ -834,10 +834,13 @@ int serve_follow(const dec_model_t *m, sc_comm_t *comm, const serve_opts_t *o)
 		if ((rc = sc_broadcast(comm, h, HDR_N, SC_I64, 0)) < 0) {
 			fprintf(stderr, "spark-decode: rank %d: lost rank 0: %s\n", m->rank,
 			        sc_strerror(rc));
+			free(prompt);
 			return 1;
 		}
-		if (h[0] == MSG_EXIT)
+		if (h[0] == MSG_EXIT) {
+			free(prompt);
 			return 0;
+		}
 		if (h[0] == MSG_NOOP)
 			continue;
 		n = (int)h[1];
@@ -848,6 +851,7 @@ int serve_follow(const dec_model_t *m, sc_comm_t *comm, const serve_opts_t *o)
 		    h[2] > SERVE_MAX_CONTEXT) {
 			fprintf(stderr, "spark-decode: rank %d: bad request header from rank 0\n",
 			        m->rank);
+			free(prompt);
 			return 1;
 		}
 		free(prompt);
