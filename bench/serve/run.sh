@@ -3,8 +3,8 @@
 # same invocation: tokens/s and request latency p50/p99 at batch 1 (sequential
 # requests over one keep-alive connection), for the tiny synthetic shape at
 # TP=1 and TP=2 (--local 2, two ranks over loopback). Prints one table and the
-# ratio HTTP/direct of tokens/s; the target is >= 0.90 (the server costs at
-# most 10%).
+# ratio HTTP/direct of tokens/s (the median of each request over the direct run
+# before it); the target is >= 0.90 (the server costs at most 10%).
 #
 #   bench/serve/run.sh [--tp "1 2"] [--tokens N] [--requests R] [--shape S]
 #                      [--build DIR]

@@ -34,6 +34,7 @@ enum { ST_LOADING = 0, ST_READY, ST_DRAINING };
 enum { MSG_NOOP = 0, MSG_REQUEST = 1, MSG_EXIT = 2 };
 enum { EP_NONE = 0, EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH };
 #define HDR_N 8
+#define STREAM_WAKE_S 0.002 /* a waiting stream is woken at most every 2 ms */
 
 typedef struct job {
 	serve_req_t req;
@@ -51,6 +52,7 @@ typedef struct job {
 	int refs;                 /* the connection and the queue/decoder */
 	pthread_cond_t cv;        /* started, done, or (to a waiting stream) tokens */
 	int waiters;              /* stream readers waiting for tokens */
+	double woke;              /* when a waiting stream was last woken */
 	struct job *next;
 	/* the stream's cursor (connection thread only) */
 	int stage, sent_ids;
@@ -590,10 +592,17 @@ static void on_token(void *ud, int index, int tok)
 		j->ids[j->n_ids++] = tok;
 	if (n && serve_buf_append(&j->text, &j->text_len, &j->text_cap, piece, n) < 0)
 		j->failed = 1, serve_set_error(&j->err, 500, "server_error", NULL, NULL, "out of memory");
-	/* only a stream that waits wants each token: a plain request waits for
-	 * done (a wake-up per token would cost a context switch per token) */
-	if (j->waiters)
-		pthread_cond_signal(&j->cv);
+	/* only a stream that waits wants tokens (a plain request waits for done),
+	 * and at most every STREAM_WAKE_S: when tokens come faster, a chunk
+	 * carries several and the decoder is not slowed by a context switch per
+	 * token (bench/serve) */
+	if (j->waiters) {
+		double now = dec_now();
+		if (j->n_ids == 1 || now - j->woke >= STREAM_WAKE_S) {
+			j->woke = now;
+			pthread_cond_signal(&j->cv);
+		}
+	}
 	pthread_mutex_unlock(&S.mu);
 }
 
