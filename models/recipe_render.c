@@ -328,9 +328,10 @@ static json_t *argv_trtllm(const struct rctx *c, int rank, const char **role)
 	return a;
 }
 
-/* spark-decode: one rank per node joined by libsparkcoll from SPARK_PEERS.
- * "synthetic:SHAPE" selects a synthetic shape, anything else is a model
- * directory. */
+/* spark-decode: one rank per node joined by libsparkcoll from SPARK_PEERS,
+ * in server mode: rank 0 serves HTTP on the recipe's port under the recipe's
+ * name, the others follow its requests. "synthetic:SHAPE" selects a synthetic
+ * shape, anything else is a model directory. */
 static json_t *argv_spark_decode(const struct rctx *c, int rank, const char **role)
 {
 	json_t *a = json_array();
@@ -341,6 +342,15 @@ static json_t *argv_spark_decode(const struct rctx *c, int rank, const char **ro
 	} else {
 		push(a, "--model");
 		push(a, c->r->model);
+	}
+	push(a, "--serve");
+	if (rank == 0) {
+		push(a, "--host");
+		push(a, "0.0.0.0");
+		push(a, "--port");
+		pushi(a, c->r->port);
+		push(a, "--served-model-name");
+		push(a, c->r->name);
 	}
 	*role = rank == 0 ? "api" : "worker";
 	extra_args(c, rank, a);

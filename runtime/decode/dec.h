@@ -197,6 +197,19 @@ typedef struct dec_run_opts {
 	sc_dtype_t comm_dtype;    /* SC_F32 or SC_BF16 */
 	int want_logits;          /* all ranks: gather full logits every step */
 	FILE *dump;               /* rank 0: writes them (f32, host order) */
+	/* Sampling: temperature 0 is greedy; above, every rank adds the same
+	 * Gumbel noise (a hash of sample_seed, the step and the token's global
+	 * id) to logits / temperature and takes the arg-max, which draws from
+	 * softmax(logits / T) and needs no more traffic than greedy. */
+	double temperature;
+	uint64_t sample_seed;
+	int eos_set;              /* 1: stop after generating the id eos */
+	int eos;
+	/* called on the rank that sets it (rank 0 of a server) after each
+	 * generated token, with its index; it cannot stop the run (all ranks
+	 * must take the same steps) */
+	void (*on_token)(void *ud, int index, int tok);
+	void *ud;
 } dec_run_opts_t;
 
 typedef struct dec_rank_stats {
@@ -205,7 +218,8 @@ typedef struct dec_rank_stats {
 
 typedef struct dec_result {
 	int *tokens;              /* generated ids [n_tokens] */
-	int n_tokens;
+	int n_tokens;             /* generated: fewer than asked when eos came */
+	int stopped;              /* 1: the last token is the eos id */
 	double *step_s;           /* wall time of each timed step */
 	double total_s;           /* sum of step_s */
 	double compute_s, comm_s; /* totals over the timed steps (this rank) */
@@ -249,5 +263,7 @@ int dec_measure_membw(size_t bytes, double *memcpy_gbs, double *read_gbs);
 
 double dec_now(void);
 int dec_parse_ids(const char *s, int **ids, int *n);
+/* Gumbel(0, 1) noise for (seed, step, id), the same on every rank and machine. */
+double dec_gumbel(uint64_t seed, uint64_t step, uint64_t id);
 
 #endif

@@ -35,7 +35,8 @@ typedef struct {
 	float *gather;     /* [world * vocab_shard] when dumping logits */
 	int max_seq;
 	double t_allreduce, t_gather;
-	int quiet;         /* warm-up: no dump */
+	int quiet;         /* warm-up: no dump, greedy */
+	int sample_step;   /* index of the token being generated */
 	char *err;
 	size_t errlen;
 } run_t;
@@ -197,6 +198,14 @@ static int step(run_t *s, int tok, int pos, int want_next, int *next)
 		float best = -INFINITY, v;
 		int bi = -1;
 		uint32_t u;
+		if (s->o->temperature > 0 && !s->quiet) {
+			/* Gumbel-max: arg-max of logit / T + g draws from softmax(logit / T) */
+			double inv_t = 1.0 / s->o->temperature;
+			for (int i = 0; i < m->vocab_n; i++)
+				s->logits[i] = (float)(s->logits[i] * inv_t +
+				                       dec_gumbel(s->o->sample_seed, (uint64_t)s->sample_step,
+				                                  (uint64_t)(m->vocab_lo + i)));
+		}
 		for (int i = 0; i < m->vocab_n; i++)
 			if (s->logits[i] > best || (bi < 0 && !isnan(s->logits[i]))) {
 				best = s->logits[i];
@@ -324,18 +333,27 @@ int dec_generate(const dec_model_t *m, sc_comm_t *comm, const dec_run_opts_t *o,
 	tok = o->prompt[o->n_prompt - 1];
 	for (int i = 0; i < o->n_tokens; i++, pos++) {
 		double t0 = dec_now();
+		s.sample_step = i;
 		if ((rc = step(&s, tok, pos, 1, &r->tokens[i])) < 0)
 			goto out;
 		tok = r->tokens[i];
 		r->step_s[i] = dec_now() - t0;
 		r->total_s += r->step_s[i];
+		if (o->on_token)
+			o->on_token(o->ud, i, tok);
+		if (o->eos_set && tok == o->eos) {
+			/* every rank has the same token: all stop here together */
+			r->n_tokens = i + 1;
+			r->stopped = 1;
+			break;
+		}
 	}
 	r->comm_s = s.t_allreduce + s.t_gather;
 	r->allreduce_s = s.t_allreduce;
 	r->compute_s = r->total_s - r->comm_s;
 	/* everyone's per-token compute and communication, for the report */
 	{
-		double mine[2] = {r->compute_s / o->n_tokens * 1e3, r->comm_s / o->n_tokens * 1e3};
+		double mine[2] = {r->compute_s / r->n_tokens * 1e3, r->comm_s / r->n_tokens * 1e3};
 		double all[2 * DEC_MAX_WORLD];
 		if (m->world > 1) {
 			int64_t b[2];
@@ -370,6 +388,22 @@ out:
 	if (rc < 0)
 		dec_result_free(r);
 	return rc;
+}
+
+/* splitmix64's finaliser: a well-mixed 64-bit hash */
+static uint64_t mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+double dec_gumbel(uint64_t seed, uint64_t step, uint64_t id)
+{
+	uint64_t h = mix64(mix64(mix64(seed + 0x9e3779b97f4a7c15ULL) ^ step) ^ id);
+	/* 53 bits -> u in (0, 1), never 0 or 1 */
+	double u = ((double)(h >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+	return -log(-log(u));
 }
 
 void dec_result_free(dec_result_t *r)

@@ -6,12 +6,15 @@
  *       [--prompt IDS] [--tokens N] [--algo auto|oneshot|ring|relay|doubling]
  *       [--comm-dtype f32|bf16] [--dump-logits FILE] [--membw] [-o table|json]
  *       [--local N]
+ *   spark-decode (--model DIR | --synthetic SHAPE) --serve [--host H] [--port P] ...
  *
  * Three ways to run: `--local N` forks N ranks on this machine over loopback;
  * inside a job (SPARK_WORLD_SIZE or WORLD_SIZE set) it is one rank and joins
  * the others with sc_comm_init_from_env(); otherwise it is a single rank
- * without communication. Rank 0 prints the report. */
+ * without communication. Rank 0 prints the report, or with --serve answers
+ * HTTP requests (serve.h) that every rank decodes in lockstep. */
 #include "dec.h"
+#include "serve.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -36,6 +39,9 @@ typedef struct {
 	sc_algo_t algo;
 	sc_dtype_t comm_dtype;
 	int *prompt, n_prompt;
+	int serve;
+	serve_opts_t so;
+	char model_id[256];
 } args_t;
 
 static void usage(FILE *f)
@@ -67,6 +73,23 @@ static void usage(FILE *f)
 	        "  --dump-logits FILE   write every step's full logits (f32) to FILE\n"
 	        "  --membw              also measure memcpy bandwidth (rank 0) for comparison\n"
 	        "  -o table|json        report format (default table)\n"
+	        "server (--serve; docs/serving.md):\n"
+	        "  --serve              rank 0 serves an OpenAI-compatible HTTP API until SIGTERM\n"
+	        "  --host ADDR          listen address (default 0.0.0.0)\n"
+	        "  --port N             listen port (default 8000; 0: any, logged)\n"
+	        "  --served-model-name NAME  the model id of /v1/models (default from the\n"
+	        "                       model dir, or synthetic:SHAPE)\n"
+	        "  --tokenizer bytes|none  text as bytes (the stand-in; default for synthetic\n"
+	        "                       shapes) or token ids only (default for --model)\n"
+	        "  --eos ID             stop a request after generating this id\n"
+	        "  --queue N            requests that may wait behind the running one (default 16)\n"
+	        "  --max-conns N        concurrent connections (default 64)\n"
+	        "  --max-body BYTES     request body limit (default 1048576)\n"
+	        "  --max-tokens-cap N   largest max_tokens (default 4096)\n"
+	        "  --max-context N      prompt + max_tokens limit (default 8192)\n"
+	        "  --idle-timeout S     close idle connections after S seconds (default 30)\n"
+	        "  --api-key-file FILE  require Authorization: Bearer KEY (the file's first line;\n"
+	        "                       or the variable SPARK_DECODE_API_KEY) on /v1/\n"
 	        "\n"
 	        "Without --local, inside a job (SPARK_* or RANK/WORLD_SIZE/MASTER_ADDR\n"
 	        "variables) it is one rank of the job; otherwise a single rank.\n");
@@ -101,16 +124,54 @@ static char *read_file(const char *path, size_t *len)
 	return buf;
 }
 
-/* One rank: load its shard, decode, rank 0 reports. Returns an exit code. */
-static int run_rank(sc_comm_t *comm, int rank, int world, const args_t *a, const char *mode)
+/* Load this rank's shard unless `rc` already failed (and was reported), then
+ * agree with the others: everyone learns whether someone failed, instead of
+ * waiting for a timeout. 0 with *m loaded, or 1 (nothing to free). */
+static int load_agreed(sc_comm_t *comm, int rank, int world, const args_t *a, int rc,
+                       dec_model_t *m, double *load_s)
 {
-	dec_model_t m;
 	dec_load_opts_t lo = {.model_dir = a->model_dir,
 	                      .shape = a->model_dir ? NULL : &a->shape,
 	                      .dtype = a->dtype,
 	                      .seed = a->seed,
 	                      .layers = a->layers,
 	                      .prefault = a->prefault};
+	char err[DEC_ERR_LEN];
+	double t0 = dec_now();
+	int32_t bad;
+
+	if (rc == 0 && (rc = dec_model_load(m, &lo, rank, world, err, sizeof(err))) < 0)
+		die_rank(rank, world, err);
+	*load_s = dec_now() - t0;
+	bad = rc < 0;
+	if (world > 1 && sc_allreduce(comm, &bad, &bad, 1, SC_I32, SC_MAX) < 0)
+		bad = 1;
+	if (bad && rc == 0)
+		dec_model_free(m);
+	return bad ? 1 : 0;
+}
+
+static int serve_rank(sc_comm_t *comm, int rank, int world, const args_t *a)
+{
+	dec_model_t m;
+	char err[DEC_ERR_LEN];
+	double load_s;
+	int rc = 0;
+
+	/* rank 0 binds first: a taken port fails before minutes of loading */
+	if (rank == 0 && (rc = serve_bind(&a->so, err, sizeof(err))) < 0)
+		die_rank(rank, world, err);
+	if (load_agreed(comm, rank, world, a, rc, &m, &load_s))
+		return 1;
+	rc = rank == 0 ? serve_rank0(&m, comm, &a->so) : serve_follow(&m, comm, &a->so);
+	dec_model_free(&m);
+	return rc;
+}
+
+/* One rank: load its shard, decode, rank 0 reports. Returns an exit code. */
+static int run_rank(sc_comm_t *comm, int rank, int world, const args_t *a, const char *mode)
+{
+	dec_model_t m;
 	dec_run_opts_t ro = {.prompt = a->prompt,
 	                     .n_prompt = a->n_prompt,
 	                     .n_tokens = a->tokens,
@@ -121,11 +182,11 @@ static int run_rank(sc_comm_t *comm, int rank, int world, const args_t *a, const
 	dec_result_t res;
 	dec_report_t rep = {0};
 	char err[DEC_ERR_LEN], source[300];
-	double t0;
 	int rc;
-	int32_t bad;
 
 	dec_blas_threads(a->threads);
+	if (a->serve)
+		return serve_rank(comm, rank, world, a);
 	if (a->membw && rank == 0 && dec_measure_membw((size_t)256 << 20, &rep.memcpy_gbs,
 	                                               &rep.read_gbs) < 0) {
 		die_rank(rank, world, "out of memory for the bandwidth probe");
@@ -136,20 +197,8 @@ static int run_rank(sc_comm_t *comm, int rank, int world, const args_t *a, const
 		die_rank(rank, world, err);
 		return 1;
 	}
-	t0 = dec_now();
-	rc = dec_model_load(&m, &lo, rank, world, err, sizeof(err));
-	rep.load_s = dec_now() - t0;
-	if (rc < 0)
-		die_rank(rank, world, err);
-	/* everyone learns whether someone failed, instead of waiting for a timeout */
-	bad = rc < 0;
-	if (world > 1 && sc_allreduce(comm, &bad, &bad, 1, SC_I32, SC_MAX) < 0)
-		bad = 1;
-	if (bad) {
-		if (rc == 0)
-			dec_model_free(&m);
+	if (load_agreed(comm, rank, world, a, 0, &m, &rep.load_s))
 		return 1;
-	}
 	if (rank == 0 && a->dump && !(ro.dump = fopen(a->dump, "wb"))) {
 		snprintf(err, sizeof(err), "%s: %s", a->dump, strerror(errno));
 		die_rank(rank, world, err);
@@ -222,6 +271,15 @@ static int local_child(int rank, int n, char **peers, int fd, const args_t *a)
 	return rc;
 }
 
+static pid_t local_pids[DEC_MAX_WORLD];
+static volatile sig_atomic_t local_n;
+
+static void forward_sig(int sig)
+{
+	for (int i = 0; i < local_n; i++)
+		kill(local_pids[i], sig);
+}
+
 /* Fork n ranks wired over loopback: listeners are bound before the fork so no
  * port can be taken in between; each child gets its own as listen_fd. */
 static int run_local(const args_t *a)
@@ -249,6 +307,7 @@ static int run_local(const args_t *a)
 	}
 	fflush(stdout);
 	fflush(stderr);
+	local_n = 0;
 	for (int i = 0; i < n; i++) {
 		pids[i] = fork();
 		if (pids[i] == 0) {
@@ -270,9 +329,22 @@ static int run_local(const args_t *a)
 	}
 	for (int i = 0; i < n; i++)
 		close(fds[i]);
+	/* a TERM or INT for this process is for the ranks: rank 0 of a server
+	 * drains and tells the others when to exit */
+	{
+		struct sigaction sa = {.sa_handler = forward_sig};
+		memcpy(local_pids, pids, sizeof(pid_t) * (size_t)n);
+		local_n = n;
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGTERM, &sa, NULL);
+		sigaction(SIGINT, &sa, NULL);
+	}
 	for (int i = 0; i < n; i++) {
 		int st;
-		if (waitpid(pids[i], &st, 0) < 0)
+		pid_t w;
+		while ((w = waitpid(pids[i], &st, 0)) < 0 && errno == EINTR)
+			;
+		if (w < 0)
 			continue;
 		if (WIFSIGNALED(st)) {
 			fprintf(stderr, PROG ": rank %d was killed by signal %d\n", i, WTERMSIG(st));
@@ -317,7 +389,9 @@ static int parse_int(const char *s, int lo, int hi, int *out)
 int main(int argc, char **argv)
 {
 	enum { O_MODEL = 256, O_SYNTH, O_LAYERS, O_DTYPE, O_SEED, O_CATALOG, O_LIST, O_PROMPT,
-	       O_TOKENS, O_ALGO, O_CDT, O_LOCAL, O_THREADS, O_NOPF, O_DUMP, O_MEMBW, O_VERSION, O_WARMUP };
+	       O_TOKENS, O_ALGO, O_CDT, O_LOCAL, O_THREADS, O_NOPF, O_DUMP, O_MEMBW, O_VERSION, O_WARMUP,
+	       O_SERVE, O_HOST, O_PORT, O_NAME, O_TOK, O_EOS, O_QUEUE, O_MAXCONN, O_MAXBODY,
+	       O_MAXTOK, O_MAXCTX, O_IDLE, O_KEYFILE };
 	static const struct option opts[] = {
 		{"model", required_argument, 0, O_MODEL},
 		{"synthetic", required_argument, 0, O_SYNTH},
@@ -339,13 +413,32 @@ int main(int argc, char **argv)
 		{"output", required_argument, 0, 'o'},
 		{"help", no_argument, 0, 'h'},
 		{"version", no_argument, 0, O_VERSION},
+		{"serve", no_argument, 0, O_SERVE},
+		{"host", required_argument, 0, O_HOST},
+		{"port", required_argument, 0, O_PORT},
+		{"served-model-name", required_argument, 0, O_NAME},
+		{"tokenizer", required_argument, 0, O_TOK},
+		{"eos", required_argument, 0, O_EOS},
+		{"queue", required_argument, 0, O_QUEUE},
+		{"max-conns", required_argument, 0, O_MAXCONN},
+		{"max-body", required_argument, 0, O_MAXBODY},
+		{"max-tokens-cap", required_argument, 0, O_MAXTOK},
+		{"max-context", required_argument, 0, O_MAXCTX},
+		{"idle-timeout", required_argument, 0, O_IDLE},
+		{"api-key-file", required_argument, 0, O_KEYFILE},
 		{0, 0, 0, 0},
 	};
 	args_t a = {.dtype = DEC_BF16, .seed = 1, .tokens = 32, .threads = 1, .prefault = 1, .warmup = 1,
 	            .algo = SC_ALGO_AUTO, .comm_dtype = SC_F32, .prompt_s = "1"};
 	char err[DEC_ERR_LEN], *catalog = NULL;
 	size_t catlen = 0;
-	int c, rc = 0, list = 0;
+	int c, rc = 0, list = 0, tok = -1;
+	const char *name = NULL, *keyfile = NULL;
+	char *key = NULL;
+
+	a.so = (serve_opts_t){.host = "0.0.0.0", .port = 8000, .queue = 16, .max_conns = 64,
+	                      .max_body = 1 << 20, .max_tokens_cap = 4096, .max_context = 8192,
+	                      .idle_timeout_s = 30};
 
 	while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
 		switch (c) {
@@ -409,6 +502,56 @@ int main(int argc, char **argv)
 			break;
 		case 'h': usage(stdout); return 0;
 		case O_VERSION: printf(PROG " %d.%d\n", SC_VERSION_MAJOR, SC_VERSION_MINOR); return 0;
+		case O_SERVE: a.serve = 1; break;
+		case O_HOST: a.so.host = optarg; break;
+		case O_PORT:
+			if (parse_int(optarg, 0, 65535, &a.so.port) < 0)
+				USAGE_ERR("--port wants a port number, 0-65535");
+			break;
+		case O_NAME:
+			if (!*optarg || strlen(optarg) >= sizeof(a.model_id))
+				USAGE_ERR("--served-model-name wants a name of 1-%zu characters",
+				          sizeof(a.model_id) - 1);
+			name = optarg;
+			break;
+		case O_TOK:
+			if (strcmp(optarg, "bytes") == 0)
+				tok = SERVE_TOK_BYTES;
+			else if (strcmp(optarg, "none") == 0)
+				tok = SERVE_TOK_NONE;
+			else
+				USAGE_ERR("--tokenizer must be bytes or none");
+			break;
+		case O_EOS:
+			if (parse_int(optarg, 0, 1 << 30, &a.so.run.eos) < 0)
+				USAGE_ERR("--eos wants a token id");
+			a.so.run.eos_set = 1;
+			break;
+		case O_QUEUE:
+			if (parse_int(optarg, 0, 100000, &a.so.queue) < 0)
+				USAGE_ERR("--queue wants a number of requests, 0-100000");
+			break;
+		case O_MAXCONN:
+			if (parse_int(optarg, 1, 100000, &a.so.max_conns) < 0)
+				USAGE_ERR("--max-conns wants a number of connections, 1-100000");
+			break;
+		case O_MAXBODY:
+			if (parse_int(optarg, 64, 1 << 30, &a.so.max_body) < 0)
+				USAGE_ERR("--max-body wants a number of bytes, 64-1073741824");
+			break;
+		case O_MAXTOK:
+			if (parse_int(optarg, 1, 1 << 20, &a.so.max_tokens_cap) < 0)
+				USAGE_ERR("--max-tokens-cap wants a number of tokens, 1-1048576");
+			break;
+		case O_MAXCTX:
+			if (parse_int(optarg, 2, SERVE_MAX_CONTEXT, &a.so.max_context) < 0)
+				USAGE_ERR("--max-context wants a number of tokens, 2-1048576");
+			break;
+		case O_KEYFILE: keyfile = optarg; break;
+		case O_IDLE:
+			if (parse_int(optarg, 1, 86400, &a.so.idle_timeout_s) < 0)
+				USAGE_ERR("--idle-timeout wants seconds, 1-86400");
+			break;
 		default: fprintf(stderr, "(try: " PROG " --help)\n"); return 2;
 		}
 	}
@@ -435,6 +578,48 @@ int main(int argc, char **argv)
 		fprintf(stderr, PROG ": %s\n", err);
 		rc = 1;
 		goto out;
+	}
+	if (a.serve) {
+		if (name) {
+			snprintf(a.model_id, sizeof(a.model_id), "%s", name);
+		} else if (a.model_dir) {
+			/* the directory's last component */
+			char tmp[sizeof(a.model_id)];
+			size_t l;
+			snprintf(tmp, sizeof(tmp), "%s", a.model_dir);
+			while ((l = strlen(tmp)) > 1 && tmp[l - 1] == '/')
+				tmp[l - 1] = 0;
+			snprintf(a.model_id, sizeof(a.model_id), "%s",
+			         strrchr(tmp, '/') ? strrchr(tmp, '/') + 1 : tmp);
+		} else {
+			snprintf(a.model_id, sizeof(a.model_id), "synthetic:%s", a.shape.name);
+		}
+		a.so.model_id = a.model_id;
+		a.so.tok = tok >= 0 ? (serve_tok_t)tok : a.model_dir ? SERVE_TOK_NONE : SERVE_TOK_BYTES;
+		a.so.run.algo = a.algo;
+		a.so.run.comm_dtype = a.comm_dtype;
+		if (a.so.max_tokens_cap >= a.so.max_context)
+			USAGE_ERR("--max-tokens-cap (%d) must be below --max-context (%d)",
+			          a.so.max_tokens_cap, a.so.max_context);
+		if (a.dump)
+			USAGE_ERR("--dump-logits does not go with --serve");
+		if (keyfile) {
+			size_t kl = 0;
+			if (!(key = read_file(keyfile, &kl))) {
+				fprintf(stderr, PROG ": %s: cannot read the API key file\n", keyfile);
+				rc = 1;
+				goto out;
+			}
+			key[strcspn(key, "\r\n")] = 0;
+		} else if (getenv("SPARK_DECODE_API_KEY") && *getenv("SPARK_DECODE_API_KEY")) {
+			key = strdup(getenv("SPARK_DECODE_API_KEY"));
+		}
+		if (key && strlen(key) < 8) {
+			fprintf(stderr, PROG ": the API key is shorter than 8 characters\n");
+			rc = 2;
+			goto out;
+		}
+		a.so.api_key = key;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (a.local) {
@@ -482,6 +667,7 @@ int main(int argc, char **argv)
 		rc = run_rank(NULL, 0, 1, &a, "single");
 	}
 out:
+	free(key);
 	free(catalog);
 	free(a.prompt);
 	return rc;

@@ -386,7 +386,9 @@ Test(render, spark_decode_peers)
 {
 	recipe_layout_t l = layout(2, "switch");
 	json_t *p = render("spark-decode", NULL, 0, &l);
-	cr_assert_str_eq(argv_of(p, 0), "spark-decode --synthetic tiny");
+	cr_assert_str_eq(argv_of(p, 0), "spark-decode --synthetic tiny --serve --host 0.0.0.0 "
+					"--port 8000 --served-model-name spark-decode");
+	cr_assert_str_eq(argv_of(p, 1), "spark-decode --synthetic tiny --serve");
 	cr_assert_str_eq(env_of(p, 1, "SPARK_PEERS"), "0=169.254.10.1:29501,1=169.254.10.2:29502");
 	cr_assert_str_eq(env_of(p, 1, "SPARK_RANK"), "1");
 	cr_assert_str_eq(env_of(p, 1, "SPARK_WORLD_SIZE"), "2");

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Hostile clients of spark-decode --serve (loopback, TP=1): the API key
+# (401 before a body is read), the connection limit and the idle timeout
+# against idle sockets, oversized headers and declared bodies, bytes that are
+# not HTTP, a JSON nesting bomb, a client gone mid-stream. After each the
+# server still answers a real request.
+set -euo pipefail
+B=${SPARK_BUILD_DIR:?}
+DEC=$B/runtime/decode/spark-decode
+PY=/usr/bin/python3
+command -v curl >/dev/null || { echo "SKIP: curl not installed"; exit 77; }
+DIR=$(mktemp -d /tmp/spark-decode-hostile-XXXXXX)
+pid=
+cleanup() {
+  [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null && sleep 0.3 && kill -9 "$pid" 2>/dev/null
+  wait 2>/dev/null || true
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+die() { echo "FAIL: $*" >&2; tail -n 20 "$DIR/server.log" >&2 || true; exit 1; }
+n=0
+ok() { n=$((n + 1)); echo "ok $n - $*"; }
+
+KEY=hostile-test-key-0123456789
+echo "$KEY" >"$DIR/key"
+"$DEC" --synthetic tiny --serve --host 127.0.0.1 --port 0 --api-key-file "$DIR/key" \
+  --max-conns 4 --idle-timeout 2 --max-body 4096 2>"$DIR/server.log" &
+pid=$!
+for _ in $(seq 300); do grep -q msg=serve_ready "$DIR/server.log" && break; sleep 0.1; done
+P=$(sed -n 's/.*msg=serve_listen.* port=\([0-9]*\).*/\1/p' "$DIR/server.log")
+[ -n "$P" ] || die "server did not start"
+U=http://127.0.0.1:$P
+code() { curl -s -o "$DIR/body" -w '%{http_code}' --max-time 10 "$@" || true; }
+alive() {
+  [ "$(code -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
+       --data-binary '{"prompt":"ok","max_tokens":4}' "$U/v1/completions")" = 200 ] ||
+    die "the server no longer answers after: $1"
+}
+
+[ "$(code "$U/v1/models")" = 401 ] || die "no key: not 401"
+[ "$(code -H 'Authorization: Bearer wrong-key-0123456789' "$U/v1/models")" = 401 ] || die "wrong key"
+[ "$(code -H "Authorization: Bearer ${KEY}x" "$U/v1/models")" = 401 ] || die "a longer key"
+[ "$(code -H "Authorization: Bearer $KEY" "$U/v1/models")" = 200 ] || die "the right key"
+[ "$(code "$U/health")" = 200 ] || die "health needs no key"
+head -c 3000 /dev/zero | tr '\0' 'x' >"$DIR/mid"
+[ "$(code -H 'Content-Type: application/json' --data-binary @"$DIR/mid" "$U/v1/completions")" = 401 ] ||
+  die "an unauthenticated body"
+alive "wrong keys"
+ok "API key: 401 without it, with a wrong or longer one; /health open"
+
+# idle sockets take every connection; the idle timeout (2 s) frees them
+"$PY" - "$P" <<'PYEOF' || die "idle connections"
+import socket, sys, time
+port = int(sys.argv[1])
+idle = [socket.create_connection(('127.0.0.1', port)) for _ in range(4)]
+time.sleep(0.3)
+s = socket.create_connection(('127.0.0.1', port))
+s.settimeout(1)
+s.sendall(b'GET /health HTTP/1.1\r\nHost: x\r\n\r\n')
+try:
+    got = s.recv(100)
+except socket.timeout:
+    got = b''
+assert got == b'', 'a fifth connection was served while 4 were open: %r' % got
+t0 = time.time()
+for c in idle:
+    c.settimeout(6)
+    assert c.recv(10) == b'', 'an idle connection got bytes'
+assert time.time() - t0 < 5.5, 'idle connections were not closed by the timeout'
+s.settimeout(5)
+got = s.recv(100)
+assert got.startswith(b'HTTP/1.1 200'), 'the waiting connection was not served after: %r' % got
+PYEOF
+alive "idle connections"
+ok "--max-conns 4: a fifth connection waits while 4 sit idle; --idle-timeout closes them, then it is served"
+
+# headers beyond the 32 KiB connection memory, a declared 1 GB body, not HTTP
+big=$(head -c 40000 /dev/zero | tr '\0' 'h')
+hc=$(code -H "X-Big: $big" "$U/health")
+[ "$hc" = 431 ] || [ "$hc" = 413 ] || die "40 KB header: $hc"
+alive "a 40 KB header"
+c=$("$PY" - "$P" "$KEY" <<'PYEOF'
+import socket, sys
+s = socket.create_connection(('127.0.0.1', int(sys.argv[1])))
+s.settimeout(5)
+s.sendall(('POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n'
+           'Content-Type: application/json\r\nContent-Length: 1000000000\r\n\r\n{"pro' % sys.argv[2]).encode())
+print(s.recv(200).split(b' ')[1].decode())
+PYEOF
+)
+[ "$c" = 413 ] || die "a declared 1 GB body got $c"
+alive "a declared 1 GB body"
+"$PY" - "$P" <<'PYEOF' || die "garbage"
+import socket, sys
+s = socket.create_connection(('127.0.0.1', int(sys.argv[1])))
+s.settimeout(5)
+s.sendall(bytes(range(256)) * 8 + b'\r\n\r\n')
+r = s.recv(100)
+assert r == b'' or r.startswith(b'HTTP/1.1 400'), r
+PYEOF
+alive "bytes that are not HTTP"
+ok "a 40 KB header ($hc), a declared 1 GB body (413), non-HTTP bytes: refused, server alive"
+
+head -c 4000 /dev/zero | tr '\0' '[' >"$DIR/deep"
+[ "$(code -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
+     --data-binary @"$DIR/deep" "$U/v1/completions")" = 400 ] || die "nesting bomb"
+alive "a nesting bomb"
+# a stream whose client leaves after the first event
+"$PY" - "$P" "$KEY" <<'PYEOF' || die "gone mid-stream"
+import socket, sys
+s = socket.create_connection(('127.0.0.1', int(sys.argv[1])))
+body = b'{"prompt":"x","max_tokens":500,"stream":true}'
+s.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ' + sys.argv[2].encode() +
+          b'\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n' % len(body) + body)
+assert s.recv(100).startswith(b'HTTP/1.1 200')
+s.close()
+PYEOF
+alive "a client gone mid-stream"
+ok "a JSON nesting bomb (400) and a client gone mid-stream; server alive"
+kill -TERM "$pid"
+wait "$pid" || die "exit status after SIGTERM"
+pid=
+grep -q 'msg=serve_exit status=0' "$DIR/server.log" || die "no clean exit"
+ok "exit 0 on SIGTERM after the hostile clients"
+echo "$n passed"
