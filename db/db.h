@@ -270,6 +270,41 @@ int db_job_rank_update(db *d, const db_job_rank *r);
 /* Ids of the group's starting or running jobs. */
 int db_group_active_jobs(db *d, const char *group, int64_t **ids, size_t *n);
 
+/* Supervised services (issue 19, docs/serving.md; db_services.c). One row
+ * per service, named uniquely; its runs are jobs (run_id: the current or
+ * last one, 0 none). plan, caller, need and endpoint are JSON text
+ * (malloc'd: db_service_free); need is {"NODE_ID": bytes}. */
+typedef struct db_service {
+	char name[64];
+	char group_name[64];
+	char recipe[64];
+	char runtime[16];
+	char model[256];
+	char owner[64];       /* user name of who started it */
+	int64_t uid;
+	char state[16];       /* starting|ready|unhealthy|restarting|failed|stopped */
+	int64_t run_id;
+	int64_t run_started;  /* Unix seconds the current run was launched */
+	int restarts, failures;
+	bool forced;          /* admitted with --force */
+	char last_error[256];
+	int64_t created_at, updated_at;
+	char *plan, *caller, *need, *endpoint;
+} db_service;
+
+/* Insert (state as given); -EEXIST when the name is taken, -EINVAL for a bad
+ * state or JSON. */
+int db_service_add(db *d, const db_service *s);
+int db_service_get(db *d, const char *name, db_service *out);
+/* Every service, oldest first; free with db_services_free. */
+int db_service_list(db *d, db_service **out, size_t *n);
+/* state, run_id, run_started, restarts, failures, last_error, endpoint,
+ * updated_at of s->name (endpoint NULL: unchanged). -ENOENT: no such one. */
+int db_service_update(db *d, const db_service *s);
+int db_service_remove(db *d, const char *name);
+void db_service_free(db_service *s);
+void db_services_free(db_service *v, size_t n);
+
 /* Topology validation runs (issue 5, docs/topology.md). A run is the whole
  * verdict (JSON text) plus its cables and probe results as rows. History:
  * names are text and outlive nodes. Adding a run keeps only the newest
