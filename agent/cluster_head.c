@@ -153,6 +153,17 @@ void head_status(struct agent *a, const struct svc_req *q)
 			      head ? head : json_null(), "node_count", (json_int_t)n, "ready_count",
 			      (json_int_t)ready, "nodes", arr);
 	json_object_set_new(d, "topology", a->hooks.topo_status ? a->hooks.topo_status(a) : json_null());
+	/* the serve service's records (cluster.db): each group's services */
+	json_t *svcs = json_array();
+	db_service *sv = NULL;
+	size_t ns = 0;
+	if (db_service_list(a->hd.db, &sv, &ns) == 0)
+		for (size_t i = 0; i < ns; i++)
+			json_array_append_new(svcs, json_pack("{s:s, s:s, s:s}", "name", sv[i].name,
+							      "group", sv[i].group_name, "state",
+							      sv[i].state));
+	db_services_free(sv, ns);
+	json_object_set_new(d, "services", svcs);
 	free(nodes);
 	svc_reply(q, d);
 }

@@ -1,4 +1,5 @@
-/* sparkctl recipe ls|show and serve --dry-run (issue 19, docs/serve.md).
+/* sparkctl recipe ls|show, serve [--dry-run] and svc ls|show|logs|stop|
+ * restart|rm (issue 19, docs/serve.md, docs/serving.md).
  *
  * Recipes come from the user's recipe directories (--recipe-dir, else
  * $SPARKCTL_RECIPE_DIR, else ~/.config/sparkctl/recipes and
@@ -7,7 +8,9 @@
  * the group (group_show) and each member's fabric report (node_show), picks
  * the address every other member reaches each at, renders every member's
  * command and environment (models/recipe.h) and checks the model's memory
- * per node with the planner (models/model.h). */
+ * per node with the planner (models/model.h). Without --dry-run the plan goes
+ * to the head as svc_start, which checks it, admits it against the nodes'
+ * memory budgets and keeps it running (agent/serve_head.c). */
 #include "cli.h"
 #include "output.h"
 
@@ -24,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define MAX_SETS 32
 #define MAX_DIRS 3
@@ -647,9 +651,9 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
 		return cli_usage(ctx, "on which group? add --group G ('sparkctl group ls')");
 	if (group && layout_file)
 		return cli_usage(ctx, "--group or --layout, not both");
-	if (!dry)
-		return cli_usage(ctx, "serve only prints the plan so far: add --dry-run (supervised "
-				      "services are not built yet; docs/serve.md)");
+	if (layout_file && !dry)
+		return cli_usage(ctx, "--layout renders a plan only: add --dry-run, or serve on "
+				      "--group G");
 	if (name) {
 		snprintf(nameset, sizeof nameset, "name=%s", name);
 		sets[n_sets++] = nameset;
@@ -687,8 +691,9 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
 	json_object_set_new(plan, "network_note", json_string(note));
 	json_object_set_new(plan, "admission", ad);
 	json_object_set_new(plan, "forced", json_boolean(force));
-	cli_output(ctx, NULL, plan, NULL);
 	json_t *fits = json_object_get(ad, "fits");
+	if (dry)
+		cli_output(ctx, NULL, plan, NULL);
 	rc = 0;
 	if (json_is_false(fits)) {
 		long long k = cli_jnum(ad, "fewest_nodes");
@@ -703,8 +708,149 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
 			rc = cli_fail("%s does not fit (%s); set memory: in the recipe, a smaller "
 				      "dtype, or --force", r.model, cli_jstr(ad, "why"));
 	}
+	if (!dry && rc == 0) {
+		/* the head checks it against the group and the nodes' budgets, records
+		 * it and starts it (docs/serving.md) */
+		char cwd[4096];
+		if (getcwd(cwd, sizeof cwd))
+			json_object_set_new(plan, "cwd", json_string(cwd));
+		if (getenv("PATH"))
+			json_object_set_new(plan, "path", json_string(getenv("PATH")));
+		json_t *args = json_pack("{s:s, s:s, s:O, s:b}", "name", r.name, "group", group,
+					 "plan", plan, "force", force);
+		json_t *ans = NULL;
+		rc = cli_request(ctx, "svc_start", args, 60000, &ans);
+		json_t *adm = json_object_get(ans, "admission");
+		if (rc == 0 && json_is_false(json_object_get(adm, "fits")))
+			fprintf(stderr, "sparkctl: over the memory budget of a node; started anyway "
+					"because of --force\n");
+		json_decref(ans);
+	}
 	json_decref(plan);
 	json_decref(keep);
 	recipe_free(&r);
 	return rc;
+}
+
+/* ---- svc ------------------------------------------------------------------------------ */
+
+int cmd_job_logs(struct cli_ctx *, int, char **); /* cmd_jobs.c */
+
+/* `svc VERB NAME`: {name: NAME} as type. */
+static int svc_one(struct cli_ctx *ctx, int argc, char **argv, const char *type,
+		   unsigned timeout_ms)
+{
+	static const struct option lo[] = {CLI_OPT_END};
+	const char *name = NULL;
+	int ch, rc = 0;
+	if (argc >= 2 && argv[1][0] != '-') {
+		name = argv[1];
+		argv[1] = argv[0];
+		argv++;
+		argc--;
+	}
+	optind = 0;
+	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1)
+		if (ch == -2)
+			return rc;
+	if (!name && optind < argc)
+		name = argv[optind++];
+	if (optind < argc)
+		return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
+	if (!name)
+		return cli_usage(ctx, "which service? 'sparkctl svc ls' lists them");
+	return cli_request(ctx, type, json_pack("{s:s}", "name", name), timeout_ms, NULL);
+}
+
+int cmd_svc_ls(struct cli_ctx *ctx, int argc, char **argv)
+{
+	static const struct option lo[] = {{"group", required_argument, NULL, 'g'}, CLI_OPT_END};
+	const char *group = NULL;
+	int ch, rc = 0;
+	optind = 0;
+	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
+		if (ch == -2)
+			return rc;
+		group = optarg;
+	}
+	if (optind < argc)
+		return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
+	json_t *args = json_object();
+	if (group)
+		json_object_set_new(args, "group", json_string(group));
+	return cli_request(ctx, "svc_ls", args, 0, NULL);
+}
+
+int cmd_svc_show(struct cli_ctx *ctx, int argc, char **argv)
+{
+	return svc_one(ctx, argc, argv, "svc_show", 0);
+}
+
+int cmd_svc_stop(struct cli_ctx *ctx, int argc, char **argv)
+{
+	return svc_one(ctx, argc, argv, "svc_stop", 30000);
+}
+
+int cmd_svc_restart(struct cli_ctx *ctx, int argc, char **argv)
+{
+	return svc_one(ctx, argc, argv, "svc_restart", 30000);
+}
+
+int cmd_svc_rm(struct cli_ctx *ctx, int argc, char **argv)
+{
+	return svc_one(ctx, argc, argv, "svc_rm", 0);
+}
+
+/* The current (or last) run's job logs: svc_show for the run, then job logs. */
+int cmd_svc_logs(struct cli_ctx *ctx, int argc, char **argv)
+{
+	static const struct option lo[] = {{"follow", no_argument, NULL, 'f'},
+					   {"rank", required_argument, NULL, 'r'},
+					   CLI_OPT_END};
+	const char *name = NULL, *rank = NULL;
+	bool follow = false;
+	int ch, rc = 0;
+	if (argc >= 2 && argv[1][0] != '-') {
+		name = argv[1];
+		argv[1] = argv[0];
+		argv++;
+		argc--;
+	}
+	optind = 0;
+	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
+		if (ch == -2)
+			return rc;
+		if (ch == 'f')
+			follow = true;
+		else
+			rank = optarg;
+	}
+	if (!name && optind < argc)
+		name = argv[optind++];
+	if (optind < argc)
+		return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
+	if (!name)
+		return cli_usage(ctx, "which service? 'sparkctl svc ls' lists them");
+	json_t *s = NULL;
+	if (cli_call(ctx, "svc_show", json_pack("{s:s}", "name", name), &s, 0))
+		return 1;
+	long long run = cli_jnum(s, "last_run");
+	json_decref(s);
+	if (run <= 0)
+		return cli_fail("service %s has not run yet; 'sparkctl svc show %s' says why", name,
+				name);
+	char id[32];
+	snprintf(id, sizeof id, "%lld", run);
+	char *av[6];
+	int ac = 0;
+	av[ac++] = (char *)"logs";
+	av[ac++] = id;
+	if (follow)
+		av[ac++] = (char *)"--follow";
+	if (rank) {
+		av[ac++] = (char *)"--rank";
+		av[ac++] = (char *)rank;
+	}
+	av[ac] = NULL;
+	return cmd_job_logs(ctx, ac, av);
 }
