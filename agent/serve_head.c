@@ -648,8 +648,7 @@ static struct sh_svc *svc_of_req(struct agent *a, const struct svc_req *q, bool 
 /* The node's memory budget in bytes (its last report), 0 when it reports none. */
 static int64_t node_budget(const db_node *n)
 {
-	(void)n;
-	return 0;
+	return n->mem_at > 0 && n->mem_budget > 0 ? n->mem_budget : 0;
 }
 
 /* Check the plan against the group: ranks are its members in order (a

@@ -231,8 +231,17 @@ static const char *const migrations[] = {
 	 * db_node_events). IF NOT EXISTS: a database put back to an older version
 	 * by dropping tables keeps its indexes on events. */
 	"CREATE INDEX IF NOT EXISTS events_node ON events(node_id, id);",
-	/* 7: reserved for the nodes' memory reports (issue 19, branch svc-node) */
-	"SELECT 1;",
+	/* 7: services (issue 19). A node's memory as its heartbeat reports it, in
+	 * bytes (0: never reported): MemTotal, MemAvailable, the budget services
+	 * may use (serve.memory_budget_gib or the planner's usable memory) and
+	 * when it was reported; and who manages a job ("serve:NAME" for a
+	 * service's run, '' for a job a user ran). */
+	"ALTER TABLE nodes ADD COLUMN mem_total INTEGER NOT NULL DEFAULT 0 CHECK (mem_total >= 0);"
+	"ALTER TABLE nodes ADD COLUMN mem_available INTEGER NOT NULL DEFAULT 0"
+	"  CHECK (mem_available >= 0);"
+	"ALTER TABLE nodes ADD COLUMN mem_budget INTEGER NOT NULL DEFAULT 0 CHECK (mem_budget >= 0);"
+	"ALTER TABLE nodes ADD COLUMN mem_at INTEGER NOT NULL DEFAULT 0;"
+	"ALTER TABLE jobs ADD COLUMN managed_by TEXT NOT NULL DEFAULT '';",
 	/* 8: supervised services (issue 19, db_services.c). plan is what the CLI
 	 * rendered (`serve --dry-run -o json`), caller who started it (its runs
 	 * run as that user), need the memory it was admitted with per node id

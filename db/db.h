@@ -35,6 +35,9 @@ typedef struct db_node {
 	bool drained;         /* set by drain; state shows "draining" while ready */
 	int64_t connected_at; /* first session; 0: a join not completed ("joining") */
 	char key_hash[65];    /* SHA-256 of the certified public key (joins) */
+	/* memory as the node last reported it, bytes (0: never): MemTotal,
+	 * MemAvailable, what services may use; mem_at: when (0: never) */
+	int64_t mem_total, mem_available, mem_budget, mem_at;
 } db_node;
 
 typedef struct db_token {
@@ -85,6 +88,9 @@ int db_node_seen(db *d, const char *id, int64_t ts, const char *address, const c
 /* Only last_seen, and only forwards (never below the stored value). */
 int db_node_touch(db *d, const char *id, int64_t ts);
 int db_node_set_state(db *d, const char *id, const char *state);
+/* The memory a node reported (bytes, >= 0) at `at`. -ENOENT for an unknown node. */
+int db_node_set_memory(db *d, const char *id, int64_t total, int64_t available, int64_t budget,
+		       int64_t at);
 /* A state change and its event, in one transaction: when the stored state
  * differs from state, set it and add an event of kind state with detail
  * (NULL: "OLD -> NEW", OLD as db_node_get shows it: "draining", "joining"...).
@@ -237,6 +243,7 @@ typedef struct db_job {
 	int exit_code;        /* -1 unknown */
 	int64_t timeout_s;    /* 0 none */
 	int64_t created_at, started_at, ended_at;
+	char managed_by[80];  /* the service that runs it ("serve:NAME"), "" for a user's job */
 } db_job;
 
 typedef struct db_job_rank {
