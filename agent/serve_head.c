@@ -325,21 +325,23 @@ static void launch(struct agent *a, struct sh_svc *s)
 	json_t *r;
 	json_array_foreach(json_object_get(s->plan, "ranks"), i, r) {
 		json_t *env = json_object_get(r, "env");
+		env = json_is_object(env) ? json_deep_copy(env) : json_object();
+		/* the PATH of the CLI that started it, as `sparkctl run` passes it,
+		 * unless the recipe sets one */
+		json_t *path = json_object_get(s->plan, "path");
+		if (json_is_string(path) && !json_object_get(env, "PATH"))
+			json_object_set(env, "PATH", path);
 		json_array_append_new(ranks, json_pack("{s:s, s:O, s:o}", "node", s->node_id[i], "argv",
-						       json_object_get(r, "argv"), "env",
-						       json_is_object(env) ? json_deep_copy(env)
-									   : json_object()));
+						       json_object_get(r, "argv"), "env", env));
 	}
 	char jname[96], owner[96];
 	snprintf(jname, sizeof jname, "svc-%s-%d", s->row.name, s->row.restarts + (s->row.run_id ? 2 : 1));
 	snprintf(owner, sizeof owner, "serve:%s", s->row.name);
 	json_t *spec = json_pack("{s:s, s:s, s:s, s:O, s:o}", "name", jname, "group",
 				 s->row.group_name, "owner", owner, "caller", s->caller, "ranks", ranks);
-	/* where the CLI that started it was, and its PATH (as `sparkctl run` passes them) */
+	/* where the CLI that started it was (the ranks' working directory) */
 	if (spec && json_is_string(json_object_get(s->plan, "cwd")))
-		json_object_set(spec, "cwd", json_object_get(s->plan, "cwd"));
-	if (spec && json_is_string(json_object_get(s->plan, "path")))
-		json_object_set(spec, "path", json_object_get(s->plan, "path"));
+		json_object_set(spec, "workdir", json_object_get(s->plan, "cwd"));
 	char err[512] = "";
 	long long id = -ENOSYS;
 	if (!a->hooks.job_launch)

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_SETS 32
@@ -853,4 +854,59 @@ int cmd_svc_logs(struct cli_ctx *ctx, int argc, char **argv)
 	}
 	av[ac] = NULL;
 	return cmd_job_logs(ctx, ac, av);
+}
+
+/* svc watch: every snapshot svc_watch sends (the first at once, then one per
+ * change), until Ctrl-C or the head goes: -o json one line each, else the
+ * svc ls table under a time stamp. */
+struct watch_state {
+	struct cli_ctx *ctx;
+};
+
+static void on_watch(void *arg, json_t *msg)
+{
+	struct watch_state *w = arg;
+	json_t *d = json_object_get(msg, "data");
+	if (!json_is_object(d))
+		return;
+	if (w->ctx->out == OUT_JSON) {
+		char *s = json_dumps(d, JSON_COMPACT);
+		if (s)
+			printf("%s\n", s);
+		free(s);
+	} else {
+		char at[64];
+		printf("-- %s\n", out_fmt_utc((long long)time(NULL), "-", at, sizeof at));
+		cli_output(w->ctx, NULL, d, NULL);
+	}
+	fflush(stdout);
+}
+
+int cmd_svc_watch(struct cli_ctx *ctx, int argc, char **argv)
+{
+	static const struct option lo[] = {{"group", required_argument, NULL, 'g'}, CLI_OPT_END};
+	const char *group = NULL;
+	int ch, rc = 0;
+	optind = 0;
+	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
+		if (ch == -2)
+			return rc;
+		group = optarg;
+	}
+	if (optind < argc)
+		return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
+	json_t *args = json_object();
+	if (group)
+		json_object_set_new(args, "group", json_string(group));
+	struct watch_state w = {.ctx = ctx};
+	struct cli_stream cs = {.on_event = on_watch, .arg = &w};
+	char *code = NULL, *msg = NULL;
+	json_t *d = NULL;
+	int r = cli_stream_raw(ctx, "svc_watch", args, &d, 0, &cs, &code, &msg);
+	json_decref(d);
+	if (r < 0)
+		rc = cli_fail("%s; run it again to follow the services", msg && *msg ? msg : "the watch ended");
+	free(code);
+	free(msg);
+	return rc;
 }

@@ -59,6 +59,7 @@ int cmd_svc_logs(struct cli_ctx *, int, char **);
 int cmd_svc_stop(struct cli_ctx *, int, char **);
 int cmd_svc_restart(struct cli_ctx *, int, char **);
 int cmd_svc_rm(struct cli_ctx *, int, char **);
+int cmd_svc_watch(struct cli_ctx *, int, char **);
 /* cmd_export.c */
 int cmd_export_slurm(struct cli_ctx *, int, char **);
 int cmd_env(struct cli_ctx *, int, char **);
@@ -360,6 +361,10 @@ const struct cli_cmd cli_commands[] = {
 	 "Only its owner or an admin of the cluster may restart it.\n"},
 	{"svc", "rm", cmd_svc_rm, cli_text_svc_change, "svc rm NAME [-o table|json]",
 	 "forget a stopped or failed service", NULL},
+	{"svc", "watch", cmd_svc_watch, cli_text_svc_ls, "svc watch [--group G] [-o table|json]",
+	 "follow the services: every service at once, then again after each change",
+	 "  --group G   only the services of group G\n"
+	 "With -o json, one line per snapshot ({\"services\": [...]}, as spark-router reads it).\n"},
 	{"export", "slurm", cmd_export_slurm, cli_text_export_slurm,
 	 "export slurm [--out DIR] [--slurm-version V] [--force] [--gpu-device PATH]\n"
 	 "         [--task-prolog PATH] [--prolog-socket PATH] [--sparkctl PATH] [-o files|json]",
