@@ -202,6 +202,16 @@ void cli_text_node_show(const struct cli_answer *a)
 	       cli_jstr(d, "version"), joined, seen,
 	       json_is_true(json_object_get(d, "connected")) ? "yes" : "no",
 	       cli_jstr(d, "cert_serial"));
+	json_t *mem = json_object_get(d, "mem");
+	if (json_is_object(mem)) {
+		const double g = 1024.0 * 1024.0 * 1024.0;
+		char at[64];
+		out_fmt_utc(cli_jnum(mem, "reported_at"), "never", at, sizeof at);
+		printf("Memory:      %.1f GiB, %.1f GiB available, budget %.1f GiB for services "
+		       "(at %s)\n",
+		       (double)cli_jnum(mem, "total") / g, (double)cli_jnum(mem, "available") / g,
+		       (double)cli_jnum(mem, "budget") / g, at);
+	}
 	print_fabric_report(d);
 	json_t *ev = json_object_get(d, "events");
 	if (json_array_size(ev)) {
