@@ -440,34 +440,40 @@ static void run_ended(struct agent *a, struct sh_svc *s, bool clean, const char 
 	set_state(a, s, "restarting", why);
 }
 
-/* Why a job ended, from its record (SVC_EV_JOB_ENDED's data). */
+/* Why a job ended, from its record (SVC_EV_JOB_ENDED's data): the jobs
+ * service's reason ("rank 1 on spark-2 was killed by signal 9"), else the
+ * first rank that failed on its own (not one stopped with SIGTERM after it). */
 static void job_why(const json_t *job, char *out, size_t len)
 {
-	const char *st = proto_str(job, "state");
+	const char *st = proto_str(job, "state"), *reason = proto_str(job, "reason");
+	if (reason && *reason) {
+		snprintf(out, len, "%s", reason);
+		return;
+	}
 	size_t i;
 	json_t *r;
 	json_array_foreach(json_object_get(job, "ranks"), i, r) {
-		const char *rs = proto_str(r, "state");
+		const char *rs = proto_str(r, "state") ?: "";
 		json_int_t sig = proto_int(r, "signal", 0), code = proto_int(r, "exit_code", 0);
-		if (rs && (strcmp(rs, "failed") == 0 || strcmp(rs, "lost") == 0 ||
-			   (strcmp(rs, "killed") == 0 && sig != SIGTERM) || code != 0)) {
-			if (strcmp(rs, "lost") == 0)
-				snprintf(out, len, "rank %lld on %s was lost", (long long)proto_int(r, "rank", 0),
-					 proto_str(r, "node") ?: "?");
-			else if (sig)
-				snprintf(out, len, "rank %lld on %s was killed by signal %lld",
-					 (long long)proto_int(r, "rank", 0), proto_str(r, "node") ?: "?",
-					 (long long)sig);
-			else
-				snprintf(out, len, "rank %lld on %s exited with code %lld",
-					 (long long)proto_int(r, "rank", 0), proto_str(r, "node") ?: "?",
-					 (long long)code);
+		const char *node = proto_str(r, "node") ?: "?";
+		long long rank = (long long)proto_int(r, "rank", 0);
+		if (strcmp(rs, "lost") == 0) {
+			snprintf(out, len, "rank %lld on %s was lost", rank, node);
+			return;
+		}
+		if (sig && sig != SIGTERM) {
+			snprintf(out, len, "rank %lld on %s was killed by signal %lld", rank, node,
+				 (long long)sig);
+			return;
+		}
+		if (!sig && code != 0) {
+			snprintf(out, len, "rank %lld on %s exited with code %lld", rank, node,
+				 (long long)code);
 			return;
 		}
 	}
-	const char *reason = proto_str(job, "reason");
-	snprintf(out, len, "the run (job %lld) ended: %s%s%s", (long long)proto_int(job, "id", 0),
-		 st ? st : "?", reason && *reason ? ", " : "", reason && *reason ? reason : "");
+	snprintf(out, len, "the run (job %lld) ended: %s", (long long)proto_int(job, "id", 0),
+		 st ? st : "?");
 }
 
 static void on_job_ended(struct agent *a, json_int_t id, const json_t *job)
