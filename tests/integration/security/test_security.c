@@ -1386,3 +1386,112 @@ Test(security, job_env_hostile_requests_are_refused, .timeout = 90)
 		free(code);
 	}
 }
+
+/* Services (issue 19, docs/serving.md): only the node that runs rank 0 of a
+ * service's current run reports its health. node-3 (rank 1 of a service on
+ * node-2,node-3) and node-4 (no rank) send svc_health "ok" over sessions with
+ * their real certificates: ignored, the service stays starting with no
+ * models. The same frame from node-2 (rank 0) is taken: the control that
+ * shows the frames were well formed. A job user cannot stop or remove root's
+ * service (forbidden, by the CLI and raw); root (its owner) can. */
+static void forge_health(int i, const char *service, long long run, const char *model)
+{
+	struct hs_client *m = hs_connect(C->nodes[0].port, nfile(i, "node.crt"), nfile(i, "node.key"),
+					 5000);
+	cr_assert(m, "cannot connect to the head with %s's certificate", C->nodes[i].name);
+	cr_assert_eq(hs_send_frame(m, "{\"v\":1,\"type\":\"hello\",\"id\":1,\"version\":\"x\"}"), 0);
+	json_t *hello = hs_read_frame(m, 5000);
+	cr_assert(hello, "the head did not answer %s's hello", C->nodes[i].name);
+	json_decref(hello);
+	char f[512];
+	snprintf(f, sizeof f,
+		 "{\"v\":1,\"type\":\"svc_health\",\"id\":0,\"service\":\"%s\",\"run\":%lld,"
+		 "\"ok\":true,\"code\":200,\"models\":[\"%s\"]}", service, run, model);
+	cr_assert_eq(hs_send_frame(m, f), 0);
+	/* and one naming a run that is not the current one */
+	snprintf(f, sizeof f,
+		 "{\"v\":1,\"type\":\"svc_health\",\"id\":0,\"service\":\"%s\",\"run\":%lld,"
+		 "\"ok\":true,\"code\":200,\"models\":[\"%s-old\"]}", service, run + 1000, model);
+	cr_assert_eq(hs_send_frame(m, f), 0);
+	/* a heartbeat answered afterwards: the frames before it were handled */
+	cr_assert_eq(hs_send_frame(m, "{\"v\":1,\"type\":\"heartbeat\",\"id\":0}"), 0);
+	usleep(500 * 1000);
+	hs_close(m);
+}
+
+static json_t *svc_show_json(const char *name)
+{
+	struct h_result r = ctl_t(0, 10, "svc", "show", name, "-o", "json", NULL);
+	json_t *j = r.rc == 0 ? h_json(&r) : NULL;
+	h_result_free(&r);
+	return j;
+}
+
+Test(security, svc_health_only_from_rank0_and_stop_only_by_owner, .timeout = 120)
+{
+	make_user(false);
+	cluster(4, 4);
+	open_socket_to(0, GROUP_JOB);
+	struct h_result r = ctl_t(0, 10, "group", "create", "g23", "--nodes", "node-2,node-3", NULL);
+	cr_assert_eq(r.rc, 0, "group create: %s", r.err);
+	h_result_free(&r);
+	write_file(rfile("s1.yaml"), "name: s1\nruntime: command\nmodel: none\nport: 18999\n"
+				    "command: [sleep, \"600\"]\nmemory: \"1\"\n");
+	r = ctl_t(0, 20, "serve", rfile("s1.yaml"), "--group", "g23", "-o", "json", NULL);
+	cr_assert_eq(r.rc, 0, "serve: %s", r.err);
+	json_t *j = h_json(&r);
+	long long run = (long long)json_integer_value(json_object_get(j, "run"));
+	cr_assert_gt(run, 0, "the service has a run");
+	json_decref(j);
+	h_result_free(&r);
+
+	forge_health(2, "s1", run, "forged-by-rank1");
+	forge_health(3, "s1", run, "forged-by-outsider");
+	j = svc_show_json("s1");
+	cr_assert(j);
+	cr_expect_str_eq(json_string_value(json_object_get(j, "state")) ?: "", "starting",
+			 "another node's svc_health changed the state");
+	cr_expect_eq(json_array_size(json_object_get(json_object_get(j, "endpoint"), "models")), 0,
+		     "another node's svc_health set the models");
+	json_decref(j);
+	cr_expect(log_has(0, "type=svc_health service=\"s1\"") || log_has(0, "type=svc_health service=s1"),
+		  "the head logs the refused frames");
+
+	forge_health(1, "s1", run, "from-rank0");
+	j = svc_show_json("s1");
+	cr_assert(j);
+	const char *st = json_string_value(json_object_get(j, "state")) ?: "";
+	cr_expect(strcmp(st, "ready") == 0 || strcmp(st, "unhealthy") == 0,
+		  "rank 0's report was not taken (state %s)", st);
+	json_t *models = json_object_get(json_object_get(j, "endpoint"), "models");
+	cr_expect_str_eq(json_string_value(json_array_get(models, 0)) ?: "", "from-rank0");
+	json_decref(j);
+
+	/* a job user may look, not stop or remove */
+	r = as_user(0, "svc", "ls", NULL);
+	cr_expect_eq(r.rc, 0, "a job user's svc ls: %s", r.err);
+	h_result_free(&r);
+	r = as_user(0, "svc", "stop", "s1", NULL);
+	cr_expect_eq(r.rc, 1, "a job user's svc stop of root's service: exit %d: %s", r.rc, r.err);
+	cr_expect(strstr(r.err, "owner"), "the message says who may: %s", r.err);
+	h_result_free(&r);
+	static const char *const reqs[] = {
+		"{\"v\":1,\"type\":\"svc_stop\",\"id\":1,\"name\":\"s1\"}",
+		"{\"v\":1,\"type\":\"svc_restart\",\"id\":1,\"name\":\"s1\"}",
+		"{\"v\":1,\"type\":\"svc_rm\",\"id\":1,\"name\":\"s1\"}", NULL};
+	for (const char *const *q = reqs; *q; q++) {
+		char *code = ctl_code(C->nodes[0].sock, *q, USER_NAME);
+		cr_expect_str_eq(code, "forbidden", "a job user's %s answered %s", *q, code);
+		free(code);
+	}
+	j = svc_show_json("s1");
+	cr_expect(j && json_is_integer(json_object_get(j, "run")) &&
+		  json_integer_value(json_object_get(j, "run")) == run, "the service was changed");
+	json_decref(j);
+	r = ctl_t(0, 30, "svc", "stop", "s1", "-o", "json", NULL);
+	cr_expect_eq(r.rc, 0, "the owner's svc stop: %s", r.err);
+	j = r.rc == 0 ? h_json(&r) : NULL;
+	cr_expect_str_eq(json_string_value(json_object_get(j, "state")) ?: "", "stopped");
+	json_decref(j);
+	h_result_free(&r);
+}
