@@ -84,7 +84,7 @@ static void try_start(struct agent *a, struct sh_svc *s);
 
 static struct serve *S(struct agent *a) { return a->serve; }
 
-static bool is_head(struct agent *a) { return a->id.role == ROLE_HEAD && a->hd.db; }
+static bool is_head(struct agent *a) { return a->serve && a->id.role == ROLE_HEAD && a->hd.db; }
 
 static const char *caller_user(const json_t *req)
 {
