@@ -113,6 +113,9 @@ struct agent_hooks {
 	/* jobs (head): SIGTERM every rank of a job, SIGKILL after grace_ms.
 	 * 0, or <0 when it is unknown or has ended. */
 	int (*job_stop)(struct agent *a, long long job_id, int grace_ms);
+	/* jobs (every node): does a rank of this job still run on this node?
+	 * (the serve service's health checks end with their run's job) */
+	bool (*job_here)(struct agent *a, long long job_id);
 };
 
 /* The head role's state (cluster_head.c; db is read by every head side). */

@@ -80,6 +80,7 @@ static int jobs_init(struct agent *a, char *err, size_t len)
 	(void)err;
 	(void)len;
 	jh_hooks(a);
+	a->hooks.job_here = jn_job_here;
 	return 0;
 }
 

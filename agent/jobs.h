@@ -109,6 +109,7 @@ void jn_sync_ack(struct agent *a, const char *from, const json_t *msg);
 void jn_exec_start(struct agent *a, const char *from, const json_t *msg);
 void jn_exec_signal(struct agent *a, const char *from, const json_t *msg);
 void jn_head_up(struct agent *a);                 /* send job_sync */
+bool jn_job_here(struct agent *a, long long job_id); /* the job_here hook */
 void jn_head_lost(struct agent *a);
 int jn_start(struct agent *a);
 void jn_stop(struct agent *a);

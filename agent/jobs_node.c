@@ -720,6 +720,16 @@ void jn_job_untail(struct agent *a, const char *from, const json_t *msg)
 
 /* ---- rank exit --------------------------------------------------------------------- */
 
+bool jn_job_here(struct agent *a, long long job_id)
+{
+	if (!a->jobs)
+		return false;
+	for (struct nrank *r = a->jobs->ranks; r; r = r->next)
+		if (r->job_id == job_id && !r->exited)
+			return true;
+	return false;
+}
+
 static void rank_finished(struct agent *a, struct nrank *r)
 {
 	struct jobs *J = a->jobs;
