@@ -6,6 +6,7 @@
  *     the model ids the server lists; svc watch delivers a snapshot at once
  *     and one per change;
  *   - kill -9 of a rank's process: restarting, then ready on a new run;
+ *   - /health failing: unhealthy, then ready again, on the same run;
  *   - the head's sparkd killed and started again: still ready, the same run;
  *   - svc stop: stopped, and none of the run's processes is left on any node;
  *   - a run that keeps failing: failed once the restart limit is reached;
@@ -277,6 +278,22 @@ Test(svc, ready_crash_head_restart_and_stop, .timeout = 200)
 	for (size_t i = 0; i < np; i++)
 		cr_expect(!alive(pids[i]), "pid %d of the crashed run is still alive", (int)pids[i]);
 
+	/* health failing after ready: unhealthy, and back to ready on the same run */
+	char hp[256], hq[256];
+	snprintf(hp, sizeof hp, "%s/www/health", dir);
+	snprintf(hq, sizeof hq, "%s/www/health.off", dir);
+	cr_assert_eq(rename(hp, hq), 0);
+	o = wait_state(&s, "web", "unhealthy", 15000);
+	cr_assert(o, "web did not become unhealthy when /health answered 404");
+	cr_expect(strstr(js(o, "last_error"), "404"), "%s", js(o, "last_error"));
+	cr_expect_eq(jnum(o, "run"), run2, "an unhealthy service is not restarted");
+	json_decref(o);
+	cr_assert_eq(rename(hq, hp), 0);
+	o = wait_state(&s, "web", "ready", 15000);
+	cr_assert(o, "web did not become ready again");
+	cr_expect_eq(jnum(o, "run"), run2);
+	json_decref(o);
+
 	/* the head's sparkd killed and started again: the same run, still ready */
 	char err[512] = "", a1[64];
 	snprintf(a1, sizeof a1, "%s", sh_ns(&s, 1));
@@ -291,7 +308,7 @@ Test(svc, ready_crash_head_restart_and_stop, .timeout = 200)
 	cr_expect(WIFEXITED(wst) && WEXITSTATUS(wst) == 1, "svc watch did not end with the head");
 	char seq[512];
 	watch_states(wpath, "web", seq, sizeof seq);
-	cr_expect(strstr(seq, "starting,ready,restarting,starting,ready"),
+	cr_expect(strstr(seq, "starting,ready,restarting,starting,ready,unhealthy,ready"),
 		  "svc watch states: %s", seq);
 	o = NULL;
 	for (int i = 0; i < 100 && !o; i++) {
