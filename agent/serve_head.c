@@ -905,6 +905,19 @@ void sh_svc_show(struct agent *a, const struct svc_req *q)
 		svc_reply(q, svc_full(s));
 }
 
+/* Stop the live run (SIGTERM, SIGKILL after the grace): true while its end
+ * is awaited (SVC_EV_JOB_ENDED), false when there is no run to wait for. */
+static bool stop_run(struct agent *a, struct sh_svc *s)
+{
+	if (!s->live)
+		return false;
+	if (a->hooks.job_stop && a->hooks.job_stop(a, s->row.run_id, SH_STOP_GRACE_MS) == 0)
+		return true;
+	send_unwatch(a, s);
+	s->live = false;
+	return false;
+}
+
 void sh_svc_stop(struct agent *a, const struct svc_req *q)
 {
 	struct sh_svc *s = svc_of_req(a, q, true);
@@ -921,7 +934,7 @@ void sh_svc_stop(struct agent *a, const struct svc_req *q)
 		}
 		s->stopping = true;
 		snprintf(s->row.last_error, sizeof s->row.last_error, "stopped by %s", caller_user(q->msg));
-		if (a->hooks.job_stop && a->hooks.job_stop(a, s->row.run_id, SH_STOP_GRACE_MS) == 0) {
+		if (stop_run(a, s)) {
 			s->stop_dest = q->reply;
 			s->stop_id = q->id;
 			s->stop_deadline_ms = util_now_ms() + SH_STOP_WAIT_MS;
@@ -929,8 +942,6 @@ void sh_svc_stop(struct agent *a, const struct svc_req *q)
 				 (long long)s->row.run_id, log_q(caller_user(q->msg)));
 			return; /* answered at the run's end */
 		}
-		send_unwatch(a, s);
-		s->live = false;
 		s->stopping = false;
 	}
 	char by[96];
@@ -945,17 +956,13 @@ void sh_svc_restart(struct agent *a, const struct svc_req *q)
 	if (!s)
 		return;
 	s->stopping = false;
-	if (s->live) {
-		s->restart_now = true;
-		if (a->hooks.job_stop && a->hooks.job_stop(a, s->row.run_id, SH_STOP_GRACE_MS) == 0) {
-			json_t *o = svc_full(s);
-			json_object_set_new(o, "note", json_string("the current run is stopping; a new "
-								   "one starts at its end"));
-			svc_reply(q, o);
-			return;
-		}
-		send_unwatch(a, s);
-		s->live = false;
+	s->restart_now = true;
+	if (stop_run(a, s)) {
+		json_t *o = svc_full(s);
+		json_object_set_new(o, "note", json_string("the current run is stopping; a new one "
+							   "starts at its end"));
+		svc_reply(q, o);
+		return;
 	}
 	s->restart_now = false;
 	s->row.failures = 0;

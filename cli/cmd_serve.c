@@ -737,49 +737,78 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
 
 int cmd_job_logs(struct cli_ctx *, int, char **); /* cmd_jobs.c */
 
-/* `svc VERB NAME`: {name: NAME} as type. */
-static int svc_one(struct cli_ctx *ctx, int argc, char **argv, const char *type,
-		   unsigned timeout_ms)
+/* The arguments of the svc commands: NAME (before or after the options) when
+ * want_name, and the options of lo: --group (g), --follow (f), --rank (r).
+ * 0, or the exit code of a usage error. */
+struct svc_args {
+	const char *name, *group, *rank;
+	bool follow;
+};
+
+static int svc_parse(struct cli_ctx *ctx, int argc, char **argv, const struct option *lo,
+		     bool want_name, struct svc_args *o)
 {
-	static const struct option lo[] = {CLI_OPT_END};
-	const char *name = NULL;
 	int ch, rc = 0;
-	if (argc >= 2 && argv[1][0] != '-') {
-		name = argv[1];
+	memset(o, 0, sizeof *o);
+	for (int i = 1; i < argc; i++) /* -f, as `job logs -f` */
+		if (strcmp(argv[i], "-f") == 0)
+			argv[i] = (char *)"--follow";
+	if (want_name && argc >= 2 && argv[1][0] != '-') {
+		o->name = argv[1];
 		argv[1] = argv[0];
 		argv++;
 		argc--;
 	}
 	optind = 0;
-	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1)
+	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
 		if (ch == -2)
 			return rc;
-	if (!name && optind < argc)
-		name = argv[optind++];
+		if (ch == 'g')
+			o->group = optarg;
+		else if (ch == 'f')
+			o->follow = true;
+		else if (ch == 'r')
+			o->rank = optarg;
+	}
+	if (want_name && !o->name && optind < argc)
+		o->name = argv[optind++];
 	if (optind < argc)
 		return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
-	if (!name)
+	if (want_name && !o->name)
 		return cli_usage(ctx, "which service? 'sparkctl svc ls' lists them");
-	return cli_request(ctx, type, json_pack("{s:s}", "name", name), timeout_ms, NULL);
+	return 0;
+}
+
+static const struct option group_opts[] = {{"group", required_argument, NULL, 'g'}, CLI_OPT_END};
+
+/* {"group": G} when given */
+static json_t *group_req(const struct svc_args *o)
+{
+	json_t *args = json_object();
+	if (o->group)
+		json_object_set_new(args, "group", json_string(o->group));
+	return args;
+}
+
+/* `svc VERB NAME`: {name: NAME} as type. */
+static int svc_one(struct cli_ctx *ctx, int argc, char **argv, const char *type,
+		   unsigned timeout_ms)
+{
+	static const struct option lo[] = {CLI_OPT_END};
+	struct svc_args o;
+	int rc = svc_parse(ctx, argc, argv, lo, true, &o);
+	if (rc)
+		return rc;
+	return cli_request(ctx, type, json_pack("{s:s}", "name", o.name), timeout_ms, NULL);
 }
 
 int cmd_svc_ls(struct cli_ctx *ctx, int argc, char **argv)
 {
-	static const struct option lo[] = {{"group", required_argument, NULL, 'g'}, CLI_OPT_END};
-	const char *group = NULL;
-	int ch, rc = 0;
-	optind = 0;
-	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
-		if (ch == -2)
-			return rc;
-		group = optarg;
-	}
-	if (optind < argc)
-		return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
-	json_t *args = json_object();
-	if (group)
-		json_object_set_new(args, "group", json_string(group));
-	return cli_request(ctx, "svc_ls", args, 0, NULL);
+	struct svc_args o;
+	int rc = svc_parse(ctx, argc, argv, group_opts, false, &o);
+	if (rc)
+		return rc;
+	return cli_request(ctx, "svc_ls", group_req(&o), 0, NULL);
 }
 
 int cmd_svc_show(struct cli_ctx *ctx, int argc, char **argv)
@@ -808,30 +837,12 @@ int cmd_svc_logs(struct cli_ctx *ctx, int argc, char **argv)
 	static const struct option lo[] = {{"follow", no_argument, NULL, 'f'},
 					   {"rank", required_argument, NULL, 'r'},
 					   CLI_OPT_END};
-	const char *name = NULL, *rank = NULL;
-	bool follow = false;
-	int ch, rc = 0;
-	if (argc >= 2 && argv[1][0] != '-') {
-		name = argv[1];
-		argv[1] = argv[0];
-		argv++;
-		argc--;
-	}
-	optind = 0;
-	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
-		if (ch == -2)
-			return rc;
-		if (ch == 'f')
-			follow = true;
-		else
-			rank = optarg;
-	}
-	if (!name && optind < argc)
-		name = argv[optind++];
-	if (optind < argc)
-		return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
-	if (!name)
-		return cli_usage(ctx, "which service? 'sparkctl svc ls' lists them");
+	struct svc_args o;
+	int rc = svc_parse(ctx, argc, argv, lo, true, &o);
+	if (rc)
+		return rc;
+	const char *name = o.name, *rank = o.rank;
+	bool follow = o.follow;
 	json_t *s = NULL;
 	if (cli_call(ctx, "svc_show", json_pack("{s:s}", "name", name), &s, 0))
 		return 1;
@@ -884,20 +895,11 @@ static void on_watch(void *arg, json_t *msg)
 
 int cmd_svc_watch(struct cli_ctx *ctx, int argc, char **argv)
 {
-	static const struct option lo[] = {{"group", required_argument, NULL, 'g'}, CLI_OPT_END};
-	const char *group = NULL;
-	int ch, rc = 0;
-	optind = 0;
-	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
-		if (ch == -2)
-			return rc;
-		group = optarg;
-	}
-	if (optind < argc)
-		return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
-	json_t *args = json_object();
-	if (group)
-		json_object_set_new(args, "group", json_string(group));
+	struct svc_args o;
+	int rc = svc_parse(ctx, argc, argv, group_opts, false, &o);
+	if (rc)
+		return rc;
+	json_t *args = group_req(&o);
 	struct watch_state w = {.ctx = ctx};
 	struct cli_stream cs = {.on_event = on_watch, .arg = &w};
 	char *code = NULL, *msg = NULL;
