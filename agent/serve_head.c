@@ -482,7 +482,11 @@ static void on_job_ended(struct agent *a, json_int_t id, const json_t *job)
 		if (!s->live || s->row.run_id != id)
 			continue;
 		char why[320];
-		job_why(job, why, sizeof why);
+		if (s->timed_out) /* we stopped it: the reason is ours, not the job's */
+			snprintf(why, sizeof why, "no healthy answer within the start-up timeout (%llds)",
+				 (long long)plan_int(s->plan, "health", "startup_timeout_s", 3600));
+		else
+			job_why(job, why, sizeof why);
 		const char *st = proto_str(job, "state");
 		bool clean = st && strcmp(st, "succeeded") == 0;
 		log_info("service_run_ended", "service=%s job=%lld state=%s why=%s", s->row.name,
