@@ -124,6 +124,19 @@ static bool spec_too_large(conn *dest, json_int_t id, const json_t *argv, const 
 	return true;
 }
 
+/* A command is an array of strings (answered bad_request otherwise). */
+static bool argv_strings(conn *dest, json_int_t id, const json_t *argv)
+{
+	size_t i;
+	json_t *v;
+	json_array_foreach(argv, i, v)
+		if (!json_is_string(v)) {
+			reply_error(dest, id, "bad_request", "the command must be strings");
+			return false;
+		}
+	return true;
+}
+
 static json_t *stream_msg(struct watcher *w, const char *event)
 {
 	json_t *m = proto_msg("stream", w->id);
@@ -1498,13 +1511,10 @@ void jh_job_run(struct agent *a, const struct svc_req *q)
 		reply_error(dest, id, "bad_request", "missing the command (after --)");
 		return;
 	}
+	if (!argv_strings(dest, id, argv))
+		return;
 	size_t i;
 	json_t *v;
-	json_array_foreach(argv, i, v)
-		if (!json_is_string(v)) {
-			reply_error(dest, id, "bad_request", "the command must be strings");
-			return;
-		}
 	if (rpn < 1 || rpn > JOBS_MAX_RANKS_PER_NODE) {
 		reply_error(dest, id, "bad_request", "--ranks-per-node must be 1 to %d",
 			    JOBS_MAX_RANKS_PER_NODE);
@@ -1877,13 +1887,10 @@ void jh_exec(struct agent *a, const struct svc_req *q)
 		reply_error(dest, id, "bad_request", "exec needs a node and a command");
 		return;
 	}
+	if (!argv_strings(dest, id, argv))
+		return;
 	size_t i;
 	json_t *v;
-	json_array_foreach(argv, i, v)
-		if (!json_is_string(v)) {
-			reply_error(dest, id, "bad_request", "the command must be strings");
-			return;
-		}
 	if (spec_too_large(dest, id, argv, json_object_get(req, "env")))
 		return;
 	db_node n;

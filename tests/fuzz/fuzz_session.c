@@ -13,18 +13,18 @@
  * ranks and exec on the head's own node would start `sparkd --rank-shim`,
  * which here names a path that does not exist, so no command ever runs.
  *
- * Each input is decoded into frames a member may send (heartbeat, hello,
- * fabric, topo_reply, topo_rdma_ep, forward with every jobs request, forward
- * with every cluster request, forward with every services request (plans
- * fuzzed), svc_health, job_started/exit/data/sync, exec_data/exit,
- * stream_cancel, leave, crl, join, frames of the head's direction, unknown
- * types, raw and oversized frames) with fuzzed fields. Fields that name the
- * head's objects (job, tail, exec, topology request and probe ids) may take
- * the values the head just sent this member, so the frames reach the code
- * behind the lookups. The frames go over a Unix socket that the head adopted
- * as fz-w1's session (peers_adopt_session), one at a time, running the loop
- * until it is idle after each; then the member closes and the loop runs until
- * the head has released the session.
+ * Each input is decoded into frames a member may send (heartbeat and hello
+ * with memory reports, fabric, topo_reply, topo_rdma_ep, forward with every
+ * jobs request, forward with every cluster request, forward with every
+ * services request (plans fuzzed), svc_health, job_started/exit/data/sync,
+ * exec_data/exit, stream_cancel, leave, crl, join, frames of the head's
+ * direction, unknown types, raw and oversized frames) with fuzzed fields.
+ * Fields that name the head's objects (job, tail, exec, topology request and
+ * probe ids) may take the values the head just sent this member, so the
+ * frames reach the code behind the lookups. The frames go over a Unix socket
+ * that the head adopted as fz-w1's session (peers_adopt_session), one at a
+ * time, running the loop until it is idle after each; then the member closes
+ * and the loop runs until the head has released the session.
  *
  * Invariants (abort on violation): the head survives and sends only
  * well-formed frames; ASan/UBSan/LSan are clean; 3 s after the member closed
@@ -686,6 +686,25 @@ static json_t *gtopo_data(struct in *in)
 	return d;
 }
 
+/* A memory report (issue 19): well-formed, fuzzed numbers, or not an object. */
+static json_t *gmem(struct in *in)
+{
+	unsigned c = u8(in) % 6;
+	if (c == 0)
+		return NULL;
+	if (c == 1)
+		return fuzz_text(in, 8);
+	if (c == 2)
+		return json_pack("{s:I, s:I, s:I}", "total", (json_int_t)1 << 37, "available",
+				 (json_int_t)1 << 36, "budget", (json_int_t)1 << 36);
+	json_t *m = json_object();
+	put(m, "total", gint(in, NULL));
+	put(m, "available", gint(in, NULL));
+	if (c != 3)
+		put(m, "budget", gint(in, NULL));
+	return m;
+}
+
 enum op {
 	OP_HEARTBEAT, OP_HELLO, OP_FABRIC, OP_TOPO_REPLY, OP_TOPO_EP, OP_TOPO_OTHER,
 	OP_JOB_REQ, OP_JOB_REQ2, OP_FORWARD, OP_FORWARD2, OP_JOB_STARTED, OP_JOB_EXIT,
@@ -705,11 +724,13 @@ static bool next_frame(struct in *in)
 	switch (op) {
 	case OP_HEARTBEAT:
 		m = proto_msg("heartbeat", id);
+		put(m, "mem", gmem(in));
 		break;
 	case OP_HELLO:
 		m = proto_msg("hello", id);
 		put(m, "address", u8(in) % 3 ? json_string("127.0.0.2:7300") : fuzz_text(in, 40));
 		put(m, "version", fuzz_text(in, 10));
+		put(m, "mem", gmem(in));
 		break;
 	case OP_FABRIC:
 		m = proto_msg("fabric", id);

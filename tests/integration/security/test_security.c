@@ -1495,3 +1495,86 @@ Test(security, svc_health_only_from_rank0_and_stop_only_by_owner, .timeout = 120
 	json_decref(j);
 	h_result_free(&r);
 }
+
+/* node's "mem" in status -o json of the head (a new reference, NULL if none). */
+static json_t *mem_of(const char *node)
+{
+	struct h_result r = ctl_t(0, 10, "status", "-o", "json", NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.err);
+	json_t *j = h_json(&r);
+	json_t *m = json_object_get(h_status_node(j, node), "mem");
+	m = json_is_object(m) ? json_incref(m) : NULL;
+	json_decref(j);
+	h_result_free(&r);
+	return m;
+}
+
+/* Memory reports (issue 19) are a member's own: node-2 (its certificate, its
+ * sparkd stopped) reports one good figure, then blasts reports that are not
+ * memory (available over total, negative, a budget of 0, strings, 2^62
+ * bytes, an array): the head keeps node-2's last good report; a report that
+ * names node-1 is node-2's, node-1's own figures are untouched; and the
+ * session still works. */
+Test(security, memory_reports_are_checked_and_only_the_senders, .timeout = 90)
+{
+	cluster(2, 2);
+	cr_assert(h_wait_state(C, 0, "node-2", "ready", 15000) >= 0);
+	h_kill(C, 1, SIGTERM);
+	cr_assert(h_wait_state(C, 0, "node-2", "unreachable", 20000) >= 0);
+	json_t *head_before = mem_of("node-1");
+	cr_assert(head_before, "the head's own node has no memory report");
+	struct hs_client *m = hs_connect(C->nodes[0].port, nfile(1, "node.crt"), nfile(1, "node.key"),
+					 5000);
+	cr_assert(m, "cannot connect to the head with node-2's certificate");
+	cr_assert_eq(hs_send_frame(m, "{\"v\":1,\"type\":\"hello\",\"id\":1,\"version\":\"x\",\"mem\":"
+				      "{\"total\":1000000000,\"available\":500000000,\"budget\":"
+				      "800000000}}"), 0);
+	json_t *hello = hs_read_frame(m, 5000);
+	cr_assert(hello && strcmp(json_string_value(json_object_get(hello, "type")) ?: "", "result") == 0,
+		  "the head did not answer node-2's hello");
+	json_decref(hello);
+	const char *bad[] = {
+		"{\"total\":1000,\"available\":2000,\"budget\":10}",
+		"{\"total\":-1,\"available\":0,\"budget\":10}",
+		"{\"total\":1000,\"available\":10,\"budget\":0}",
+		"{\"total\":\"1000\",\"available\":10,\"budget\":10}",
+		"{\"total\":4611686018427387904,\"available\":10,\"budget\":10}",
+		"{\"total\":1000,\"available\":10}",
+	};
+	char f[512];
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		snprintf(f, sizeof f, "{\"v\":1,\"type\":\"heartbeat\",\"id\":0,\"mem\":%s}", bad[i]);
+		cr_assert_eq(hs_send_frame(m, f), 0);
+	}
+	/* not an object: the frame's fields are refused as such (an error answer) */
+	cr_assert_eq(hs_send_frame(m, "{\"v\":1,\"type\":\"heartbeat\",\"id\":0,\"mem\":[1,2,3]}"), 0);
+	json_t *e = hs_read_frame(m, 5000);
+	cr_expect(e && strcmp(json_string_value(json_object_get(e, "type")) ?: "", "error") == 0,
+		  "a heartbeat whose mem is an array was not refused");
+	json_decref(e);
+	usleep(300 * 1000);
+	json_t *mine = mem_of("node-2");
+	cr_assert(mine, "node-2's good report was not kept");
+	cr_expect_eq(json_integer_value(json_object_get(mine, "total")), 1000000000);
+	cr_expect_eq(json_integer_value(json_object_get(mine, "available")), 500000000);
+	cr_expect_eq(json_integer_value(json_object_get(mine, "budget")), 800000000);
+	json_decref(mine);
+	/* a report that names another node is still about the sender */
+	cr_assert_eq(hs_send_frame(m, "{\"v\":1,\"type\":\"heartbeat\",\"id\":0,\"mem\":{\"node\":"
+				      "\"node-1\",\"total\":7,\"available\":7,\"budget\":7}}"), 0);
+	usleep(300 * 1000);
+	mine = mem_of("node-2");
+	cr_expect_eq(json_integer_value(json_object_get(mine, "total")), 7, "not node-2's: %s",
+		     json_dumps(mine, 0));
+	json_decref(mine);
+	json_t *head_after = mem_of("node-1");
+	cr_expect_eq(json_integer_value(json_object_get(head_after, "total")),
+		     json_integer_value(json_object_get(head_before, "total")),
+		     "node-2's reports changed node-1's");
+	cr_expect_neq(json_integer_value(json_object_get(head_after, "budget")), 7);
+	json_decref(head_before);
+	json_decref(head_after);
+	cr_expect_eq(hs_send_frame(m, "{\"v\":1,\"type\":\"heartbeat\",\"id\":0}"), 0);
+	cr_expect(h_wait_state(C, 0, "node-2", "ready", 5000) >= 0, "the session stopped working");
+	hs_close(m);
+}
