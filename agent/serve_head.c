@@ -600,6 +600,7 @@ static void load(struct agent *a)
 		snprintf(name, sizeof name, "%s", rows[i].name);
 		struct sh_svc *s = svc_from_row(&rows[i]);
 		if (!s) {
+			db_service_free(&rows[i]);
 			log_warn("service_load_failed", "service=%s err=%s", name, "bad row");
 			continue;
 		}
