@@ -664,9 +664,9 @@ static int64_t node_budget(const db_node *n)
 	return n->mem_at > 0 && n->mem_budget > 0 ? n->mem_budget : 0;
 }
 
-/* Check the plan against the group: ranks are its members in order (a
- * prefix of them when the recipe uses fewer nodes), each with an argv of
- * strings and an env of strings. Fills s's nodes and adds "node_id" to each
+/* Check the plan against the group: ranks are its members in order (every
+ * one: a run is a job of the whole group), each with an argv of strings and
+ * an env of strings. Fills s's nodes and adds "node_id" to each
  * rank of the plan. 0, or -1 after answering. */
 static int check_plan(struct agent *a, const struct svc_req *q, struct sh_svc *s, const char *group)
 {
@@ -692,6 +692,13 @@ static int check_plan(struct agent *a, const struct svc_req *q, struct sh_svc *s
 	if (r < 0 || nm == 0) {
 		free(members);
 		svc_error(q, "not_found", "no group '%s' (or it has no nodes); 'sparkctl group ls'", group);
+		return -1;
+	}
+	if (n != nm) { /* the jobs service runs a job on every member of its group */
+		svc_error(q, "bad_request", "the plan has %zu rank(s) and group %s %zu node(s): a "
+			  "service runs on every member; make a group of %zu ('sparkctl group create') "
+			  "or --set nodes=%zu", n, group, nm, n, nm);
+		free(members);
 		return -1;
 	}
 	size_t i;
