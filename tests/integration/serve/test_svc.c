@@ -390,6 +390,14 @@ Test(svc, limit_order_and_admission, .timeout = 200)
 		  strstr(js(o, "last_error"), "restart limit"), "%s", js(o, "last_error"));
 	json_decref(o);
 
+	/* a plan on part of the group is refused up front (a run is a job of the
+	 * whole group) */
+	int rc = sh_ctl(&s, 1, &out, "serve", rp, "--group", "all", "--name", "half", "--set",
+			"nodes=1", NULL);
+	cr_expect_eq(rc, 1, "%s", out);
+	cr_expect(out && strstr(out, "runs on every member"), "%s", out);
+	free(out);
+
 	/* two services on the same nodes: the second waits for the first */
 	o = sh_ctl_json(&s, 1, "serve", recipe("one", 8001, "www", "3"), "--group", "all", NULL);
 	cr_assert(o, "serve one");
@@ -423,8 +431,8 @@ Test(svc, limit_order_and_admission, .timeout = 200)
 	cr_assert_gt(budget, 2, "node 2 reports a memory budget (node show: mem.budget)");
 	char set[64];
 	snprintf(set, sizeof set, "memory=%.1f", budget - 1.5); /* one and two hold 2 GiB */
-	int rc = sh_ctl(&s, 1, &out, "serve", recipe("three", 8003, "www", "3"), "--group", "all",
-			"--set", set, NULL);
+	rc = sh_ctl(&s, 1, &out, "serve", recipe("three", 8003, "www", "3"), "--group", "all",
+		    "--set", set, NULL);
 	cr_expect_eq(rc, 1, "over the budget must be refused: %s", out);
 	cr_expect(out && strstr(out, "does not fit") && strstr(out, sh_ns(&s, 2)) &&
 		  strstr(out, "GiB would fit"), "%s", out);
