@@ -227,12 +227,7 @@ int cmd_recipe_show(struct cli_ctx *ctx, int argc, char **argv)
 	size_t n_sets = 0;
 	bool yaml = false;
 	int ch, rc = 0;
-	if (argc >= 2 && argv[1][0] != '-') {
-		name = argv[1];
-		argv[1] = argv[0];
-		argv++;
-		argc--;
-	}
+	name = cli_leading_arg(&argc, &argv);
 	optind = 0;
 	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
 		if (ch == -2)
@@ -616,12 +611,7 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
 	bool dry = false, force = false;
 	int ch, rc = 0;
 	const char *recipe = NULL;
-	if (argc >= 2 && argv[1][0] != '-') {
-		recipe = argv[1];
-		argv[1] = argv[0];
-		argv++;
-		argc--;
-	}
+	recipe = cli_leading_arg(&argc, &argv);
 	optind = 0;
 	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
 		switch (ch) {
@@ -753,12 +743,8 @@ static int svc_parse(struct cli_ctx *ctx, int argc, char **argv, const struct op
 	for (int i = 1; i < argc; i++) /* -f, as `job logs -f` */
 		if (strcmp(argv[i], "-f") == 0)
 			argv[i] = (char *)"--follow";
-	if (want_name && argc >= 2 && argv[1][0] != '-') {
-		o->name = argv[1];
-		argv[1] = argv[0];
-		argv++;
-		argc--;
-	}
+	if (want_name)
+		o->name = cli_leading_arg(&argc, &argv);
 	optind = 0;
 	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
 		if (ch == -2)
