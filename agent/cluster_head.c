@@ -423,8 +423,14 @@ static void on_live_timer(uv_timer_t *t)
 		if (strcmp(nodes[i].id, a->id.node_id) == 0)
 			continue;
 		struct session *s = peers_session(a, nodes[i].id);
+		/* Without a session a node is quiet since it was last seen, but at
+		 * most since this sparkd started: after a head restart its members
+		 * reconnect with back-off, and the stored last_seen may be up to
+		 * HEAD_SEEN_FLUSH_S old; each gets AGENT_UNREACHABLE_MS to come back
+		 * before its jobs (and services' runs) are lost. */
+		int64_t seen = nodes[i].last_seen > a->started_at ? nodes[i].last_seen : a->started_at;
 		uint64_t quiet_ms = s ? now_ms - s->last_ms
-				      : (uint64_t)(now > nodes[i].last_seen ? now - nodes[i].last_seen : 0) * 1000;
+				      : (uint64_t)(now > seen ? now - seen : 0) * 1000;
 		const char *want = quiet_ms >= AGENT_DOWN_MS         ? "down"
 				   : quiet_ms >= AGENT_UNREACHABLE_MS ? "unreachable"
 								      : "ready";
