@@ -63,13 +63,19 @@ static void files_up(bool health)
 	}
 }
 
+/* The test's directory goes on every exit of a test (the suite's fini). */
 static void files_down(void)
 {
+	if (!dir[0])
+		return;
 	char cmd[128];
 	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
 	if (system(cmd) != 0)
 		cr_log_warn("could not remove %s", dir);
+	dir[0] = '\0';
 }
+
+TestSuite(svc, .fini = files_down);
 
 /* A command recipe NAME in dir: rank 0 serves www on port over HTTP, the
  * others sleep; health every second; back-off 1 s. */
