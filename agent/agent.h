@@ -113,6 +113,9 @@ struct agent_hooks {
 	/* jobs (head): SIGTERM every rank of a job, SIGKILL after grace_ms.
 	 * 0, or <0 when it is unknown or has ended. */
 	int (*job_stop)(struct agent *a, long long job_id, int grace_ms);
+	/* jobs (every node): does a rank of this job still run on this node?
+	 * (the serve service's health checks end with their run's job) */
+	bool (*job_here)(struct agent *a, long long job_id);
 };
 
 /* The head role's state (cluster_head.c; db is read by every head side). */
@@ -123,6 +126,8 @@ struct agent_head {
 	char *crl_pem;            /* the revocation list last made (head_crl_update) */
 	uv_timer_t live_timer;
 	bool live_timer_on;
+	bool self_up;             /* SVC_EV_NODE_UP sent for the head's own node */
+	uint64_t self_mem_ms;     /* when the head last read its own memory */
 	struct session *sessions; /* connected workers */
 };
 
@@ -177,6 +182,7 @@ struct agent {
 	struct identity id;
 	char admin_group[64];     /* security.admin_group: admins besides root */
 	int64_t join_expire_s;    /* security.join_expire_s */
+	int64_t mem_budget;       /* serve.memory_budget_gib in bytes, 0: the planner's share */
 	unsigned ctl_conns;       /* open control socket connections */
 	unsigned port_conns;      /* worker: open agent-port connections */
 	SSL_CTX *srv_ctx;         /* our listener: our cert, verifies peers against the CA */

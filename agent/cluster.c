@@ -2,11 +2,14 @@
  * itself (version, debug_memory, init, join, leave). See cluster.h. */
 #include "cluster.h"
 
+#include "cfg.h"
 #include "log.h"
+#include "model.h"
 #include "proto.h"
 #include "spark_config.h"
 #include "util.h"
 
+#include <errno.h>
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,19 +166,89 @@ static void cluster_event(struct agent *a, enum svc_event ev, const struct svc_e
 /* A member's session frames (they take the session: sessions.c), and the
  * head's revocation list to its workers. */
 static const struct svc_frame frames[] = {
-	{"hello", NULL, FRAME_TO_HEAD, {{"address", 'S'}, {"version", 'S'}}, head_hello},
-	{"heartbeat", NULL, FRAME_TO_HEAD, {{NULL, 0}}, head_heartbeat, SVC_FRAME_QUIET},
+	{"hello", NULL, FRAME_TO_HEAD, {{"address", 'S'}, {"version", 'S'}, {"mem", 'O'}}, head_hello},
+	{"heartbeat", NULL, FRAME_TO_HEAD, {{"mem", 'O'}, {NULL, 0}}, head_heartbeat, SVC_FRAME_QUIET},
 	{"leave", NULL, FRAME_TO_HEAD, {{NULL, 0}}, head_leave},
 	{"crl", worker_on_crl, FRAME_TO_NODE, {{"crl", 's'}, {NULL, 0}}},
 	{NULL},
 };
 
+/* ---- memory (issue 19) -------------------------------------------------------- */
+
+/* A Spark's MemTotal is about what CUDA sees (MODEL_CUDA_GIB); the planner
+ * gives an engine MODEL_USABLE_GIB of it (docs/planner.md). */
+#define MEM_MAX_BYTES ((int64_t)1 << 50) /* 1 PiB: anything above is not a machine's */
+
+int cluster_mem_read(struct agent *a, struct cluster_mem *m)
+{
+	FILE *f = fopen("/proc/meminfo", "re");
+	if (!f)
+		return -errno;
+	long long total = -1, avail = -1;
+	char line[128];
+	while (fgets(line, sizeof line, f)) {
+		long long v;
+		if (sscanf(line, "MemTotal: %lld kB", &v) == 1)
+			total = v;
+		else if (sscanf(line, "MemAvailable: %lld kB", &v) == 1)
+			avail = v;
+	}
+	fclose(f);
+	if (total <= 0 || avail < 0 || total > MEM_MAX_BYTES / 1024)
+		return -EIO;
+	m->total = (int64_t)total * 1024;
+	m->available = (int64_t)(avail < total ? avail : total) * 1024;
+	m->budget = a->mem_budget > 0 ? a->mem_budget
+				      : (int64_t)((double)m->total * (MODEL_USABLE_GIB / MODEL_CUDA_GIB));
+	return 0;
+}
+
+json_t *cluster_mem_json(const struct cluster_mem *m)
+{
+	return json_pack("{s:I, s:I, s:I}", "total", (json_int_t)m->total, "available",
+			 (json_int_t)m->available, "budget", (json_int_t)m->budget);
+}
+
+int cluster_mem_parse(const json_t *o, struct cluster_mem *m)
+{
+	json_t *t = json_object_get(o, "total"), *v = json_object_get(o, "available"),
+	       *b = json_object_get(o, "budget");
+	if (!json_is_integer(t) || !json_is_integer(v) || !json_is_integer(b))
+		return -EINVAL;
+	m->total = json_integer_value(t);
+	m->available = json_integer_value(v);
+	m->budget = json_integer_value(b);
+	if (m->total <= 0 || m->total > MEM_MAX_BYTES || m->available < 0 ||
+	    m->available > m->total || m->budget <= 0 || m->budget > MEM_MAX_BYTES)
+		return -EINVAL;
+	return 0;
+}
+
+/* serve.memory_budget_gib: what services may use on this node (a number > 0). */
+static int mem_budget_config(struct agent *a, char *err, size_t len)
+{
+	const char *s;
+	char e2[160];
+	int r = a->cfg ? cfg_get_str(a->cfg, "serve.memory_budget_gib", &s, e2, sizeof e2) : -ENOENT;
+	if (r == -ENOENT)
+		return 0;
+	char *end = NULL;
+	errno = 0;
+	double gib = r == 0 ? strtod(s, &end) : 0;
+	if (r < 0 || errno || end == s || *end || !(gib > 0) ||
+	    gib * 1024.0 * 1024.0 * 1024.0 > (double)MEM_MAX_BYTES) {
+		snprintf(err, len, "%s: serve.memory_budget_gib must be a number of GiB above 0 (like "
+			 "96 or 40.5)", a->opts.config[0] ? a->opts.config : "config");
+		return -EINVAL;
+	}
+	a->mem_budget = (int64_t)(gib * 1024.0 * 1024.0 * 1024.0);
+	return 0;
+}
+
 static int cluster_init(struct agent *a, char *err, size_t len)
 {
-	(void)err;
-	(void)len;
 	head_hooks(a);
-	return 0;
+	return mem_budget_config(a, err, len);
 }
 
 const struct service cluster_service = {

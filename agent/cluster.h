@@ -41,6 +41,19 @@ const char *head_store_error(int r);          /* a db_ error for people */
 int head_token_create(struct agent *a, int64_t ttl, int64_t uses, const char *descr,
 		      char *token_out, size_t len, char *id_out);
 
+/* cluster.c: this node's memory (issue 19), bytes: MemTotal and MemAvailable
+ * of /proc/meminfo (on a Spark the GPU uses the same pool) and the budget
+ * services may use: serve.memory_budget_gib, else the planner's usable share
+ * of MemTotal (MODEL_USABLE_GIB of MODEL_CUDA_GIB). 0, or -errno. */
+struct cluster_mem {
+	int64_t total, available, budget;
+};
+int cluster_mem_read(struct agent *a, struct cluster_mem *m);
+json_t *cluster_mem_json(const struct cluster_mem *m); /* {"total","available","budget"} */
+/* A report from a peer: all three integers, 0 <= available <= total,
+ * 0 < budget. 0, or -EINVAL. */
+int cluster_mem_parse(const json_t *o, struct cluster_mem *m);
+
 /* cluster_node.c */
 int worker_start(struct agent *a);                /* connect to the head (identity known) */
 void worker_stop(struct agent *a);

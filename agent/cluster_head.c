@@ -106,6 +106,13 @@ static json_t *node_json(struct agent *a, const db_node *n, const char *origin)
 	json_object_set_new(o, "fabric", a->hooks.fabric_summary ? a->hooks.fabric_summary(a, n->id)
 							   : json_null());
 	json_object_set_new(o, "groups", node_groups(a, n->id));
+	/* memory as last reported, bytes (issue 19); null before the first report */
+	json_object_set_new(o, "mem", n->mem_at ? json_pack("{s:I, s:I, s:I, s:I}", "total",
+							     (json_int_t)n->mem_total, "available",
+							     (json_int_t)n->mem_available, "budget",
+							     (json_int_t)n->mem_budget, "reported_at",
+							     (json_int_t)n->mem_at)
+						: json_null());
 	return o;
 }
 
@@ -153,6 +160,17 @@ void head_status(struct agent *a, const struct svc_req *q)
 			      head ? head : json_null(), "node_count", (json_int_t)n, "ready_count",
 			      (json_int_t)ready, "nodes", arr);
 	json_object_set_new(d, "topology", a->hooks.topo_status ? a->hooks.topo_status(a) : json_null());
+	/* the serve service's records (cluster.db): each group's services */
+	json_t *svcs = json_array();
+	db_service *sv = NULL;
+	size_t ns = 0;
+	if (db_service_list(a->hd.db, &sv, &ns) == 0)
+		for (size_t i = 0; i < ns; i++)
+			json_array_append_new(svcs, json_pack("{s:s, s:s, s:s}", "name", sv[i].name,
+							      "group", sv[i].group_name, "state",
+							      sv[i].state));
+	db_services_free(sv, ns);
+	json_object_set_new(d, "services", svcs);
 	free(nodes);
 	svc_reply(q, d);
 }
@@ -382,6 +400,9 @@ static void expire_joins(struct agent *a, int64_t now)
 	head_crl_update(a);
 }
 
+static void self_tick(struct agent *a);
+static void peer_mem(struct agent *a, const db_node *n, const json_t *msg);
+
 static void on_live_timer(uv_timer_t *t)
 {
 	struct agent *a = t->data;
@@ -392,6 +413,7 @@ static void on_live_timer(uv_timer_t *t)
 	uint64_t now_ms = util_now_ms();
 	int64_t now = util_now();
 	peers_sweep_sessions(a);
+	self_tick(a);
 	bool expired = false; /* a join that never connected, and is past its time */
 	for (size_t i = 0; i < n; i++) {
 		if (strcmp(nodes[i].state, "joining") == 0) {
@@ -401,8 +423,14 @@ static void on_live_timer(uv_timer_t *t)
 		if (strcmp(nodes[i].id, a->id.node_id) == 0)
 			continue;
 		struct session *s = peers_session(a, nodes[i].id);
+		/* Without a session a node is quiet since it was last seen, but at
+		 * most since this sparkd started: after a head restart its members
+		 * reconnect with back-off, and the stored last_seen may be up to
+		 * HEAD_SEEN_FLUSH_S old; each gets AGENT_UNREACHABLE_MS to come back
+		 * before its jobs (and services' runs) are lost. */
+		int64_t seen = nodes[i].last_seen > a->started_at ? nodes[i].last_seen : a->started_at;
 		uint64_t quiet_ms = s ? now_ms - s->last_ms
-				      : (uint64_t)(now > nodes[i].last_seen ? now - nodes[i].last_seen : 0) * 1000;
+				      : (uint64_t)(now > seen ? now - seen : 0) * 1000;
 		const char *want = quiet_ms >= AGENT_DOWN_MS         ? "down"
 				   : quiet_ms >= AGENT_UNREACHABLE_MS ? "unreachable"
 								      : "ready";
@@ -567,6 +595,9 @@ void head_hello(struct agent *a, struct session *s, const json_t *req)
 					    "cluster_name", cl.name, "node_name", n.name, "head_addr",
 					    head.address, "crl", crl ? crl : ""));
 	free(crl);
+	peer_mem(a, &n, req);
+	struct svc_event_arg arg = {.node_id = n.id};
+	svc_emit(a, SVC_EV_NODE_UP, &arg);
 }
 
 void head_leave(struct agent *a, struct session *s, const json_t *req)
@@ -588,12 +619,62 @@ void head_leave(struct agent *a, struct session *s, const json_t *req)
 	head_crl_update(a);
 }
 
+/* ---- memory reports (issue 19) -------------------------------------------- */
+
+/* Store a node's memory report (n: its row as stored). Heartbeats come every
+ * second; a row is written when the total or budget changed, when what is
+ * available moved by HEAD_MEM_STEP, or when the stored one is HEAD_SEEN_FLUSH_S
+ * old: a quiet cluster costs about one small write per node per 10 s. */
+#define HEAD_MEM_STEP ((int64_t)64 << 20)
+static void store_mem(struct agent *a, const db_node *n, const struct cluster_mem *m)
+{
+	int64_t now = util_now();
+	int64_t moved = m->available - n->mem_available;
+	if (m->total == n->mem_total && m->budget == n->mem_budget && moved < HEAD_MEM_STEP &&
+	    -moved < HEAD_MEM_STEP && now - n->mem_at < HEAD_SEEN_FLUSH_S)
+		return;
+	if (db_node_set_memory(a->hd.db, n->id, m->total, m->available, m->budget, now) < 0)
+		log_warn("node_memory_save_failed", "node=%s", n->name);
+}
+
+static void peer_mem(struct agent *a, const db_node *n, const json_t *msg)
+{
+	json_t *o = json_object_get(msg, "mem");
+	struct cluster_mem m;
+	if (!o)
+		return;
+	if (cluster_mem_parse(o, &m) < 0) {
+		log_warn("bad_memory_report", "node=%s", n->name);
+		return;
+	}
+	store_mem(a, n, &m);
+}
+
+/* The head's own node has no heartbeat: it reads its memory here (liveness
+ * tick), and says its node is up once the services have started. */
+static void self_tick(struct agent *a)
+{
+	uint64_t now_ms = util_now_ms();
+	if (a->hd.self_up && now_ms - a->hd.self_mem_ms < AGENT_HEARTBEAT_MS)
+		return;
+	a->hd.self_mem_ms = now_ms;
+	db_node self;
+	struct cluster_mem m;
+	if (db_node_get(a->hd.db, a->id.node_id, &self) == 0 && cluster_mem_read(a, &m) == 0)
+		store_mem(a, &self, &m);
+	if (!a->hd.self_up) {
+		a->hd.self_up = true;
+		struct svc_event_arg arg = {.node_id = a->id.node_id};
+		svc_emit(a, SVC_EV_NODE_UP, &arg);
+	}
+}
+
 void head_heartbeat(struct agent *a, struct session *s, const json_t *msg)
 {
-	(void)msg;
 	db_node n;
 	if (db_node_get(a->hd.db, s->node_id, &n) < 0)
 		return;
+	peer_mem(a, &n, msg);
 	if (db_node_transition(a->hd.db, n.id, "ready", NULL, util_now()) > 0) {
 		log_info("node_state", "node=%s from=%s to=ready", n.name, n.state);
 		db_node_seen(a->hd.db, n.id, util_now(), n.address, n.version);
@@ -789,6 +870,7 @@ static void start_timers(struct agent *a)
 		a->hd.live_timer.data = a;
 		a->hd.live_timer_on = true;
 	}
+	a->hd.self_up = false; /* the first tick: after every service started */
 	uv_timer_start(&a->hd.live_timer, on_live_timer, 1000, 500);
 }
 

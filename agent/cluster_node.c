@@ -466,11 +466,22 @@ void worker_cli_gone(struct agent *a, conn *c)
 		a->wk.join_wait->cli = NULL;
 }
 
+/* This node's memory for the head (hello and every heartbeat: issue 19). */
+static void add_mem(struct agent *a, json_t *m)
+{
+	struct cluster_mem mem;
+	if (cluster_mem_read(a, &mem) == 0)
+		json_object_set_new(m, "mem", cluster_mem_json(&mem));
+}
+
 static void on_heartbeat(uv_timer_t *t)
 {
 	struct agent *a = t->data;
-	if (a->wk.link && a->wk.up)
-		conn_send_new(a->wk.link, proto_msg("heartbeat", 0));
+	if (a->wk.link && a->wk.up) {
+		json_t *m = proto_msg("heartbeat", 0);
+		add_mem(a, m);
+		conn_send_new(a->wk.link, m);
+	}
 	agent_settle(a);
 }
 
@@ -658,6 +669,7 @@ static void on_head_ready(conn *c, int status)
 	json_t *m = proto_msg("hello", 0);
 	json_object_set_new(m, "address", json_string(a->id.advertise));
 	json_object_set_new(m, "version", json_string(SPARK_VERSION));
+	add_mem(a, m);
 	peers_request(a, NULL, 0, m, PEERS_NOW, on_hello_answer);
 }
 

@@ -75,6 +75,15 @@ json_t *jobs_text(const char *buf, size_t len, bool final, size_t *used)
 
 /* ---- the service ---------------------------------------------------------------- */
 
+static int jobs_init(struct agent *a, char *err, size_t len)
+{
+	(void)err;
+	(void)len;
+	jh_hooks(a);
+	a->hooks.job_here = jn_job_here;
+	return 0;
+}
+
 static int jobs_start(struct agent *a, char *err, size_t len)
 {
 	struct jobs *J = calloc(1, sizeof *J);
@@ -88,6 +97,8 @@ static int jobs_start(struct agent *a, char *err, size_t len)
 	J->head_timer.data = J;
 	uv_timer_init(a->loop, &J->node_timer);
 	J->node_timer.data = J;
+	uv_timer_init(a->loop, &J->end_timer);
+	J->end_timer.data = J;
 	size_t n = sizeof J->exe;
 	if (uv_exepath(J->exe, &n) < 0)
 		J->exe[0] = '\0';
@@ -109,6 +120,7 @@ static void jobs_stop(struct agent *a)
 	J->stopping = true;
 	uv_timer_stop(&J->head_timer);
 	uv_timer_stop(&J->node_timer);
+	uv_timer_stop(&J->end_timer);
 	/* the timers are closed by main's final walk; jobs_free frees the rest */
 }
 
@@ -119,6 +131,7 @@ static void jobs_free(struct agent *a)
 		return;
 	jh_free(a);
 	jn_free(a);
+	json_decref(J->ended);
 	free(J);
 	a->jobs = NULL;
 }
@@ -205,6 +218,7 @@ const struct service jobs_service = {
 	.name = "jobs",
 	.requests = requests,
 	.frames = frames,
+	.init = jobs_init,
 	.start = jobs_start,
 	.stop = jobs_stop,
 	.free = jobs_free,

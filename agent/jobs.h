@@ -50,6 +50,8 @@ struct jobs {
 	long long next_tail, next_exec;
 	uv_timer_t head_timer;
 	bool head_loaded;
+	json_t *ended;             /* records of jobs that ended, for SVC_EV_JOB_ENDED */
+	uv_timer_t end_timer;
 	/* node */
 	struct nrank *ranks;
 	struct ntail *tails;
@@ -84,6 +86,7 @@ void jh_stream_cancel(struct agent *a, conn *dest, json_int_t id);
 void jh_conn_gone(struct agent *a, conn *c);
 void jh_node_session_gone(struct agent *a, const char *node_id);
 int jh_start(struct agent *a);
+void jh_hooks(struct agent *a); /* job_launch, job_stop (struct agent_hooks) */
 void jh_stop(struct agent *a);
 void jh_free(struct agent *a);
 /* jobs_head.c: the job network for these nodes from their stored fabric reports
@@ -106,6 +109,7 @@ void jn_sync_ack(struct agent *a, const char *from, const json_t *msg);
 void jn_exec_start(struct agent *a, const char *from, const json_t *msg);
 void jn_exec_signal(struct agent *a, const char *from, const json_t *msg);
 void jn_head_up(struct agent *a);                 /* send job_sync */
+bool jn_job_here(struct agent *a, long long job_id); /* the job_here hook */
 void jn_head_lost(struct agent *a);
 int jn_start(struct agent *a);
 void jn_stop(struct agent *a);

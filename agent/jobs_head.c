@@ -55,6 +55,8 @@ struct hjob {
 	int fail_code;             /* exit code of the rank that failed first, -1 none */
 	uv_timer_t *timer;         /* --timeout */
 	uint64_t pending_since_ms;
+	uint64_t kill_at_ms;       /* job_stop: SIGKILL what is still running then (0: none) */
+	bool killed;
 };
 
 enum wkind { W_RUN, W_LOGS, W_CANCEL, W_EXEC };
@@ -85,6 +87,8 @@ struct watcher {
 };
 
 static void job_check_done(struct agent *a, struct hjob *j);
+static void ended_queue(struct agent *a, long long id);
+static json_t *job_result(struct agent *a, long long id);
 static void watchers_job_update(struct agent *a, long long job_id);
 
 /* ---- answers ---------------------------------------------------------------- */
@@ -117,6 +121,19 @@ static bool spec_too_large(conn *dest, json_int_t id, const json_t *argv, const 
 	reply_error(dest, id, "too_large",
 		    "the command and environment are too large (%zu bytes; at most %d): pass big "
 		    "inputs in a file", n, JOBS_MAX_SPEC_BYTES);
+	return true;
+}
+
+/* A command is an array of strings (answered bad_request otherwise). */
+static bool argv_strings(conn *dest, json_int_t id, const json_t *argv)
+{
+	size_t i;
+	json_t *v;
+	json_array_foreach(argv, i, v)
+		if (!json_is_string(v)) {
+			reply_error(dest, id, "bad_request", "the command must be strings");
+			return false;
+		}
 	return true;
 }
 
@@ -291,6 +308,8 @@ static json_t *job_json(const db_job *j)
 			      "created_at", (json_int_t)j->created_at, "started_at",
 			      (json_int_t)j->started_at, "ended_at", (json_int_t)j->ended_at);
 	json_object_set_new(o, "exit_code", j->exit_code >= 0 ? json_integer(j->exit_code) : json_null());
+	/* the service that runs it ("serve:NAME"), null for a user's job */
+	json_object_set_new(o, "owner", j->managed_by[0] ? json_string(j->managed_by) : json_null());
 	int64_t end = j->ended_at ? j->ended_at : util_now();
 	int64_t from = j->started_at ? j->started_at : j->created_at;
 	json_object_set_new(o, "duration_s", json_integer(end >= from ? end - from : 0));
@@ -1026,6 +1045,33 @@ static void job_check_done(struct agent *a, struct hjob *j)
 		}
 	hjob_free(j);
 	watchers_job_update(a, id);
+	ended_queue(a, id);
+}
+
+/* SVC_EV_JOB_ENDED, once per job: its end is decided only here (the job then
+ * leaves the table of active jobs; after a head restart only jobs still
+ * active in cluster.db come back). Emitted from the next loop iteration, so a
+ * service reacting to it (launching the next run, stopping another job) never
+ * runs inside the jobs service's own walks over its lists. */
+static void on_ended(uv_timer_t *t)
+{
+	struct jobs *J = t->data;
+	while (J->ended && json_array_size(J->ended) && !J->stopping) {
+		json_t *rec = json_incref(json_array_get(J->ended, 0));
+		json_array_remove(J->ended, 0);
+		struct svc_event_arg arg = {.id = proto_int(rec, "id", 0), .data = rec};
+		svc_emit(J->a, SVC_EV_JOB_ENDED, &arg);
+		json_decref(rec);
+	}
+}
+
+static void ended_queue(struct agent *a, long long id)
+{
+	struct jobs *J = a->jobs;
+	if (!J->ended && !(J->ended = json_array()))
+		return;
+	json_array_append_new(J->ended, job_result(a, id));
+	uv_timer_start(&J->end_timer, on_ended, 0, 0);
 }
 
 /* ---- watchers and the end of a job ----------------------------------------------------------- */
@@ -1190,104 +1236,89 @@ static void default_name(const char *argv0, char *out, size_t len)
 		snprintf(out, len, "job");
 }
 
-void jh_job_run(struct agent *a, const struct svc_req *q)
+/* What a job is made of, from `sparkctl run` (job_run) or another service
+ * (the job_launch hook). Checked by the caller; job_create checks what needs
+ * the cluster (the group, its members, their state, the cabling). */
+struct job_params {
+	const char *group, *launcher, *name;
+	const char *user;       /* runs as; the row's owner */
+	json_int_t uid;
+	const char *managed_by; /* "serve:NAME" for a launch, "" for a user's run */
+	json_t *argv;           /* what every rank runs (a launch: rank 0's, for people) */
+	json_t *env;            /* array of "K=V" or NULL */
+	json_t *rank_specs;     /* a launch: per rank [{"argv": [...], "env": ["K=V"...]}] */
+	const json_t *rank_nodes; /* a launch: the node id of each rank, in group order */
+	int rpn, nnodes, grace_ms;
+	json_int_t timeout;
+	bool force, detach;
+	const char *workdir, *cwd, *path, *lang;
+	char code[32];
+	char err[1024];
+};
+
+static long long job_fail(struct job_params *p, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static long long job_fail(struct job_params *p, const char *code, const char *fmt, ...)
 {
-	conn *dest = q->reply;
-	json_int_t id = q->id;
-	const json_t *req = q->msg;
-	const char *group = proto_str(req, "group");
-	const char *launcher = proto_str(req, "launcher");
-	json_t *argv = json_object_get(req, "argv");
-	json_t *env = json_object_get(req, "env");
-	json_int_t rpn = proto_int(req, "ranks_per_node", 1);
-	json_int_t timeout = proto_int(req, "timeout_s", 0);
-	bool detach = json_is_true(json_object_get(req, "detach"));
-	const char *user = req_user(req);
-	if (!launcher)
-		launcher = "native";
-	if (!group || !*group) {
-		reply_error(dest, id, "bad_request", "missing --group (a group name, or all)");
-		return;
-	}
-	if (strcmp(launcher, "native") && strcmp(launcher, "torchrun") && strcmp(launcher, "mpi")) {
-		reply_error(dest, id, "bad_request", "unknown launcher '%s' (native, torchrun or mpi)",
-			    launcher);
-		return;
-	}
-	if (!json_is_array(argv) || json_array_size(argv) == 0) {
-		reply_error(dest, id, "bad_request", "missing the command (after --)");
-		return;
-	}
+	snprintf(p->code, sizeof p->code, "%s", code);
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(p->err, sizeof p->err, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/* Record the job and send job_start to its members. dest, id: a CLI's run
+ * (watched in the foreground unless p->detach, answered here), or NULL for a
+ * launch. The job's id, or -1 with p->code and p->err set (nothing started). */
+static long long job_create(struct agent *a, struct job_params *p, conn *dest, json_int_t id)
+{
+	const char *group = p->group, *launcher = p->launcher, *name = p->name, *user = p->user;
+	json_t *argv = p->argv, *env = p->env;
+	int rpn = p->rpn;
 	size_t i;
 	json_t *v;
-	json_array_foreach(argv, i, v)
-		if (!json_is_string(v)) {
-			reply_error(dest, id, "bad_request", "the command must be strings");
-			return;
-		}
-	if (rpn < 1 || rpn > JOBS_MAX_RANKS_PER_NODE) {
-		reply_error(dest, id, "bad_request", "--ranks-per-node must be 1 to %d",
-			    JOBS_MAX_RANKS_PER_NODE);
-		return;
-	}
-	if (spec_too_large(dest, id, argv, env))
-		return;
-	if (timeout < 0 || timeout > JOBS_MAX_TIMEOUT_S) {
-		reply_error(dest, id, "bad_request", "--timeout must be 0 to %d s (10 years)",
-			    JOBS_MAX_TIMEOUT_S);
-		return;
-	}
-	json_array_foreach(env, i, v) {
-		char key[128];
-		if (!json_is_string(v) || jobenv_parse_kv(json_string_value(v), key, sizeof key) < 0) {
-			reply_error(dest, id, "bad_request",
-				    "--env '%s' is not KEY=VALUE (KEY: letters, digits, '_')",
-				    json_is_string(v) ? json_string_value(v) : "?");
-			return;
-		}
-	}
-	char name[64];
-	const char *nm = proto_str(req, "name");
-	if (nm && !job_name_ok(nm)) {
-		reply_error(dest, id, "bad_request",
-			    "--name '%s' is not a valid job name (1-63 of letters, digits, '-', '_', '.')",
-			    nm);
-		return;
-	}
-	if (nm)
-		snprintf(name, sizeof name, "%s", nm);
-	else
-		default_name(json_string_value(json_array_get(argv, 0)), name, sizeof name);
-
 	/* members, all reachable */
 	db_node *nodes = NULL;
 	size_t n = 0;
 	enum plan_topo topo;
 	char shape[16], err[512];
 	int r = group_nodes(a, group, &nodes, &n, &topo, shape, sizeof shape, err, sizeof err);
-	if (r < 0) {
-		reply_error(dest, id, r == -ENOENT ? "not_found" : "internal", "%s", err);
-		return;
-	}
+	if (r < 0)
+		return job_fail(p, r == -ENOENT ? "not_found" : "internal", "%s", err);
 	/* "nnodes": only the group's first K nodes in rank order (an arc of a
 	 * ring); `sparkctl bench decode` runs the smaller world sizes this way */
-	json_int_t nnodes = proto_int(req, "nnodes", 0);
-	if (nnodes < 0 || (size_t)nnodes > n) {
+	if (p->nnodes < 0 || (size_t)p->nnodes > n) {
 		free(nodes);
-		reply_error(dest, id, "bad_request", "group %s has %zu node(s), not %lld", group, n,
-			    (long long)nnodes);
-		return;
+		return job_fail(p, "bad_request", "group %s has %zu node(s), not %d", group, n,
+				p->nnodes);
 	}
-	if (nnodes > 0 && (size_t)nnodes < n) {
-		n = (size_t)nnodes;
+	if (p->nnodes > 0 && (size_t)p->nnodes < n) {
+		n = (size_t)p->nnodes;
 		if (n == 1 || topo == PLAN_RING)
 			snprintf(shape, sizeof shape, "%s",
 				 n == 1 ? "single" : n == 2 ? "pair" : "chain");
 	}
 	if (n > JOBENV_MAX_NODES) {
 		free(nodes);
-		reply_error(dest, id, "bad_request", "a job spans at most %d nodes", JOBENV_MAX_NODES);
-		return;
+		return job_fail(p, "bad_request", "a job spans at most %d nodes", JOBENV_MAX_NODES);
+	}
+	/* a launch names each rank's node: exactly the members, in group order */
+	if (p->rank_nodes) {
+		bool same = json_array_size(p->rank_nodes) == n;
+		for (i = 0; same && i < n; i++)
+			same = strcmp(json_string_value(json_array_get(p->rank_nodes, i)) ?: "",
+				      nodes[i].id) == 0;
+		if (!same) {
+			char want[512] = "";
+			for (i = 0; i < n; i++)
+				snprintf(want + strlen(want), sizeof want - strlen(want), "%s%s",
+					 i ? ", " : "", nodes[i].id);
+			free(nodes);
+			return job_fail(p, "bad_request",
+					"the ranks must be one per member of group %s in its order (%s)",
+					group, want);
+		}
 	}
 	for (i = 0; i < n; i++) {
 		const char *why = NULL;
@@ -1296,10 +1327,10 @@ void jh_job_run(struct agent *a, const struct svc_req *q)
 		else if (strcmp(nodes[i].state, "ready") != 0 || !node_live(a, nodes[i].id))
 			why = "unreachable (its sparkd is not connected to the head)";
 		if (why) {
-			reply_error(dest, id, "unavailable", "node %s of group %s is %s; nothing was started",
-				    nodes[i].name, group, why);
+			job_fail(p, "unavailable", "node %s of group %s is %s; nothing was started",
+				 nodes[i].name, group, why);
 			free(nodes);
-			return;
+			return -1;
 		}
 	}
 	/* cabling that failed validation (a same-port ring fails in NCCL): refuse */
@@ -1307,19 +1338,18 @@ void jh_job_run(struct agent *a, const struct svc_req *q)
 	char cwhy[720];
 	for (i = 0; i < n; i++)
 		mnames[i] = nodes[i].name;
-	if (!json_is_true(json_object_get(req, "force")) && cabling_failed(a, mnames, n, cwhy, sizeof cwhy)) {
-		reply_error(dest, id, "cabling_failed",
-			    "group %s: %s; nothing was started: fix the cabling and run 'sparkctl topo "
-			    "validate' again, or run with --force", group, cwhy);
+	if (!p->force && cabling_failed(a, mnames, n, cwhy, sizeof cwhy)) {
+		job_fail(p, "cabling_failed",
+			 "group %s: %s; nothing was started: fix the cabling and run 'sparkctl topo "
+			 "validate' again, or run with --force", group, cwhy);
 		free(nodes);
-		return;
+		return -1;
 	}
 	/* network plan from the stored reports */
 	struct jobnet_plan *plan = jh_net_plan(a, nodes, n);
 	if (!plan) {
 		free(nodes);
-		reply_error(dest, id, "internal", "out of memory");
-		return;
+		return job_fail(p, "internal", "out of memory");
 	}
 
 	int world = (int)(n * (size_t)rpn);
@@ -1339,12 +1369,13 @@ void jh_job_run(struct agent *a, const struct svc_req *q)
 		snprintf(rows[k].node_id, sizeof rows[k].node_id, "%s", nodes[node].id);
 		snprintf(rows[k].node_name, sizeof rows[k].node_name, "%s", nodes[node].name);
 	}
-	db_job row = {.uid = proto_int(caller(req), "uid", -1), .ranks_per_node = (int)rpn,
-		      .world_size = world, .timeout_s = timeout, .created_at = util_now()};
+	db_job row = {.uid = p->uid, .ranks_per_node = rpn, .world_size = world,
+		      .timeout_s = p->timeout, .created_at = util_now()};
 	snprintf(row.name, sizeof row.name, "%s", name);
 	snprintf(row.group_name, sizeof row.group_name, "%s", group);
 	snprintf(row.owner, sizeof row.owner, "%s", user);
 	snprintf(row.launcher, sizeof row.launcher, "%s", launcher);
+	snprintf(row.managed_by, sizeof row.managed_by, "%s", p->managed_by ? p->managed_by : "");
 	size_t cl = 0;
 	json_array_foreach(argv, i, v)
 		cl += (size_t)snprintf(row.command + cl, cl < sizeof row.command ? sizeof row.command - cl : 0,
@@ -1354,15 +1385,17 @@ void jh_job_run(struct agent *a, const struct svc_req *q)
 	    "{s:s, s:s, s:s, s:s, s:O, s:o, s:s, s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:s, s:s, s:s,"
 	    " s:s, s:o, s:o}",
 	    "name", name, "group", group, "owner", user, "launcher", launcher, "argv", argv, "env",
-	    envarr, "workdir",
-	    proto_str(req, "workdir") ? proto_str(req, "workdir") : "", "cwd",
-	    proto_str(req, "cwd") ? proto_str(req, "cwd") : "", "path",
-	    proto_str(req, "path") ? proto_str(req, "path") : "", "lang",
-	    proto_str(req, "lang") ? proto_str(req, "lang") : "", "topology", topo_word(topo), "shape",
-	    shape, "world_size", world, "ranks_per_node", (int)rpn, "nnodes", (int)n, "net",
+	    envarr, "workdir", p->workdir ? p->workdir : "", "cwd", p->cwd ? p->cwd : "", "path",
+	    p->path ? p->path : "", "lang", p->lang ? p->lang : "", "topology", topo_word(topo),
+	    "shape", shape, "world_size", world, "ranks_per_node", rpn, "nnodes", (int)n, "net",
 	    plan->fabric ? "fabric" : "management", "net_why", plan->why, "master_addr",
 	    plan->socket_addr[0], "tcp_include", plan->tcp_include, "nodes", nodes_j, "hosts", hosts);
-	char *spec_text = json_dumps(spec, JSON_COMPACT);
+	if (spec && p->rank_specs) {
+		json_object_set(spec, "rank_specs", p->rank_specs);
+		json_object_set_new(spec, "managed_by", json_string(row.managed_by));
+		json_object_set_new(spec, "grace_ms", json_integer(p->grace_ms));
+	}
+	char *spec_text = spec ? json_dumps(spec, JSON_COMPACT) : NULL;
 	r = rows && spec_text ? db_job_create(a->hd.db, &row, spec_text, rows, (size_t)nrows) : -ENOMEM;
 	free(spec_text);
 	if (r < 0) {
@@ -1370,17 +1403,16 @@ void jh_job_run(struct agent *a, const struct svc_req *q)
 		free(nodes);
 		free(plan);
 		json_decref(spec);
-		reply_error(dest, id, "internal", "cannot record the job in cluster.db: %s", strerror(-r));
-		return;
+		return job_fail(p, "internal", "cannot record the job in cluster.db: %s", strerror(-r));
 	}
 	spec_complete(spec, row.id);
 	hjob_add(a, &row, rows, (size_t)nrows, spec);
 	char detail[200];
 	snprintf(detail, sizeof detail, "job %lld %s on %s by %s", (long long)row.id, name, group, user);
 	db_event_add(a->hd.db, util_now(), NULL, "job_started", detail);
-	log_info("job_created", "job=%lld name=%s group=%s launcher=%s world=%d net=%s user=%s",
+	log_info("job_created", "job=%lld name=%s group=%s launcher=%s world=%d net=%s user=%s%s%s",
 		 (long long)row.id, name, group, launcher, world, plan->fabric ? "fabric" : "management",
-		 log_q(user));
+		 log_q(user), row.managed_by[0] ? " managed_by=" : "", row.managed_by);
 	json_t *started = json_pack("{s:I, s:s, s:s, s:s, s:i, s:s, s:s, s:s, s:s}", "job_id",
 				    (json_int_t)row.id, "name", name, "group", group, "launcher", launcher,
 				    "world_size", world, "net", plan->fabric ? "fabric" : "management",
@@ -1394,7 +1426,7 @@ void jh_job_run(struct agent *a, const struct svc_req *q)
 	/* In the foreground, output follows from the start: the tails travel in
 	 * job_start, so a rank that ends at once cannot end before its tail. */
 	struct watcher *w = NULL;
-	if (!detach && (w = w_new(a, W_RUN, dest, id))) {
+	if (dest && !p->detach && (w = w_new(a, W_RUN, dest, id))) {
 		w->job_id = row.id;
 		w->follow = true;
 		w->label = nrows > 1;
@@ -1436,7 +1468,7 @@ void jh_job_run(struct agent *a, const struct svc_req *q)
 				}
 		}
 	}
-	if (detach)
+	if (dest && p->detach)
 		reply(dest, id, started);
 	else
 		json_decref(started);
@@ -1448,7 +1480,238 @@ void jh_job_run(struct agent *a, const struct svc_req *q)
 	free(nodes);
 	free(plan);
 	json_decref(spec);
+	return row.id;
 }
+
+void jh_job_run(struct agent *a, const struct svc_req *q)
+{
+	conn *dest = q->reply;
+	json_int_t id = q->id;
+	const json_t *req = q->msg;
+	const char *group = proto_str(req, "group");
+	const char *launcher = proto_str(req, "launcher");
+	json_t *argv = json_object_get(req, "argv");
+	json_t *env = json_object_get(req, "env");
+	json_int_t rpn = proto_int(req, "ranks_per_node", 1);
+	json_int_t timeout = proto_int(req, "timeout_s", 0);
+	bool detach = json_is_true(json_object_get(req, "detach"));
+	const char *user = req_user(req);
+	if (!launcher)
+		launcher = "native";
+	if (!group || !*group) {
+		reply_error(dest, id, "bad_request", "missing --group (a group name, or all)");
+		return;
+	}
+	if (strcmp(launcher, "native") && strcmp(launcher, "torchrun") && strcmp(launcher, "mpi")) {
+		reply_error(dest, id, "bad_request", "unknown launcher '%s' (native, torchrun or mpi)",
+			    launcher);
+		return;
+	}
+	if (!json_is_array(argv) || json_array_size(argv) == 0) {
+		reply_error(dest, id, "bad_request", "missing the command (after --)");
+		return;
+	}
+	if (!argv_strings(dest, id, argv))
+		return;
+	size_t i;
+	json_t *v;
+	if (rpn < 1 || rpn > JOBS_MAX_RANKS_PER_NODE) {
+		reply_error(dest, id, "bad_request", "--ranks-per-node must be 1 to %d",
+			    JOBS_MAX_RANKS_PER_NODE);
+		return;
+	}
+	if (spec_too_large(dest, id, argv, env))
+		return;
+	if (timeout < 0 || timeout > JOBS_MAX_TIMEOUT_S) {
+		reply_error(dest, id, "bad_request", "--timeout must be 0 to %d s (10 years)",
+			    JOBS_MAX_TIMEOUT_S);
+		return;
+	}
+	json_array_foreach(env, i, v) {
+		char key[128];
+		if (!json_is_string(v) || jobenv_parse_kv(json_string_value(v), key, sizeof key) < 0) {
+			reply_error(dest, id, "bad_request",
+				    "--env '%s' is not KEY=VALUE (KEY: letters, digits, '_')",
+				    json_is_string(v) ? json_string_value(v) : "?");
+			return;
+		}
+	}
+	char name[64];
+	const char *nm = proto_str(req, "name");
+	if (nm && !job_name_ok(nm)) {
+		reply_error(dest, id, "bad_request",
+			    "--name '%s' is not a valid job name (1-63 of letters, digits, '-', '_', '.')",
+			    nm);
+		return;
+	}
+	if (nm)
+		snprintf(name, sizeof name, "%s", nm);
+	else
+		default_name(json_string_value(json_array_get(argv, 0)), name, sizeof name);
+
+
+	json_int_t nnodes = proto_int(req, "nnodes", 0);
+	struct job_params p = {
+		.group = group, .launcher = launcher, .name = name, .user = user,
+		.uid = proto_int(caller(req), "uid", -1), .managed_by = "", .argv = argv,
+		.env = json_is_array(env) ? env : NULL, .rpn = (int)rpn,
+		.nnodes = nnodes < 0 || nnodes > JOBENV_MAX_NODES * 64 ? -1 : (int)nnodes,
+		.timeout = timeout, .force = json_is_true(json_object_get(req, "force")),
+		.detach = detach, .workdir = proto_str(req, "workdir"), .cwd = proto_str(req, "cwd"),
+		.path = proto_str(req, "path"), .lang = proto_str(req, "lang"),
+	};
+	if (job_create(a, &p, dest, id) < 0)
+		reply_error(dest, id, p.code, "%s", p.err);
+}
+
+/* ---- the job_launch and job_stop hooks (another service's jobs) ----------------------------- */
+
+#define LAUNCH_GRACE_MAX_MS 600000
+
+static long long launch_fail(char *err, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static long long launch_fail(char *err, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, len, fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+/* One rank of a launch spec: {"node": id, "argv": [s...], "env": {K: s}} as
+ * {"argv": [...], "env": ["K=V"...]} (jobenv's overrides); its size in *bytes. */
+static json_t *launch_rank(const json_t *rk, size_t k, size_t *bytes, char *err, size_t len)
+{
+	json_t *argv = json_object_get(rk, "argv"), *env = json_object_get(rk, "env");
+	if (!json_is_object(rk) || !json_is_string(json_object_get(rk, "node"))) {
+		launch_fail(err, len, "rank %zu: needs a node id", k);
+		return NULL;
+	}
+	if (!json_is_array(argv) || json_array_size(argv) == 0) {
+		launch_fail(err, len, "rank %zu: argv must be a non-empty array of strings", k);
+		return NULL;
+	}
+	size_t i;
+	json_t *v;
+	json_array_foreach(argv, i, v)
+		if (!json_is_string(v) || (i == 0 && json_string_length(v) == 0)) {
+			launch_fail(err, len, "rank %zu: argv must be a non-empty array of strings", k);
+			return NULL;
+		}
+	if (env && !json_is_object(env)) {
+		launch_fail(err, len, "rank %zu: env must be an object of strings", k);
+		return NULL;
+	}
+	json_t *kv = json_array();
+	const char *key;
+	json_object_foreach(env, key, v) {
+		char *s = NULL, kbuf[128];
+		if (!json_is_string(v) || asprintf(&s, "%s=%s", key, json_string_value(v)) < 0 ||
+		    jobenv_parse_kv(s, kbuf, sizeof kbuf) < 0) {
+			free(s);
+			json_decref(kv);
+			launch_fail(err, len, "rank %zu: env '%s' is not KEY (letters, digits, '_') = a string",
+				    k, key);
+			return NULL;
+		}
+		json_array_append_new(kv, json_string(s));
+		free(s);
+	}
+	*bytes += json_dumpb(argv, NULL, 0, JSON_COMPACT) + json_dumpb(kv, NULL, 0, JSON_COMPACT);
+	return json_pack("{s:O, s:o}", "argv", argv, "env", kv);
+}
+
+static long long hook_job_launch(struct agent *a, const json_t *spec, char *err, size_t len)
+{
+	if (a->id.role != ROLE_HEAD || !a->hd.db || !a->jobs || a->jobs->stopping)
+		return launch_fail(err, len, "only the head launches jobs"), -ENOTSUP;
+	const char *name = proto_str(spec, "name"), *group = proto_str(spec, "group");
+	const char *owner = proto_str(spec, "owner");
+	const json_t *who = json_object_get(spec, "caller");
+	const char *user = proto_str(who, "user");
+	json_t *ranks = json_object_get(spec, "ranks");
+	json_int_t grace = proto_int(spec, "grace_ms", JOBS_GRACE_MS);
+	if (!json_is_object(spec))
+		return launch_fail(err, len, "the spec must be an object");
+	if (!name || !job_name_ok(name))
+		return launch_fail(err, len, "'%s' is not a valid job name (1-63 of letters, digits, "
+				   "'-', '_', '.')", name ? name : "");
+	if (!group || !*group)
+		return launch_fail(err, len, "missing the group");
+	if (!owner || !*owner || strlen(owner) >= sizeof ((db_job *)0)->managed_by)
+		return launch_fail(err, len, "missing the owner (e.g. serve:NAME, under %zu bytes)",
+				   sizeof ((db_job *)0)->managed_by);
+	if (!user || !*user || !json_is_integer(json_object_get(who, "uid")))
+		return launch_fail(err, len, "the caller needs a user name and uid");
+	if (!json_is_array(ranks) || json_array_size(ranks) == 0 ||
+	    json_array_size(ranks) > JOBENV_MAX_NODES)
+		return launch_fail(err, len, "ranks must be 1 to %d objects, one per member",
+				   JOBENV_MAX_NODES);
+	if (grace < 100 || grace > LAUNCH_GRACE_MAX_MS)
+		return launch_fail(err, len, "grace_ms must be 100 to %d", LAUNCH_GRACE_MAX_MS);
+	json_t *specs = json_array(), *nodes = json_array();
+	size_t bytes = 0, i;
+	json_t *rk;
+	json_array_foreach(ranks, i, rk) {
+		json_t *one = launch_rank(rk, i, &bytes, err, len);
+		if (!one) {
+			json_decref(specs);
+			json_decref(nodes);
+			return -EINVAL;
+		}
+		json_array_append_new(specs, one);
+		json_array_append(nodes, json_object_get(rk, "node"));
+	}
+	if (bytes > JOBS_MAX_SPEC_BYTES) {
+		json_decref(specs);
+		json_decref(nodes);
+		return launch_fail(err, len, "the commands and environments are too large (%zu bytes; "
+				   "at most %d)", bytes, JOBS_MAX_SPEC_BYTES);
+	}
+	struct job_params p = {
+		.group = group, .launcher = "native", .name = name, .user = user,
+		.uid = proto_int(who, "uid", -1), .managed_by = owner,
+		.argv = json_object_get(json_array_get(specs, 0), "argv"), .rank_specs = specs,
+		.rank_nodes = nodes, .rpn = 1, .grace_ms = (int)grace,
+		.force = json_is_true(json_object_get(spec, "force")), .detach = true,
+		.workdir = proto_str(spec, "workdir"),
+	};
+	long long id = job_create(a, &p, NULL, 0);
+	json_decref(specs);
+	json_decref(nodes);
+	if (id < 0) {
+		snprintf(err, len, "%s", p.err);
+		return strcmp(p.code, "not_found") == 0     ? -ENOENT
+		       : strcmp(p.code, "unavailable") == 0 ? -EHOSTUNREACH
+		       : strcmp(p.code, "internal") == 0    ? -EIO
+							    : -EINVAL;
+	}
+	return id;
+}
+
+static int hook_job_stop(struct agent *a, long long job_id, int grace_ms)
+{
+	if (a->id.role != ROLE_HEAD || !a->jobs)
+		return -ENOTSUP;
+	struct hjob *j = find_job(a->jobs, job_id);
+	if (!j)
+		return -ENOENT;
+	char why[160];
+	snprintf(why, sizeof why, "stopped by %s", j->row.managed_by[0] ? j->row.managed_by : "its service");
+	uint64_t at = util_now_ms() + (uint64_t)(grace_ms > 0 ? grace_ms : 0);
+	if (!j->kill_at_ms || at < j->kill_at_ms)
+		j->kill_at_ms = at; /* SIGKILL then, by on_head_tick (the shim's own grace may be shorter) */
+	stop_job(a, j, why, true); /* may end and free j */
+	return 0;
+}
+
+void jh_hooks(struct agent *a)
+{
+	a->hooks.job_launch = hook_job_launch;
+	a->hooks.job_stop = hook_job_stop;
+}
+
 
 /* ---- job ls / show / logs / cancel ------------------------------------------------------------ */
 
@@ -1485,7 +1748,7 @@ void jh_job_show(struct agent *a, const struct svc_req *q)
 	char *spec = NULL;
 	if (db_job_spec(a->hd.db, row.id, &spec) == 0) {
 		json_t *s = json_loads(spec, 0, NULL);
-		const char *keys[] = {"argv", "env", "workdir", "net", "net_why", "master_addr",
+		const char *keys[] = {"argv", "env", "rank_specs", "workdir", "net", "net_why", "master_addr",
 				      "topology", "shape", "nnodes"};
 		for (size_t i = 0; s && i < ARRAY_SIZE(keys); i++)
 			if (json_object_get(s, keys[i]))
@@ -1624,13 +1887,10 @@ void jh_exec(struct agent *a, const struct svc_req *q)
 		reply_error(dest, id, "bad_request", "exec needs a node and a command");
 		return;
 	}
+	if (!argv_strings(dest, id, argv))
+		return;
 	size_t i;
 	json_t *v;
-	json_array_foreach(argv, i, v)
-		if (!json_is_string(v)) {
-			reply_error(dest, id, "bad_request", "the command must be strings");
-			return;
-		}
 	if (spec_too_large(dest, id, argv, json_object_get(req, "env")))
 		return;
 	db_node n;
@@ -1953,6 +2213,12 @@ static void on_head_tick(uv_timer_t *tm)
 	if (a->id.role != ROLE_HEAD || !a->hd.db)
 		return;
 	uint64_t now = util_now_ms();
+	for (struct hjob *j = J->hjobs; j; j = j->next)
+		if (j->kill_at_ms && !j->killed && now >= j->kill_at_ms) {
+			j->killed = true; /* job_stop's grace is over */
+			log_info("job_kill", "job=%lld", (long long)j->row.id);
+			signal_nodes(a, j, "KILL");
+		}
 	for (struct hjob *j = J->hjobs, *next; j; j = next) {
 		next = j->next;
 		long long id = j->row.id;

@@ -413,8 +413,52 @@ static void append_log(const char *dir, const char *fmt, ...)
 	fclose(f);
 }
 
+/* The job as one rank sees it: a job another service launched
+ * (job_launch) carries each rank's own argv and environment in "rank_specs";
+ * its env applies after the job's (a new reference; NULL when rank_specs has
+ * no entry for this rank). */
+static json_t *rank_view(const json_t *job, int rank)
+{
+	json_t *specs = json_object_get(job, "rank_specs");
+	if (!specs)
+		return json_incref((json_t *)job);
+	json_t *one = json_array_get(specs, (size_t)rank);
+	json_t *argv = json_object_get(one, "argv");
+	if (rank < 0 || !json_is_array(argv) || json_array_size(argv) == 0)
+		return NULL;
+	json_t *v = json_copy((json_t *)job);
+	json_t *env = json_array();
+	if (!v || !env) {
+		json_decref(v);
+		json_decref(env);
+		return NULL;
+	}
+	json_array_extend(env, json_object_get(job, "env"));
+	json_array_extend(env, json_object_get(one, "env"));
+	json_object_set(v, "argv", argv);
+	json_object_set_new(v, "env", env);
+	json_object_del(v, "rank_specs");
+	return v;
+}
+
+static int start_rank_as(struct agent *a, const json_t *job, int node_rank, const char *socket_addr,
+			 int rank, int local_rank, struct nrank *r, char *err, size_t errlen);
+
 static int start_rank(struct agent *a, const json_t *job, int node_rank, const char *socket_addr,
 		      int rank, int local_rank, struct nrank *r, char *err, size_t errlen)
+{
+	json_t *view = rank_view(job, rank);
+	if (!view) {
+		snprintf(err, errlen, "the job has no command for rank %d", rank);
+		return -EINVAL;
+	}
+	int e = start_rank_as(a, view, node_rank, socket_addr, rank, local_rank, r, err, errlen);
+	json_decref(view);
+	return e;
+}
+
+static int start_rank_as(struct agent *a, const json_t *job, int node_rank, const char *socket_addr,
+			 int rank, int local_rank, struct nrank *r, char *err, size_t errlen)
 {
 	const char *launcher = js(job, "launcher");
 	bool numbered = strcmp(launcher, "native") == 0;
@@ -440,7 +484,7 @@ static int start_rank(struct agent *a, const json_t *job, int node_rank, const c
 	json_t *spec = json_pack("{s:o, s:o, s:s, s:o, s:b, s:s, s:s, s:i}", "argv", argv, "env",
 				 env ? env : json_object(), "user", js(job, "owner"), "cwd", cwd,
 				 "cwd_strict", *wd != '\0', "node", a->id.node_name, "what", what,
-				 "grace_ms", JOBS_GRACE_MS);
+				 "grace_ms", ji(job, "grace_ms", JOBS_GRACE_MS));
 	char p[PATH_MAX];
 	snprintf(p, sizeof p, "%s/spec.json", r->dir);
 	e = write_json(p, spec, 0600);
@@ -675,6 +719,16 @@ void jn_job_untail(struct agent *a, const char *from, const json_t *msg)
 }
 
 /* ---- rank exit --------------------------------------------------------------------- */
+
+bool jn_job_here(struct agent *a, long long job_id)
+{
+	if (!a->jobs)
+		return false;
+	for (struct nrank *r = a->jobs->ranks; r; r = r->next)
+		if (r->job_id == job_id && !r->exited)
+			return true;
+	return false;
+}
 
 static void rank_finished(struct agent *a, struct nrank *r)
 {

@@ -63,7 +63,7 @@ static int parse_listen(struct agent_opts *o, const char *s, char *err, size_t e
 }
 
 static const char *const config_keys[] = {"state_dir", "socket", "listen", "name", "log_level",
-					  "fabric", "discovery", "probes", "security", "models", NULL};
+					  "fabric", "discovery", "probes", "security", "models", "serve", NULL};
 
 /* Apply config values for keys the command line did not set. The tree is kept
  * in *cfg for the modules that read their own keys (fabric.c). */

@@ -9,10 +9,11 @@ static const struct svc_request requests[] = {
 	 {{"name", 's'}, {"group", 's'}, {"plan", 'o'}, {"force", 'B'}, {NULL, 0}}},
 	{"svc_ls", sh_svc_ls, RIGHT_USER, SVC_HEAD, 0, {{"group", 'S'}, {NULL, 0}}},
 	{"svc_show", sh_svc_show, RIGHT_USER, SVC_HEAD, 0, {{"name", 's'}, {NULL, 0}}},
-	{"svc_logs", sh_svc_logs, RIGHT_USER, SVC_HEAD, SVC_STREAMS,
-	 {{"name", 's'}, {"follow", 'B'}, {"rank", 'I'}, {"lines", 'I'}, {NULL, 0}}},
 	{"svc_stop", sh_svc_stop, RIGHT_USER, SVC_HEAD, 0, {{"name", 's'}, {NULL, 0}}},
 	{"svc_restart", sh_svc_restart, RIGHT_USER, SVC_HEAD, 0, {{"name", 's'}, {NULL, 0}}},
+	/* a stopped or failed service leaves the list (svc logs: the CLI reads the
+	 * current run's job logs with job_logs) */
+	{"svc_rm", sh_svc_rm, RIGHT_USER, SVC_HEAD, 0, {{"name", 's'}, {NULL, 0}}},
 	/* a snapshot of every service, then one after each change (spark-router) */
 	{"svc_watch", sh_svc_watch, RIGHT_USER, SVC_HEAD, SVC_STREAMS, {{"group", 'S'}, {NULL, 0}}},
 	{NULL},

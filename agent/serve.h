@@ -33,7 +33,8 @@ struct serve {
 	/* node */
 	struct sn_watch *checks;
 	uv_timer_t node_timer;
-	bool node_on;
+	bool node_on, node_stopping, curl_on;
+	int inflight;             /* health checks in the thread pool */
 };
 
 /* serve.c */
@@ -43,9 +44,9 @@ extern const struct service serve_service;
 void sh_svc_start(struct agent *a, const struct svc_req *q);
 void sh_svc_ls(struct agent *a, const struct svc_req *q);
 void sh_svc_show(struct agent *a, const struct svc_req *q);
-void sh_svc_logs(struct agent *a, const struct svc_req *q);
 void sh_svc_stop(struct agent *a, const struct svc_req *q);
 void sh_svc_restart(struct agent *a, const struct svc_req *q);
+void sh_svc_rm(struct agent *a, const struct svc_req *q);
 void sh_svc_watch(struct agent *a, const struct svc_req *q);
 void sh_health(struct agent *a, const char *node_id, const json_t *msg);
 void sh_event(struct agent *a, enum svc_event ev, const struct svc_event_arg *arg);
@@ -60,5 +61,15 @@ void sn_event(struct agent *a, enum svc_event ev, const struct svc_event_arg *ar
 int sn_start(struct agent *a);
 void sn_stop(struct agent *a);
 void sn_free(struct agent *a);
+/* Limits of a watch (svc_health_watch) and of what a check reads. */
+#define SN_INTERVAL_MIN_MS 100
+#define SN_INTERVAL_MAX_MS 3600000
+#define SN_TIMEOUT_MIN_MS 10
+#define SN_TIMEOUT_MAX_MS 600000
+#define SN_BODY_MAX (64 * 1024)
+/* The model ids of an OpenAI model list {"data": [{"id": s}, ...]} (entries
+ * without a usable id are skipped; at most 256 ids of at most 256 bytes).
+ * 0 with *ids a new array, or -EINVAL / -E2BIG (over SN_BODY_MAX) with err. */
+int sn_models_parse(const char *body, size_t len, json_t **ids, char *err, size_t errlen);
 
 #endif

@@ -104,7 +104,7 @@ void svc_free_all(struct agent *a)
 /* Job users (the socket's group) read the cluster and run, watch and cancel
  * their own jobs, and exec as themselves; admins (root, security.admin_group)
  * also change membership, tokens, groups and addresses (issue 14). */
-static bool caller_is_admin(struct agent *a, const json_t *req)
+bool svc_caller_is_admin(struct agent *a, const json_t *req)
 {
 	json_t *caller = json_object_get(req, "caller");
 	if (!json_is_object(caller))
@@ -124,7 +124,7 @@ static bool caller_is_admin(struct agent *a, const json_t *req)
 static bool caller_may(struct agent *a, const json_t *req, enum agent_right right, char *why,
 		       size_t len)
 {
-	if (right == RIGHT_USER || caller_is_admin(a, req))
+	if (right == RIGHT_USER || svc_caller_is_admin(a, req))
 		return true;
 	json_t *caller = json_object_get(req, "caller");
 	const char *user = proto_str(caller, "user");

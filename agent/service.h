@@ -110,6 +110,9 @@ const struct svc_frame *svc_frame_of(const char *type, enum agent_frame_dir dir)
 /* Check r's fields and its caller's right against row, then call row->fn;
  * answer bad_request or forbidden otherwise. */
 void svc_serve(struct agent *a, const struct svc_request *row, const struct svc_req *r);
+/* Is the request's caller an admin of the cluster (root, security.admin_group)?
+ * For handlers whose rule is "the owner or an admin" (svc stop). */
+bool svc_caller_is_admin(struct agent *a, const json_t *req);
 void svc_emit(struct agent *a, enum svc_event ev, const struct svc_event_arg *arg);
 int svc_init_all(struct agent *a, char *err, size_t len);
 int svc_start_all(struct agent *a, char *err, size_t len);

@@ -108,6 +108,10 @@ void cli_connect_error(const char *path, int err, char *buf, size_t len);
 struct option;
 #define CLI_OPT_END {NULL, 0, NULL, 0}
 int cli_next_opt(struct cli_ctx *ctx, int argc, char **argv, const struct option *lo, int *rc);
+/* A NAME given before the flags (`job logs 7 -f`): argv[1] when it is not a
+ * flag, shifted out so that getopt sees the verb and then the flags; NULL
+ * when there is none there. */
+const char *cli_leading_arg(int *argc, char ***argv);
 /* Fields of a reply for printing: the string, or "-" when absent; the integer, or 0. */
 const char *cli_jstr(json_t *o, const char *key);
 long long cli_jnum(json_t *o, const char *key);

@@ -239,21 +239,7 @@ static json_t *split_list(const char *s)
 	return arr;
 }
 
-/* NAME may come before the flags: take argv[1] when it is not a flag and
- * shift it out, so that getopt sees the verb and then the flags. */
-static const char *leading_arg(int *argc, char ***argv)
-{
-	char **av = *argv;
-	if (*argc < 2 || av[1][0] == '-')
-		return NULL;
-	const char *arg = av[1];
-	av[1] = av[0];
-	(*argv)++;
-	(*argc)--;
-	return arg;
-}
-
-/* After the flags: the NAME (unless leading_arg took it) and nothing more.
+/* After the flags: the NAME (unless cli_leading_arg took it) and nothing more.
  * 0, or the exit code of a usage error. */
 static int trailing_arg(struct cli_ctx *ctx, int argc, char **argv, const char *what,
 			const char **name)
@@ -299,7 +285,7 @@ int cmd_group_create(struct cli_ctx *ctx, int argc, char **argv)
 	bool shared = false;
 	int ch, rc = 0;
 	optind = 0;
-	const char *name = leading_arg(&argc, &argv);
+	const char *name = cli_leading_arg(&argc, &argv);
 	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
 		if (ch == -2)
 			return rc;
@@ -353,7 +339,7 @@ int cmd_group_rm(struct cli_ctx *ctx, int argc, char **argv)
 	bool force = false;
 	int ch, rc = 0;
 	optind = 0;
-	const char *name = leading_arg(&argc, &argv);
+	const char *name = cli_leading_arg(&argc, &argv);
 	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
 		if (ch == -2)
 			return rc;
@@ -624,7 +610,7 @@ int cmd_job_logs(struct cli_ctx *ctx, int argc, char **argv)
 	long rank = -1;
 	int ch, rc = 0;
 	optind = 0;
-	const char *job = leading_arg(&argc, &argv);
+	const char *job = cli_leading_arg(&argc, &argv);
 	while ((ch = getopt_long(argc, argv, "fr:", lo, NULL)) != -1) {
 		if (ch == 'f')
 			follow = true;

@@ -1,4 +1,5 @@
-/* sparkctl recipe ls|show and serve --dry-run (issue 19, docs/serve.md).
+/* sparkctl recipe ls|show, serve [--dry-run] and svc ls|show|logs|stop|
+ * restart|rm (issue 19, docs/serve.md, docs/serving.md).
  *
  * Recipes come from the user's recipe directories (--recipe-dir, else
  * $SPARKCTL_RECIPE_DIR, else ~/.config/sparkctl/recipes and
@@ -7,7 +8,9 @@
  * the group (group_show) and each member's fabric report (node_show), picks
  * the address every other member reaches each at, renders every member's
  * command and environment (models/recipe.h) and checks the model's memory
- * per node with the planner (models/model.h). */
+ * per node with the planner (models/model.h). Without --dry-run the plan goes
+ * to the head as svc_start, which checks it, admits it against the nodes'
+ * memory budgets and keeps it running (agent/serve_head.c). */
 #include "cli.h"
 #include "output.h"
 
@@ -24,6 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #define MAX_SETS 32
 #define MAX_DIRS 3
@@ -222,12 +227,7 @@ int cmd_recipe_show(struct cli_ctx *ctx, int argc, char **argv)
 	size_t n_sets = 0;
 	bool yaml = false;
 	int ch, rc = 0;
-	if (argc >= 2 && argv[1][0] != '-') {
-		name = argv[1];
-		argv[1] = argv[0];
-		argv++;
-		argc--;
-	}
+	name = cli_leading_arg(&argc, &argv);
 	optind = 0;
 	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
 		if (ch == -2)
@@ -611,12 +611,7 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
 	bool dry = false, force = false;
 	int ch, rc = 0;
 	const char *recipe = NULL;
-	if (argc >= 2 && argv[1][0] != '-') {
-		recipe = argv[1];
-		argv[1] = argv[0];
-		argv++;
-		argc--;
-	}
+	recipe = cli_leading_arg(&argc, &argv);
 	optind = 0;
 	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
 		switch (ch) {
@@ -647,9 +642,9 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
 		return cli_usage(ctx, "on which group? add --group G ('sparkctl group ls')");
 	if (group && layout_file)
 		return cli_usage(ctx, "--group or --layout, not both");
-	if (!dry)
-		return cli_usage(ctx, "serve only prints the plan so far: add --dry-run (supervised "
-				      "services are not built yet; docs/serve.md)");
+	if (layout_file && !dry)
+		return cli_usage(ctx, "--layout renders a plan only: add --dry-run, or serve on "
+				      "--group G");
 	if (name) {
 		snprintf(nameset, sizeof nameset, "name=%s", name);
 		sets[n_sets++] = nameset;
@@ -687,8 +682,9 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
 	json_object_set_new(plan, "network_note", json_string(note));
 	json_object_set_new(plan, "admission", ad);
 	json_object_set_new(plan, "forced", json_boolean(force));
-	cli_output(ctx, NULL, plan, NULL);
 	json_t *fits = json_object_get(ad, "fits");
+	if (dry)
+		cli_output(ctx, NULL, plan, NULL);
 	rc = 0;
 	if (json_is_false(fits)) {
 		long long k = cli_jnum(ad, "fewest_nodes");
@@ -703,8 +699,202 @@ int cmd_serve(struct cli_ctx *ctx, int argc, char **argv)
 			rc = cli_fail("%s does not fit (%s); set memory: in the recipe, a smaller "
 				      "dtype, or --force", r.model, cli_jstr(ad, "why"));
 	}
+	if (!dry && rc == 0) {
+		/* the head checks it against the group and the nodes' budgets, records
+		 * it and starts it (docs/serving.md) */
+		char cwd[4096];
+		if (getcwd(cwd, sizeof cwd))
+			json_object_set_new(plan, "cwd", json_string(cwd));
+		if (getenv("PATH"))
+			json_object_set_new(plan, "path", json_string(getenv("PATH")));
+		json_t *args = json_pack("{s:s, s:s, s:O, s:b}", "name", r.name, "group", group,
+					 "plan", plan, "force", force);
+		json_t *ans = NULL;
+		rc = cli_request(ctx, "svc_start", args, 60000, &ans);
+		json_t *adm = json_object_get(ans, "admission");
+		if (rc == 0 && json_is_false(json_object_get(adm, "fits")))
+			fprintf(stderr, "sparkctl: over the memory budget of a node; started anyway "
+					"because of --force\n");
+		json_decref(ans);
+	}
 	json_decref(plan);
 	json_decref(keep);
 	recipe_free(&r);
+	return rc;
+}
+
+/* ---- svc ------------------------------------------------------------------------------ */
+
+int cmd_job_logs(struct cli_ctx *, int, char **); /* cmd_jobs.c */
+
+/* The arguments of the svc commands: NAME (before or after the options) when
+ * want_name, and the options of lo: --group (g), --follow (f), --rank (r).
+ * 0, or the exit code of a usage error. */
+struct svc_args {
+	const char *name, *group, *rank;
+	bool follow;
+};
+
+static int svc_parse(struct cli_ctx *ctx, int argc, char **argv, const struct option *lo,
+		     bool want_name, struct svc_args *o)
+{
+	int ch, rc = 0;
+	memset(o, 0, sizeof *o);
+	for (int i = 1; i < argc; i++) /* -f, as `job logs -f` */
+		if (strcmp(argv[i], "-f") == 0)
+			argv[i] = (char *)"--follow";
+	if (want_name)
+		o->name = cli_leading_arg(&argc, &argv);
+	optind = 0;
+	while ((ch = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
+		if (ch == -2)
+			return rc;
+		if (ch == 'g')
+			o->group = optarg;
+		else if (ch == 'f')
+			o->follow = true;
+		else if (ch == 'r')
+			o->rank = optarg;
+	}
+	if (want_name && !o->name && optind < argc)
+		o->name = argv[optind++];
+	if (optind < argc)
+		return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
+	if (want_name && !o->name)
+		return cli_usage(ctx, "which service? 'sparkctl svc ls' lists them");
+	return 0;
+}
+
+static const struct option group_opts[] = {{"group", required_argument, NULL, 'g'}, CLI_OPT_END};
+
+/* {"group": G} when given */
+static json_t *group_req(const struct svc_args *o)
+{
+	json_t *args = json_object();
+	if (o->group)
+		json_object_set_new(args, "group", json_string(o->group));
+	return args;
+}
+
+/* `svc VERB NAME`: {name: NAME} as type. */
+static int svc_one(struct cli_ctx *ctx, int argc, char **argv, const char *type,
+		   unsigned timeout_ms)
+{
+	static const struct option lo[] = {CLI_OPT_END};
+	struct svc_args o;
+	int rc = svc_parse(ctx, argc, argv, lo, true, &o);
+	if (rc)
+		return rc;
+	return cli_request(ctx, type, json_pack("{s:s}", "name", o.name), timeout_ms, NULL);
+}
+
+int cmd_svc_ls(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct svc_args o;
+	int rc = svc_parse(ctx, argc, argv, group_opts, false, &o);
+	if (rc)
+		return rc;
+	return cli_request(ctx, "svc_ls", group_req(&o), 0, NULL);
+}
+
+int cmd_svc_show(struct cli_ctx *ctx, int argc, char **argv)
+{
+	return svc_one(ctx, argc, argv, "svc_show", 0);
+}
+
+int cmd_svc_stop(struct cli_ctx *ctx, int argc, char **argv)
+{
+	return svc_one(ctx, argc, argv, "svc_stop", 30000);
+}
+
+int cmd_svc_restart(struct cli_ctx *ctx, int argc, char **argv)
+{
+	return svc_one(ctx, argc, argv, "svc_restart", 30000);
+}
+
+int cmd_svc_rm(struct cli_ctx *ctx, int argc, char **argv)
+{
+	return svc_one(ctx, argc, argv, "svc_rm", 0);
+}
+
+/* The current (or last) run's job logs: svc_show for the run, then job logs. */
+int cmd_svc_logs(struct cli_ctx *ctx, int argc, char **argv)
+{
+	static const struct option lo[] = {{"follow", no_argument, NULL, 'f'},
+					   {"rank", required_argument, NULL, 'r'},
+					   CLI_OPT_END};
+	struct svc_args o;
+	int rc = svc_parse(ctx, argc, argv, lo, true, &o);
+	if (rc)
+		return rc;
+	const char *name = o.name, *rank = o.rank;
+	bool follow = o.follow;
+	json_t *s = NULL;
+	if (cli_call(ctx, "svc_show", json_pack("{s:s}", "name", name), &s, 0))
+		return 1;
+	long long run = cli_jnum(s, "last_run");
+	json_decref(s);
+	if (run <= 0)
+		return cli_fail("service %s has not run yet; 'sparkctl svc show %s' says why", name,
+				name);
+	char id[32];
+	snprintf(id, sizeof id, "%lld", run);
+	char *av[6];
+	int ac = 0;
+	av[ac++] = (char *)"logs";
+	av[ac++] = id;
+	if (follow)
+		av[ac++] = (char *)"--follow";
+	if (rank) {
+		av[ac++] = (char *)"--rank";
+		av[ac++] = (char *)rank;
+	}
+	av[ac] = NULL;
+	return cmd_job_logs(ctx, ac, av);
+}
+
+/* svc watch: every snapshot svc_watch sends (the first at once, then one per
+ * change), until Ctrl-C or the head goes: -o json one line each, else the
+ * svc ls table under a time stamp. */
+struct watch_state {
+	struct cli_ctx *ctx;
+};
+
+static void on_watch(void *arg, json_t *msg)
+{
+	struct watch_state *w = arg;
+	json_t *d = json_object_get(msg, "data");
+	if (!json_is_object(d))
+		return;
+	if (w->ctx->out == OUT_JSON) {
+		char *s = json_dumps(d, JSON_COMPACT);
+		if (s)
+			printf("%s\n", s);
+		free(s);
+	} else {
+		char at[64];
+		printf("-- %s\n", out_fmt_utc((long long)time(NULL), "-", at, sizeof at));
+		cli_output(w->ctx, NULL, d, NULL);
+	}
+	fflush(stdout);
+}
+
+int cmd_svc_watch(struct cli_ctx *ctx, int argc, char **argv)
+{
+	struct svc_args o;
+	int rc = svc_parse(ctx, argc, argv, group_opts, false, &o);
+	if (rc)
+		return rc;
+	json_t *args = group_req(&o);
+	struct watch_state w = {.ctx = ctx};
+	struct cli_stream cs = {.on_event = on_watch, .arg = &w};
+	char *code = NULL, *msg = NULL;
+	json_t *d = NULL;
+	int r = cli_stream_raw(ctx, "svc_watch", args, &d, 0, &cs, &code, &msg);
+	json_decref(d);
+	if (r < 0)
+		rc = cli_fail("%s; run it again to follow the services", msg && *msg ? msg : "the watch ended");
+	free(code);
+	free(msg);
 	return rc;
 }

@@ -53,6 +53,13 @@ int cmd_plan_decode(struct cli_ctx *, int, char **);
 int cmd_recipe_ls(struct cli_ctx *, int, char **);
 int cmd_recipe_show(struct cli_ctx *, int, char **);
 int cmd_serve(struct cli_ctx *, int, char **);
+int cmd_svc_ls(struct cli_ctx *, int, char **);
+int cmd_svc_show(struct cli_ctx *, int, char **);
+int cmd_svc_logs(struct cli_ctx *, int, char **);
+int cmd_svc_stop(struct cli_ctx *, int, char **);
+int cmd_svc_restart(struct cli_ctx *, int, char **);
+int cmd_svc_rm(struct cli_ctx *, int, char **);
+int cmd_svc_watch(struct cli_ctx *, int, char **);
 /* cmd_export.c */
 int cmd_export_slurm(struct cli_ctx *, int, char **);
 int cmd_env(struct cli_ctx *, int, char **);
@@ -323,23 +330,45 @@ const struct cli_cmd cli_commands[] = {
 	 "  --yaml          print the recipe file itself (a start for your own)\n"
 	 "See docs/serve.md for the keys.\n"},
 	{NULL, "serve", cmd_serve, cli_text_serve,
-	 "serve RECIPE --group G --dry-run [--set KEY=VALUE]... [--port P] [--name N] [--force]\n"
+	 "serve RECIPE --group G [--dry-run] [--set KEY=VALUE]... [--port P] [--name N] [--force]\n"
 	 "         [--recipe-dir DIR] [--layout FILE] [-o table|json]",
-	 "every node's command and environment for serving a model on a group, and its memory fit",
+	 "serve a model on a group as a supervised service (or print the plan: --dry-run)",
 	 "  RECIPE          a name ('sparkctl recipe ls') or a recipe file\n"
 	 "  --group G       the group to serve on; ranks follow its order ('sparkctl group show')\n"
-	 "  --dry-run       print the plan and start nothing (required: supervised services are\n"
-	 "                  not built yet)\n"
+	 "  --dry-run       print every node's command and environment and start nothing\n"
 	 "  --set KEY=VALUE override a recipe key (tp=2, pp=2, nodes=2, model=org/name, args=...,\n"
 	 "                  env.NAME=V, health.path=/v1/models, restart.limit=3), repeatable\n"
 	 "  --port P        rank 0's HTTP port (same as --set port=P)\n"
 	 "  --name N        the service's name (default: the recipe's)\n"
-	 "  --force         exit 0 even when the planner says the model does not fit\n"
-	 "  --layout FILE   render for a group described in FILE (JSON, docs/serve.md) instead\n"
-	 "                  of asking sparkd\n"
+	 "  --force         start (or exit 0) even when the model does not fit: the planner's\n"
+	 "                  verdict, or a node's memory budget less what its services need\n"
+	 "  --layout FILE   with --dry-run: render for a group described in FILE (JSON,\n"
+	 "                  docs/serve.md) instead of asking sparkd\n"
 	 "Sockets use the fabric address each node has in a subnet every other node has, else\n"
-	 "the management addresses (a ring of 4+). Exit 1 when the model does not fit per node\n"
-	 "(the line says on how many nodes it would). See docs/serve.md.\n"},
+	 "the management addresses (a ring of 4+). Without --dry-run the head records the\n"
+	 "service, checks each node's memory budget and keeps it running: 'sparkctl svc ls'.\n"
+	 "Exit 1 when it does not fit (the line gives the numbers per node). See docs/serving.md.\n"},
+	{"svc", "ls", cmd_svc_ls, cli_text_svc_ls, "svc ls [--group G] [-o table|json]",
+	 "the services of the cluster: state, run, endpoint and models",
+	 "  --group G   only the services of group G\n"},
+	{"svc", "show", cmd_svc_show, cli_text_svc_show, "svc show NAME [-o table|json]",
+	 "one service: state, last error, restarts, its nodes and their memory need", NULL},
+	{"svc", "logs", cmd_svc_logs, NULL, "svc logs NAME [-f] [--rank R]",
+	 "the output of a service's current (or last) run: its job's logs",
+	 "  -f, --follow   keep streaming until the run ends\n"
+	 "  --rank R       only rank R (without a prefix)\n"},
+	{"svc", "stop", cmd_svc_stop, cli_text_svc_change, "svc stop NAME [-o table|json]",
+	 "stop a service: SIGTERM to every rank, SIGKILL after 5 s; it stays listed as stopped",
+	 "Only its owner or an admin of the cluster may stop it.\n"},
+	{"svc", "restart", cmd_svc_restart, cli_text_svc_change, "svc restart NAME [-o table|json]",
+	 "start a service again on every node (a stopped or failed one too)",
+	 "Only its owner or an admin of the cluster may restart it.\n"},
+	{"svc", "rm", cmd_svc_rm, cli_text_svc_change, "svc rm NAME [-o table|json]",
+	 "forget a stopped or failed service", NULL},
+	{"svc", "watch", cmd_svc_watch, cli_text_svc_ls, "svc watch [--group G] [-o table|json]",
+	 "follow the services: every service at once, then again after each change",
+	 "  --group G   only the services of group G\n"
+	 "With -o json, one line per snapshot ({\"services\": [...]}, as spark-router reads it).\n"},
 	{"export", "slurm", cmd_export_slurm, cli_text_export_slurm,
 	 "export slurm [--out DIR] [--slurm-version V] [--force] [--gpu-device PATH]\n"
 	 "         [--task-prolog PATH] [--prolog-socket PATH] [--sparkctl PATH] [-o files|json]",

@@ -89,6 +89,18 @@ int cli_next_opt(struct cli_ctx *ctx, int argc, char **argv, const struct option
 	return ch;
 }
 
+const char *cli_leading_arg(int *argc, char ***argv)
+{
+	char **av = *argv;
+	if (*argc < 2 || av[1][0] == '-')
+		return NULL;
+	const char *arg = av[1];
+	av[1] = av[0];
+	(*argv)++;
+	(*argc)--;
+	return arg;
+}
+
 const char *cli_jstr(json_t *o, const char *key)
 {
 	json_t *v = json_object_get(o, key);

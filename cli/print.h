@@ -104,10 +104,14 @@ struct cli_plan_decode_view {
 };
 void cli_text_plan_decode(const struct cli_answer *a);
 
-/* ---- print_serve.c: recipe ls|show, serve --dry-run ---- */
+/* ---- print_serve.c: recipe ls|show, serve, svc ---- */
 void cli_text_recipe_ls(const struct cli_answer *a);
 void cli_text_recipe_show(const struct cli_answer *a);
 void cli_text_serve(const struct cli_answer *a);
+/* svc ls|show|stop|restart|rm (services, docs/serving.md) */
+void cli_text_svc_ls(const struct cli_answer *a);
+void cli_text_svc_show(const struct cli_answer *a);
+void cli_text_svc_change(const struct cli_answer *a);
 
 /* ---- print_export.c: export slurm, env ---- */
 void cli_text_export_slurm(const struct cli_answer *a);

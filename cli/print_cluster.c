@@ -110,6 +110,35 @@ static void print_nodes(json_t *nodes)
 	out_table_free(t);
 }
 
+/* status: each group's services, "GROUP  NAME (STATE), ..." (the head keeps them
+ * oldest first; a group's line gathers its own). */
+static void print_services(json_t *svcs)
+{
+	if (!json_array_size(svcs))
+		return;
+	printf("\nServices:\n");
+	size_t i, k;
+	json_t *o, *p;
+	json_array_foreach(svcs, i, o) {
+		const char *g = cli_jstr(o, "group");
+		bool seen = false;
+		for (k = 0; k < i && !seen; k++) {
+			p = json_array_get(svcs, k);
+			seen = strcmp(cli_jstr(p, "group"), g) == 0;
+		}
+		if (seen)
+			continue;
+		printf("  %-12s", g);
+		int n = 0;
+		for (k = i; k < json_array_size(svcs); k++) {
+			p = json_array_get(svcs, k);
+			if (strcmp(cli_jstr(p, "group"), g) == 0)
+				printf("%s%s (%s)", n++ ? ", " : "", cli_jstr(p, "name"), cli_jstr(p, "state"));
+		}
+		printf("\n");
+	}
+}
+
 void cli_text_status(const struct cli_answer *a)
 {
 	json_t *d = a->data;
@@ -123,6 +152,7 @@ void cli_text_status(const struct cli_answer *a)
 	cli_topo_status_line(json_object_get(d, "topology"));
 	printf("\n");
 	print_nodes(json_object_get(d, "nodes"));
+	print_services(json_object_get(d, "services"));
 }
 
 /* version's answer is made by the CLI: sparkctl_version, then the local
@@ -172,6 +202,16 @@ void cli_text_node_show(const struct cli_answer *a)
 	       cli_jstr(d, "version"), joined, seen,
 	       json_is_true(json_object_get(d, "connected")) ? "yes" : "no",
 	       cli_jstr(d, "cert_serial"));
+	json_t *mem = json_object_get(d, "mem");
+	if (json_is_object(mem)) {
+		const double g = 1024.0 * 1024.0 * 1024.0;
+		char at[64];
+		out_fmt_utc(cli_jnum(mem, "reported_at"), "never", at, sizeof at);
+		printf("Memory:      %.1f GiB, %.1f GiB available, budget %.1f GiB for services "
+		       "(at %s)\n",
+		       (double)cli_jnum(mem, "total") / g, (double)cli_jnum(mem, "available") / g,
+		       (double)cli_jnum(mem, "budget") / g, at);
+	}
 	print_fabric_report(d);
 	json_t *ev = json_object_get(d, "events");
 	if (json_array_size(ev)) {

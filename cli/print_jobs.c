@@ -137,7 +137,12 @@ void cli_text_job_ls(const struct cli_answer *a)
 		fmt_exit(j, ex, sizeof ex);
 		util_fmt_age(cli_jnum(j, "duration_s"), dur, sizeof dur);
 		snprintf(cmd, sizeof cmd, "%.60s", cli_jstr(j, "command"));
-		const char *row[] = {id, cli_jstr(j, "name"), cli_jstr(j, "group"), cli_jstr(j, "user"), cli_jstr(j, "launcher"),
+		char user[160]; /* a service's run: whose, and which service */
+		if (json_is_string(json_object_get(j, "owner")))
+			snprintf(user, sizeof user, "%s (%s)", cli_jstr(j, "user"), cli_jstr(j, "owner"));
+		else
+			snprintf(user, sizeof user, "%s", cli_jstr(j, "user"));
+		const char *row[] = {id, cli_jstr(j, "name"), cli_jstr(j, "group"), user, cli_jstr(j, "launcher"),
 				     ranks, cli_jstr(j, "state"), ex, dur, cmd};
 		out_table_row(t, row);
 	}
@@ -155,6 +160,8 @@ void cli_text_job_show(const struct cli_answer *a)
 	join_names(json_object_get(d, "env"), env, sizeof env);
 	printf("Job:        %lld (%s)\n", cli_jnum(d, "id"), cli_jstr(d, "name"));
 	printf("User:       %s\n", cli_jstr(d, "user"));
+	if (json_is_string(json_object_get(d, "owner")))
+		printf("Owner:      %s (the job of a service)\n", cli_jstr(d, "owner"));
 	printf("Group:      %s (%s, topology %s)\n", cli_jstr(d, "group"), cli_jstr(d, "shape"), cli_jstr(d, "topology"));
 	printf("Launcher:   %s, %lld rank(s), %lld per node\n", cli_jstr(d, "launcher"), cli_jnum(d, "world_size"),
 	       cli_jnum(d, "ranks_per_node"));

@@ -177,7 +177,136 @@ void cli_text_recipe_show(const struct cli_answer *a)
 	recipe_text(a->data, cli_jstr(a->data, "source"));
 }
 
+static void svc_line(json_t *o)
+{
+	json_t *run = json_object_get(o, "run");
+	printf("service %s: %s", cli_jstr(o, "name"), cli_jstr(o, "state"));
+	if (json_is_integer(run))
+		printf(" (run: job %lld)", (long long)json_integer_value(run));
+	const char *wait = json_string_value(json_object_get(o, "waiting_for"));
+	if (wait)
+		printf(", waiting for %s to be ready", wait);
+	printf("\n");
+	if (json_is_string(json_object_get(o, "note")))
+		printf("%s\n", cli_jstr(o, "note"));
+}
+
+/* serve: the plan (--dry-run), or the service it started */
 void cli_text_serve(const struct cli_answer *a)
 {
-	plan_text(a->data, cli_jstr(a->data, "network_note"));
+	if (json_object_get(a->data, "ranks")) {
+		plan_text(a->data, cli_jstr(a->data, "network_note"));
+		return;
+	}
+	svc_line(a->data);
+	json_t *ep = json_object_get(a->data, "endpoint");
+	printf("Endpoint: %s (management %s) once ready\n", cli_jstr(ep, "url"),
+	       cli_jstr(ep, "management_url"));
+	size_t i;
+	json_t *n;
+	json_array_foreach(json_object_get(json_object_get(a->data, "admission"), "nodes"), i, n) {
+		json_t *b = json_object_get(n, "budget_gib");
+		if (json_is_number(b))
+			printf("Memory on %s: needs %.1f GiB; %.1f GiB of a %.1f GiB budget placed "
+			       "before%s\n", cli_jstr(n, "node"), json_number_value(json_object_get(n, "need_gib")),
+			       json_number_value(json_object_get(n, "used_gib")), json_number_value(b),
+			       json_is_false(json_object_get(n, "fits")) ? " (OVER: --force)" : "");
+		else
+			printf("Memory on %s: not checked (the node reports no budget)\n",
+			       cli_jstr(n, "node"));
+	}
+	printf("Follow it with 'sparkctl svc show %s' or 'sparkctl svc logs %s -f'.\n",
+	       cli_jstr(a->data, "name"), cli_jstr(a->data, "name"));
+}
+
+static void models_cell(json_t *ep, char *buf, size_t len)
+{
+	size_t o = 0, i;
+	json_t *m;
+	buf[0] = '\0';
+	json_array_foreach(json_object_get(ep, "models"), i, m)
+		if (o < len)
+			o += (size_t)snprintf(buf + o, len - o, "%s%s", i ? "," : "", json_string_value(m));
+	if (!buf[0])
+		snprintf(buf, len, "-");
+}
+
+void cli_text_svc_ls(const struct cli_answer *a)
+{
+	json_t *arr = json_object_get(a->data, "services");
+	if (!json_array_size(arr)) {
+		printf("no services; start one with 'sparkctl serve RECIPE --group G'\n");
+		return;
+	}
+	static const char *const hdr[] = {"NAME", "GROUP", "STATE", "RUNTIME", "RUN", "ENDPOINT",
+					  "MODELS"};
+	out_table *t = out_table_new(7, hdr);
+	size_t i;
+	json_t *o;
+	json_array_foreach(arr, i, o) {
+		char run[32], models[256];
+		json_t *r = json_object_get(o, "run"), *ep = json_object_get(o, "endpoint");
+		out_fmt(run, sizeof run, "%s", "-");
+		if (json_is_integer(r))
+			out_fmt(run, sizeof run, "%lld", (long long)json_integer_value(r));
+		models_cell(ep, models, sizeof models);
+		const char *row[] = {cli_jstr(o, "name"), cli_jstr(o, "group"), cli_jstr(o, "state"),
+				     cli_jstr(o, "runtime"), run, cli_jstr(ep, "url"), models};
+		out_table_row(t, row);
+	}
+	out_table_print(t, stdout);
+	out_table_free(t);
+}
+
+void cli_text_svc_show(const struct cli_answer *a)
+{
+	json_t *o = a->data, *ep = json_object_get(o, "endpoint"), *rs = json_object_get(o, "restart");
+	char models[256];
+	models_cell(ep, models, sizeof models);
+	json_t *run = json_object_get(o, "run");
+	printf("%-14s%s\n", "Name:", cli_jstr(o, "name"));
+	printf("%-14s%s\n", "State:", cli_jstr(o, "state"));
+	if (json_is_string(json_object_get(o, "waiting_for")))
+		printf("%-14swaits for %s (a shared node) to be ready\n", "", cli_jstr(o, "waiting_for"));
+	printf("%-14s%s\n", "Group:", cli_jstr(o, "group"));
+	printf("%-14s%s (recipe %s)\n", "Runtime:", cli_jstr(o, "runtime"), cli_jstr(o, "recipe"));
+	printf("%-14s%s\n", "Model:", cli_jstr(o, "model"));
+	printf("%-14s%s\n", "Owner:", cli_jstr(o, "owner"));
+	if (json_is_integer(run))
+		printf("%-14sjob %lld\n", "Run:", (long long)json_integer_value(run));
+	else if (cli_jnum(o, "last_run"))
+		printf("%-14snone (last: job %lld)\n", "Run:", cli_jnum(o, "last_run"));
+	else
+		printf("%-14snone\n", "Run:");
+	printf("%-14s%s (management %s)\n", "Endpoint:", cli_jstr(ep, "url"),
+	       cli_jstr(ep, "management_url"));
+	printf("%-14s%s\n", "Models:", models);
+	printf("%-14s%lld restarts, %lld failed in a row; %s, at most %lld, back-off %llds to %llds\n",
+	       "Restarts:", cli_jnum(o, "restarts"), cli_jnum(o, "failures"), cli_jstr(rs, "policy"),
+	       cli_jnum(rs, "limit"), cli_jnum(rs, "backoff_s"), cli_jnum(rs, "backoff_max_s"));
+	if (*cli_jstr(o, "last_error") && strcmp(cli_jstr(o, "last_error"), "-") != 0)
+		printf("%-14s%s\n", "Last error:", cli_jstr(o, "last_error"));
+	printf("%-14s%s\n", "Updated:", cli_jstr(o, "updated_at"));
+	if (json_is_true(json_object_get(o, "forced")))
+		printf("%-14sadmitted over a node's memory budget (--force)\n", "Memory:");
+	static const char *const hdr[] = {"RANK", "NODE", "NEED"};
+	out_table *t = out_table_new(3, hdr);
+	size_t i;
+	json_t *n;
+	json_array_foreach(json_object_get(o, "nodes"), i, n) {
+		char rank[16], need[32];
+		out_fmt(rank, sizeof rank, "%lld", cli_jnum(n, "rank"));
+		out_fmt(need, sizeof need, "%.1f GiB", json_number_value(json_object_get(n, "need_gib")));
+		const char *row[] = {rank, cli_jstr(n, "node"), need};
+		out_table_row(t, row);
+	}
+	printf("\n");
+	out_table_print(t, stdout);
+	out_table_free(t);
+}
+
+/* svc stop|restart|rm: one line */
+void cli_text_svc_change(const struct cli_answer *a)
+{
+	svc_line(a->data);
 }

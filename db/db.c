@@ -4,7 +4,8 @@
  * the statement cache, SQLite error mapping and the small bind/column
  * helpers (db_internal.h). The tables' queries live in one file per table
  * group: db_nodes.c (cluster, nodes, tokens, joins, revoked certificates,
- * events), db_fabric.c, db_jobs.c (groups, jobs, ranks), db_topo.c
+ * events), db_fabric.c, db_jobs.c (groups, jobs, ranks), db_services.c
+ * (supervised services), db_topo.c
  * (topology runs). Values are always bound to prepared statements; the only
  * statement text built at run time is "PRAGMA user_version = N" with N a
  * compile-time migration number, because PRAGMA cannot take a bound
@@ -230,6 +231,47 @@ static const char *const migrations[] = {
 	 * db_node_events). IF NOT EXISTS: a database put back to an older version
 	 * by dropping tables keeps its indexes on events. */
 	"CREATE INDEX IF NOT EXISTS events_node ON events(node_id, id);",
+	/* 7: services (issue 19). A node's memory as its heartbeat reports it, in
+	 * bytes (0: never reported): MemTotal, MemAvailable, the budget services
+	 * may use (serve.memory_budget_gib or the planner's usable memory) and
+	 * when it was reported; and who manages a job ("serve:NAME" for a
+	 * service's run, '' for a job a user ran). */
+	"ALTER TABLE nodes ADD COLUMN mem_total INTEGER NOT NULL DEFAULT 0 CHECK (mem_total >= 0);"
+	"ALTER TABLE nodes ADD COLUMN mem_available INTEGER NOT NULL DEFAULT 0"
+	"  CHECK (mem_available >= 0);"
+	"ALTER TABLE nodes ADD COLUMN mem_budget INTEGER NOT NULL DEFAULT 0 CHECK (mem_budget >= 0);"
+	"ALTER TABLE nodes ADD COLUMN mem_at INTEGER NOT NULL DEFAULT 0;"
+	"ALTER TABLE jobs ADD COLUMN managed_by TEXT NOT NULL DEFAULT '';",
+	/* 8: supervised services (issue 19, db_services.c). plan is what the CLI
+	 * rendered (`serve --dry-run -o json`), caller who started it (its runs
+	 * run as that user), need the memory it was admitted with per node id
+	 * ({"NODE_ID": bytes}), endpoint where it answers once ready. run_id is
+	 * the current (or last) run's job id (0: none yet); failures count the
+	 * runs that failed since the last ready one (the restart limit),
+	 * restarts every run after the first. */
+	"CREATE TABLE services ("
+	"  name        TEXT PRIMARY KEY NOT NULL CHECK (length(name) BETWEEN 1 AND 63),"
+	"  group_name  TEXT NOT NULL CHECK (length(group_name) > 0),"
+	"  recipe      TEXT NOT NULL DEFAULT '',"
+	"  runtime     TEXT NOT NULL DEFAULT '',"
+	"  model       TEXT NOT NULL DEFAULT '',"
+	"  owner       TEXT NOT NULL CHECK (length(owner) > 0),"
+	"  uid         INTEGER NOT NULL DEFAULT -1,"
+	"  state       TEXT NOT NULL CHECK (state IN ('starting', 'ready', 'unhealthy', "
+	"              'restarting', 'failed', 'stopped')),"
+	"  plan        TEXT NOT NULL CHECK (json_valid(plan)),"
+	"  caller      TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(caller)),"
+	"  need        TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(need)),"
+	"  endpoint    TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(endpoint)),"
+	"  run_id      INTEGER NOT NULL DEFAULT 0 CHECK (run_id >= 0),"
+	"  run_started INTEGER NOT NULL DEFAULT 0,"
+	"  restarts    INTEGER NOT NULL DEFAULT 0 CHECK (restarts >= 0),"
+	"  failures    INTEGER NOT NULL DEFAULT 0 CHECK (failures >= 0),"
+	"  forced      INTEGER NOT NULL DEFAULT 0 CHECK (forced IN (0, 1)),"
+	"  last_error  TEXT NOT NULL DEFAULT '',"
+	"  created_at  INTEGER NOT NULL,"
+	"  updated_at  INTEGER NOT NULL"
+	") STRICT;",
 };
 #define DB_SCHEMA_VERSION ((int)ARRAY_SIZE(migrations))
 

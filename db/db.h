@@ -35,6 +35,9 @@ typedef struct db_node {
 	bool drained;         /* set by drain; state shows "draining" while ready */
 	int64_t connected_at; /* first session; 0: a join not completed ("joining") */
 	char key_hash[65];    /* SHA-256 of the certified public key (joins) */
+	/* memory as the node last reported it, bytes (0: never): MemTotal,
+	 * MemAvailable, what services may use; mem_at: when (0: never) */
+	int64_t mem_total, mem_available, mem_budget, mem_at;
 } db_node;
 
 typedef struct db_token {
@@ -85,6 +88,9 @@ int db_node_seen(db *d, const char *id, int64_t ts, const char *address, const c
 /* Only last_seen, and only forwards (never below the stored value). */
 int db_node_touch(db *d, const char *id, int64_t ts);
 int db_node_set_state(db *d, const char *id, const char *state);
+/* The memory a node reported (bytes, >= 0) at `at`. -ENOENT for an unknown node. */
+int db_node_set_memory(db *d, const char *id, int64_t total, int64_t available, int64_t budget,
+		       int64_t at);
 /* A state change and its event, in one transaction: when the stored state
  * differs from state, set it and add an event of kind state with detail
  * (NULL: "OLD -> NEW", OLD as db_node_get shows it: "draining", "joining"...).
@@ -237,6 +243,7 @@ typedef struct db_job {
 	int exit_code;        /* -1 unknown */
 	int64_t timeout_s;    /* 0 none */
 	int64_t created_at, started_at, ended_at;
+	char managed_by[80];  /* the service that runs it ("serve:NAME"), "" for a user's job */
 } db_job;
 
 typedef struct db_job_rank {
@@ -269,6 +276,41 @@ int db_job_ranks(db *d, int64_t id, db_job_rank **out, size_t *n);
 int db_job_rank_update(db *d, const db_job_rank *r);
 /* Ids of the group's starting or running jobs. */
 int db_group_active_jobs(db *d, const char *group, int64_t **ids, size_t *n);
+
+/* Supervised services (issue 19, docs/serving.md; db_services.c). One row
+ * per service, named uniquely; its runs are jobs (run_id: the current or
+ * last one, 0 none). plan, caller, need and endpoint are JSON text
+ * (malloc'd: db_service_free); need is {"NODE_ID": bytes}. */
+typedef struct db_service {
+	char name[64];
+	char group_name[64];
+	char recipe[64];
+	char runtime[16];
+	char model[256];
+	char owner[64];       /* user name of who started it */
+	int64_t uid;
+	char state[16];       /* starting|ready|unhealthy|restarting|failed|stopped */
+	int64_t run_id;
+	int64_t run_started;  /* Unix seconds the current run was launched */
+	int restarts, failures;
+	bool forced;          /* admitted with --force */
+	char last_error[256];
+	int64_t created_at, updated_at;
+	char *plan, *caller, *need, *endpoint;
+} db_service;
+
+/* Insert (state as given); -EEXIST when the name is taken, -EINVAL for a bad
+ * state or JSON. */
+int db_service_add(db *d, const db_service *s);
+int db_service_get(db *d, const char *name, db_service *out);
+/* Every service, oldest first; free with db_services_free. */
+int db_service_list(db *d, db_service **out, size_t *n);
+/* state, run_id, run_started, restarts, failures, last_error, endpoint,
+ * updated_at of s->name (endpoint NULL: unchanged). -ENOENT: no such one. */
+int db_service_update(db *d, const db_service *s);
+int db_service_remove(db *d, const char *name);
+void db_service_free(db_service *s);
+void db_services_free(db_service *v, size_t n);
 
 /* Topology validation runs (issue 5, docs/topology.md). A run is the whole
  * verdict (JSON text) plus its cables and probe results as rows. History:

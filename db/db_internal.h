@@ -75,7 +75,10 @@ char *db_col_dup(sqlite3_stmt *s, int i); /* malloc'd copy, NULL on ENOMEM */
 #define NODE_COLS \
 	"id, name, role, state, address, version, cert_serial, joined_at, last_seen, drained, " \
 	"connected_at, key_hash"
-/* Fill n from a row of NODE_COLS (columns 0..11), with the shown state:
+/* What a select reads: NODE_COLS and the memory the node last reported. */
+#define NODE_READ_COLS NODE_COLS ", mem_total, mem_available, mem_budget, mem_at"
+#define NODE_READ_NCOLS 16
+/* Fill n from a row of NODE_READ_COLS (columns 0..15), with the shown state:
  * "draining" for a drained ready node, "joining" for a worker that never
  * connected. */
 void db_node_row(sqlite3_stmt *s, db_node *n);

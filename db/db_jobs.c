@@ -17,7 +17,7 @@
 	"(SELECT count(*) FROM group_members m WHERE m.group_name = g.name)"
 #define JOB_COLS \
 	"id, name, group_name, owner, uid, launcher, ranks_per_node, world_size, command, state, " \
-	"reason, exit_code, timeout_s, created_at, started_at, ended_at"
+	"reason, exit_code, timeout_s, created_at, started_at, ended_at, managed_by"
 #define RANK_COLS \
 	"job_id, rank, node_id, node_name, local_rank, state, pid, exit_code, signal, started_at, " \
 	"ended_at"
@@ -261,7 +261,7 @@ int db_node_groups(db *d, const char *node_id, char ***out, size_t *n)
 }
 
 static const char SQL_GROUP_NODES[] =
-	"SELECT " NODE_COLS " FROM group_members m JOIN nodes n ON n.id = m.node_id "
+	"SELECT " NODE_READ_COLS " FROM group_members m JOIN nodes n ON n.id = m.node_id "
 	"WHERE m.group_name = ?1 ORDER BY m.seq";
 
 int db_group_nodes(db *d, const char *group, db_node **out, size_t *n)
@@ -297,6 +297,7 @@ static void job_row(sqlite3_stmt *s, db_job *j)
 	j->created_at = sqlite3_column_int64(s, 13);
 	j->started_at = sqlite3_column_int64(s, 14);
 	j->ended_at = sqlite3_column_int64(s, 15);
+	COL_F(s, 16, j->managed_by);
 }
 
 static int job_row_v(sqlite3_stmt *s, void *p)
@@ -329,8 +330,8 @@ static int rank_row_v(sqlite3_stmt *s, void *p)
 
 static const char SQL_JOB_INSERT[] =
 	"INSERT INTO jobs (name, group_name, owner, uid, launcher, ranks_per_node, world_size, "
-	"command, spec, state, timeout_s, created_at) "
-	"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'starting', ?10, ?11)";
+	"command, spec, state, timeout_s, created_at, managed_by) "
+	"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'starting', ?10, ?11, ?12)";
 static const char SQL_JOB_RANK_INSERT[] =
 	"INSERT INTO job_ranks (job_id, rank, node_id, node_name, local_rank, state) "
 	"VALUES (?1, ?2, ?3, ?4, ?5, 'pending')";
@@ -356,6 +357,7 @@ int db_job_create(db *d, db_job *j, const char *spec_json, const db_job_rank *ra
 		db_bind_str(s, 9, spec_json);
 		sqlite3_bind_int64(s, 10, j->timeout_s);
 		sqlite3_bind_int64(s, 11, j->created_at);
+		BIND_F(s, 12, j->managed_by);
 		e = db_exec(d, s, "job_insert");
 	}
 	int64_t id = e == 0 ? db_last_rowid(d) : 0;

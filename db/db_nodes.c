@@ -145,6 +145,10 @@ void db_node_row(sqlite3_stmt *s, db_node *n)
 	n->drained = sqlite3_column_int(s, 9) != 0;
 	n->connected_at = sqlite3_column_int64(s, 10);
 	COL_F(s, 11, n->key_hash);
+	n->mem_total = sqlite3_column_int64(s, 12);
+	n->mem_available = sqlite3_column_int64(s, 13);
+	n->mem_budget = sqlite3_column_int64(s, 14);
+	n->mem_at = sqlite3_column_int64(s, 15);
 	/* A drained node that is otherwise ready shows "draining"; a worker that
 	 * never connected is still "joining", whatever the stored state. */
 	if (n->drained && strcmp(n->state, "ready") == 0)
@@ -159,8 +163,8 @@ int db_node_row_v(sqlite3_stmt *s, void *p)
 	return 0;
 }
 
-static const char SQL_NODE_GET[] = "SELECT " NODE_COLS " FROM nodes WHERE id = ?1";
-static const char SQL_NODE_GET_NAME[] = "SELECT " NODE_COLS " FROM nodes WHERE name = ?1";
+static const char SQL_NODE_GET[] = "SELECT " NODE_READ_COLS " FROM nodes WHERE id = ?1";
+static const char SQL_NODE_GET_NAME[] = "SELECT " NODE_READ_COLS " FROM nodes WHERE name = ?1";
 
 static int node_get(db *d, const char *sql, const char *key, db_node *out)
 {
@@ -191,7 +195,7 @@ int db_node_get_by_name(db *d, const char *name, db_node *out)
 }
 
 static const char SQL_NODE_LIST[] =
-	"SELECT " NODE_COLS " FROM nodes "
+	"SELECT " NODE_READ_COLS " FROM nodes "
 	"ORDER BY role = 'head' DESC, joined_at ASC, name ASC";
 
 int db_node_list(db *d, db_node **out, size_t *n)
@@ -241,6 +245,27 @@ int db_node_touch(db *d, const char *id, int64_t ts)
 	db_bind_str(s, 1, id);
 	sqlite3_bind_int64(s, 2, ts);
 	return db_update_one(d, s, "node_touch");
+}
+
+static const char SQL_NODE_MEMORY[] =
+	"UPDATE nodes SET mem_total = ?2, mem_available = ?3, mem_budget = ?4, mem_at = ?5 "
+	"WHERE id = ?1";
+
+int db_node_set_memory(db *d, const char *id, int64_t total, int64_t available, int64_t budget,
+		       int64_t at)
+{
+	if (!d || !id || total < 0 || available < 0 || budget < 0)
+		return -EINVAL;
+	int e = 0;
+	sqlite3_stmt *s = db_stmt(d, SQL_NODE_MEMORY, &e);
+	if (!s)
+		return e;
+	db_bind_str(s, 1, id);
+	sqlite3_bind_int64(s, 2, total);
+	sqlite3_bind_int64(s, 3, available);
+	sqlite3_bind_int64(s, 4, budget);
+	sqlite3_bind_int64(s, 5, at);
+	return db_update_one(d, s, "node_memory");
 }
 
 static const char SQL_NODE_STATE[] =
@@ -417,7 +442,7 @@ static int join_token(db *d, const char *token_id, const char *secret_hash, db_t
 
 /* A worker's join that never connected, made with this token. */
 static const char SQL_JOIN_PENDING[] =
-	"SELECT " NODE_COLS " FROM nodes WHERE name = ?1 AND token_id = ?2 "
+	"SELECT " NODE_READ_COLS " FROM nodes WHERE name = ?1 AND token_id = ?2 "
 	"AND role = 'worker' AND connected_at = 0";
 
 int db_join_pending(db *d, const char *token_id, const char *secret_hash, const char *name,
@@ -481,7 +506,7 @@ int db_join_resume(db *d, const char *token_id, const char *secret_hash, const d
 }
 
 static const char SQL_JOIN_EXPIRED[] =
-	"SELECT " NODE_COLS ", coalesce(token_id, '') FROM nodes WHERE role = 'worker' "
+	"SELECT " NODE_READ_COLS ", coalesce(token_id, '') FROM nodes WHERE role = 'worker' "
 	"AND connected_at = 0 AND joined_at < ?1 ORDER BY joined_at";
 /* Give back the use an expired join took (unlimited tokens have none). */
 static const char SQL_TOKEN_UNUSE[] =
@@ -509,7 +534,7 @@ int db_join_expire(db *d, int64_t cutoff, int64_t now, db_node **out, size_t *n)
 			    (e = db_grow((void **)&tok, &tcap, cnt, sizeof *tok)) < 0)
 				break;
 			db_node_row(s, &arr[cnt]);
-			const char *t = (const char *)sqlite3_column_text(s, 12);
+			const char *t = (const char *)sqlite3_column_text(s, NODE_READ_NCOLS);
 			util_strlcpy(tok[cnt], t ? t : "", sizeof tok[cnt]);
 			cnt++;
 		}

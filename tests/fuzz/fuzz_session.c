@@ -13,17 +13,18 @@
  * ranks and exec on the head's own node would start `sparkd --rank-shim`,
  * which here names a path that does not exist, so no command ever runs.
  *
- * Each input is decoded into frames a member may send (heartbeat, hello,
- * fabric, topo_reply, topo_rdma_ep, forward with every jobs request, forward
- * with every cluster request, job_started/exit/data/sync, exec_data/exit,
- * stream_cancel, leave, crl, join, frames of the head's direction, unknown
- * types, raw and oversized frames) with fuzzed fields. Fields that name the
- * head's objects (job, tail, exec, topology request and probe ids) may take
- * the values the head just sent this member, so the frames reach the code
- * behind the lookups. The frames go over a Unix socket that the head adopted
- * as fz-w1's session (peers_adopt_session), one at a time, running the loop
- * until it is idle after each; then the member closes and the loop runs until
- * the head has released the session.
+ * Each input is decoded into frames a member may send (heartbeat and hello
+ * with memory reports, fabric, topo_reply, topo_rdma_ep, forward with every
+ * jobs request, forward with every cluster request, forward with every
+ * services request (plans fuzzed), svc_health, job_started/exit/data/sync,
+ * exec_data/exit, stream_cancel, leave, crl, join, frames of the head's
+ * direction, unknown types, raw and oversized frames) with fuzzed fields.
+ * Fields that name the head's objects (job, tail, exec, topology request and
+ * probe ids) may take the values the head just sent this member, so the
+ * frames reach the code behind the lookups. The frames go over a Unix socket
+ * that the head adopted as fz-w1's session (peers_adopt_session), one at a
+ * time, running the loop until it is idle after each; then the member closes
+ * and the loop runs until the head has released the session.
  *
  * Invariants (abort on violation): the head survives and sends only
  * well-formed frames; ASan/UBSan/LSan are clean; 3 s after the member closed
@@ -455,6 +456,52 @@ static const char *const launchers[] = {"native", "torchrun", "mpi", "slurm"};
 static const char *const expects[] = {"ring", "pair", "switch", "mesh"};
 
 /* The fields of a request of type t. */
+/* services (issue 19): names, and plans as `serve --dry-run -o json` prints
+ * them, fuzzed: ranks on the cluster's nodes or not, argv and env of any
+ * type, numbers out of range. */
+static const char *const svc_names[] = {"web", "s2", "Bad Name", "", "web"};
+
+static json_t *gplan(struct in *in)
+{
+	if (u8(in) % 8 == 0)
+		return u8(in) & 1 ? json_string("plan") : NULL;
+	json_t *p = json_object();
+	put(p, "group", GSTR(in, group_names));
+	put(p, "recipe", fuzz_text(in, 10));
+	put(p, "runtime", json_string("command"));
+	json_t *ranks = json_array();
+	unsigned n = u8(in) % 4;
+	for (unsigned i = 0; i < n; i++) {
+		json_t *r = json_object();
+		put(r, "rank", u8(in) % 4 ? json_integer(i) : gint(in, NULL));
+		put(r, "node", GSTR(in, node_names));
+		put(r, "argv", u8(in) % 4 ? gstrv(in, argv0, sizeof argv0 / sizeof argv0[0], 3)
+					  : gint(in, NULL));
+		if (u8(in) & 1)
+			put(r, "env", u8(in) % 3 ? json_pack("{s:s}", "A", "1") : json_pack("{s:i}", "A", 1));
+		json_array_append_new(ranks, r);
+	}
+	put(p, "ranks", ranks);
+	put(p, "endpoint", json_pack("{s:o, s:s}", "url",
+				     u8(in) % 3 ? json_string("http://127.0.0.1:8000") : fuzz_text(in, 20),
+				     "management_url", "http://127.0.0.1:8000"));
+	json_t *h = json_object();
+	put(h, "path", fuzz_text(in, 12));
+	put(h, "interval_s", gint(in, NULL));
+	put(h, "startup_timeout_s", gint(in, NULL));
+	put(p, "health", h);
+	json_t *rs = json_object();
+	put(rs, "policy", json_string(u8(in) & 1 ? "never" : "always"));
+	put(rs, "limit", gint(in, NULL));
+	put(rs, "backoff_s", gint(in, NULL));
+	put(rs, "backoff_max_s", gint(in, NULL));
+	put(p, "restart", rs);
+	json_t *ad = json_object();
+	put(ad, "need_gib", u8(in) % 3 ? json_real((double)u8(in) * 1e4) : gint(in, NULL));
+	put(p, "admission", ad);
+	return p;
+}
+
 static void request_fields(struct in *in, json_t *r, const char *t)
 {
 	if (strncmp(t, "node_", 5) == 0) {
@@ -502,6 +549,15 @@ static void request_fields(struct in *in, json_t *r, const char *t)
 		put(r, "job", u8(in) % 3 ? json_string(id) : fuzz_text(in, 8));
 		put(r, "rank", gint(in, &s_rank));
 		put(r, "follow", gbool(in));
+	} else if (strcmp(t, "svc_start") == 0) {
+		put(r, "name", GSTR(in, svc_names));
+		put(r, "group", GSTR(in, group_names));
+		put(r, "plan", gplan(in));
+		put(r, "force", gbool(in));
+	} else if (strncmp(t, "svc_", 4) == 0) {
+		put(r, "name", GSTR(in, svc_names));
+		if (u8(in) & 1)
+			put(r, "group", GSTR(in, group_names));
 	} else if (strcmp(t, "exec") == 0) {
 		put(r, "node", gnode(in));
 		put(r, "argv", gstrv(in, argv0, sizeof argv0 / sizeof argv0[0], 3));
@@ -518,6 +574,8 @@ static const char *const cluster_types[] = {
 static const char *const jobs_types[] = {"group_create", "group_ls", "group_show", "group_rm",
 					 "job_run",      "job_ls",   "job_show",   "job_logs",
 					 "job_cancel",   "exec",     "status",     "token_create"};
+static const char *const svc_types[] = {"svc_start", "svc_start", "svc_ls",      "svc_show",
+					"svc_stop",  "svc_rm",    "svc_restart", "svc_watch"};
 
 /* Above every id a frame of the generator carries (those are < 256), so that
  * only the answer to this request can have its id. */
@@ -628,11 +686,31 @@ static json_t *gtopo_data(struct in *in)
 	return d;
 }
 
+/* A memory report (issue 19): well-formed, fuzzed numbers, or not an object. */
+static json_t *gmem(struct in *in)
+{
+	unsigned c = u8(in) % 6;
+	if (c == 0)
+		return NULL;
+	if (c == 1)
+		return fuzz_text(in, 8);
+	if (c == 2)
+		return json_pack("{s:I, s:I, s:I}", "total", (json_int_t)1 << 37, "available",
+				 (json_int_t)1 << 36, "budget", (json_int_t)1 << 36);
+	json_t *m = json_object();
+	put(m, "total", gint(in, NULL));
+	put(m, "available", gint(in, NULL));
+	if (c != 3)
+		put(m, "budget", gint(in, NULL));
+	return m;
+}
+
 enum op {
 	OP_HEARTBEAT, OP_HELLO, OP_FABRIC, OP_TOPO_REPLY, OP_TOPO_EP, OP_TOPO_OTHER,
 	OP_JOB_REQ, OP_JOB_REQ2, OP_FORWARD, OP_FORWARD2, OP_JOB_STARTED, OP_JOB_EXIT,
 	OP_JOB_DATA, OP_JOB_SYNC, OP_EXEC_DATA, OP_EXEC_EXIT, OP_STREAM_CANCEL, OP_LEAVE,
-	OP_CRL, OP_JOIN, OP_WRONG_WAY, OP_UNKNOWN, OP_RAW, OP_OVERSIZE, OP_COUNT
+	OP_CRL, OP_JOIN, OP_WRONG_WAY, OP_UNKNOWN, OP_RAW, OP_OVERSIZE, OP_SVC_REQ, OP_SVC_HEALTH,
+	OP_COUNT
 };
 
 /* The next frame of the input, queued in out (false: the input is used up). */
@@ -646,11 +724,13 @@ static bool next_frame(struct in *in)
 	switch (op) {
 	case OP_HEARTBEAT:
 		m = proto_msg("heartbeat", id);
+		put(m, "mem", gmem(in));
 		break;
 	case OP_HELLO:
 		m = proto_msg("hello", id);
 		put(m, "address", u8(in) % 3 ? json_string("127.0.0.2:7300") : fuzz_text(in, 40));
 		put(m, "version", fuzz_text(in, 10));
+		put(m, "mem", gmem(in));
 		break;
 	case OP_FABRIC:
 		m = proto_msg("fabric", id);
@@ -774,11 +854,25 @@ static bool next_frame(struct in *in)
 		put(m, "csr", fuzz_text(in, 40));
 		put(m, "address", json_string("127.0.0.3:7300"));
 		break;
+	case OP_SVC_REQ:
+		m = wrapped(in, "forward", svc_types, sizeof svc_types / sizeof svc_types[0], false);
+		break;
+	case OP_SVC_HEALTH: /* only rank 0's node of the current run may say it */
+		m = proto_msg("svc_health", id);
+		put(m, "service", GSTR(in, svc_names));
+		put(m, "run", gint(in, &s_job));
+		put(m, "ok", gbool(in));
+		put(m, "code", gint(in, NULL));
+		put(m, "models", gstrv(in, argv0, sizeof argv0 / sizeof argv0[0], 3));
+		if (u8(in) & 1)
+			put(m, "error", fuzz_text(in, 20));
+		break;
 	case OP_WRONG_WAY: {
 		static const char *const t[] = {"job_start", "job_signal", "job_tail", "job_untail",
 						"exec_start", "exec_signal", "job_sync_ack", "result",
-						"error", "stream", "exec_", "job_"};
-		m = proto_msg(t[u8(in) % 12], id);
+						"error", "stream", "exec_", "job_", "svc_health_watch",
+						"svc_health_unwatch"};
+		m = proto_msg(t[u8(in) % 14], id);
 		put(m, "job_id", gint(in, &s_job));
 		put(m, "exec_id", gint(in, &s_exec));
 		break;
@@ -955,6 +1049,9 @@ static void setup(void)
 		die("cannot start the agent", err);
 	if (svc_named("jobs")->start(&A, err, sizeof err) < 0)
 		die("cannot start jobs", err);
+	if (svc_named("serve")->init(&A, err, sizeof err) < 0 ||
+	    svc_named("serve")->start(&A, err, sizeof err) < 0)
+		die("cannot start serve", err);
 	/* Ranks and exec on the head's own node start the shim: make that fail. */
 	util_strlcpy(A.jobs->exe, "/nonexistent/sparkd-fuzz-no-shim", sizeof A.jobs->exe);
 	char base[512];

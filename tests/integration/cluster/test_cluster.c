@@ -615,3 +615,89 @@ Test(cluster, debug_memory_reports_the_daemons_memory)
 		json_decref(m);
 	}
 }
+
+/* MemTotal of this machine in bytes (every daemon of the test reads the same). */
+static long long meminfo_total(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	cr_assert(f);
+	char line[128];
+	long long kb = -1;
+	while (fgets(line, sizeof line, f))
+		if (sscanf(line, "MemTotal: %lld kB", &kb) == 1)
+			break;
+	fclose(f);
+	cr_assert_gt(kb, 0);
+	return kb * 1024;
+}
+
+/* node's "mem" in status -o json on node via, once it has one (10 s). */
+static json_t *wait_mem(int via, const char *node)
+{
+	long t0 = h_now_ms();
+	for (;;) {
+		struct h_result r = h_ctl(C, via, "status", "-o", "json", NULL);
+		cr_assert_eq(r.rc, 0, "%s", r.err);
+		json_t *j = h_json(&r);
+		json_t *mem = json_object_get(h_status_node(j, node), "mem");
+		if (json_is_object(mem)) {
+			json_incref(mem);
+			json_decref(j);
+			h_result_free(&r);
+			return mem;
+		}
+		json_decref(j);
+		h_result_free(&r);
+		cr_assert_lt(h_now_ms() - t0, 10000, "no memory report of %s in 10 s", node);
+		usleep(200 * 1000);
+	}
+}
+
+/* Issue 19: each node reports MemTotal, MemAvailable and the budget services
+ * may use; the head's own node is read on the head. The budget is
+ * serve.memory_budget_gib when set (the worker here), else the planner's
+ * share of MemTotal (102 of 121.7 GiB: the head here). */
+Test(cluster, nodes_report_their_memory_and_budget)
+{
+	C = h_cluster_new(2);
+	char cfg[600];
+	snprintf(cfg, sizeof cfg, "%s/mem.yaml", C->root);
+	FILE *f = fopen(cfg, "w");
+	fputs("serve:\n  memory_budget_gib: 40.5\n", f);
+	fclose(f);
+	cr_assert_eq(h_start(C, 0), 0);
+	cr_assert_eq(h_start_cfg(C, 1, cfg), 0);
+	char *tok = h_init(C);
+	struct h_result r = join(1, tok);
+	cr_assert_eq(r.rc, 0, "%s", r.err);
+	h_result_free(&r);
+	free(tok);
+	long long total = meminfo_total();
+	for (int i = 0; i < 2; i++) {
+		json_t *mem = wait_mem(i, C->nodes[i].name);
+		long long t = json_integer_value(json_object_get(mem, "total"));
+		long long av = json_integer_value(json_object_get(mem, "available"));
+		long long b = json_integer_value(json_object_get(mem, "budget"));
+		cr_expect_eq(t, total, "%s: total %lld, MemTotal %lld", C->nodes[i].name, t, total);
+		cr_expect(av > 0 && av <= t, "%s: available %lld of %lld", C->nodes[i].name, av, t);
+		long long want = i == 1 ? (long long)(40.5 * 1024 * 1024 * 1024)
+					: (long long)((double)total * (102.0 / 121.7));
+		cr_expect_eq(b, want, "%s: budget %lld, want %lld", C->nodes[i].name, b, want);
+		cr_expect_gt(json_integer_value(json_object_get(mem, "reported_at")), 0);
+		json_decref(mem);
+	}
+	/* node show prints it for people */
+	r = h_ctl(C, 1, "node", "show", C->nodes[1].name, NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.err);
+	cr_expect(strstr(r.out, "budget 40.5 GiB for services"), "%s", r.out);
+	h_result_free(&r);
+	/* a budget that is not a positive number stops sparkd with the key named */
+	f = fopen(cfg, "w");
+	fputs("serve:\n  memory_budget_gib: -3\n", f);
+	fclose(f);
+	char *argv[] = {(char *)h_bin("sparkd"), "--config", cfg, NULL};
+	r = h_run(argv);
+	cr_expect_eq(r.rc, 2, "rc %d: %s", r.rc, r.err);
+	cr_expect(strstr(r.err, "serve.memory_budget_gib"), "%s", r.err);
+	h_result_free(&r);
+}

@@ -1386,3 +1386,195 @@ Test(security, job_env_hostile_requests_are_refused, .timeout = 90)
 		free(code);
 	}
 }
+
+/* Services (issue 19, docs/serving.md): only the node that runs rank 0 of a
+ * service's current run reports its health. node-3 (rank 1 of a service on
+ * node-2,node-3) and node-4 (no rank) send svc_health "ok" over sessions with
+ * their real certificates: ignored, the service stays starting with no
+ * models. The same frame from node-2 (rank 0) is taken: the control that
+ * shows the frames were well formed. A job user cannot stop or remove root's
+ * service (forbidden, by the CLI and raw); root (its owner) can. */
+static void forge_health(int i, const char *service, long long run, const char *model)
+{
+	struct hs_client *m = hs_connect(C->nodes[0].port, nfile(i, "node.crt"), nfile(i, "node.key"),
+					 5000);
+	cr_assert(m, "cannot connect to the head with %s's certificate", C->nodes[i].name);
+	cr_assert_eq(hs_send_frame(m, "{\"v\":1,\"type\":\"hello\",\"id\":1,\"version\":\"x\"}"), 0);
+	json_t *hello = hs_read_frame(m, 5000);
+	cr_assert(hello, "the head did not answer %s's hello", C->nodes[i].name);
+	json_decref(hello);
+	char f[512];
+	snprintf(f, sizeof f,
+		 "{\"v\":1,\"type\":\"svc_health\",\"id\":0,\"service\":\"%s\",\"run\":%lld,"
+		 "\"ok\":true,\"code\":200,\"models\":[\"%s\"]}", service, run, model);
+	cr_assert_eq(hs_send_frame(m, f), 0);
+	/* and one naming a run that is not the current one */
+	snprintf(f, sizeof f,
+		 "{\"v\":1,\"type\":\"svc_health\",\"id\":0,\"service\":\"%s\",\"run\":%lld,"
+		 "\"ok\":true,\"code\":200,\"models\":[\"%s-old\"]}", service, run + 1000, model);
+	cr_assert_eq(hs_send_frame(m, f), 0);
+	/* a heartbeat answered afterwards: the frames before it were handled */
+	cr_assert_eq(hs_send_frame(m, "{\"v\":1,\"type\":\"heartbeat\",\"id\":0}"), 0);
+	usleep(500 * 1000);
+	hs_close(m);
+}
+
+static json_t *svc_show_json(const char *name)
+{
+	struct h_result r = ctl_t(0, 10, "svc", "show", name, "-o", "json", NULL);
+	json_t *j = r.rc == 0 ? h_json(&r) : NULL;
+	h_result_free(&r);
+	return j;
+}
+
+Test(security, svc_health_only_from_rank0_and_stop_only_by_owner, .timeout = 120)
+{
+	make_user(false);
+	cluster(4, 4);
+	open_socket_to(0, GROUP_JOB);
+	struct h_result r = ctl_t(0, 10, "group", "create", "g23", "--nodes", "node-2,node-3", NULL);
+	cr_assert_eq(r.rc, 0, "group create: %s", r.err);
+	h_result_free(&r);
+	write_file(rfile("s1.yaml"), "name: s1\nruntime: command\nmodel: none\nport: 18999\n"
+				    "command: [sleep, \"600\"]\nmemory: \"1\"\n");
+	r = ctl_t(0, 20, "serve", rfile("s1.yaml"), "--group", "g23", "-o", "json", NULL);
+	cr_assert_eq(r.rc, 0, "serve: %s", r.err);
+	json_t *j = h_json(&r);
+	long long run = (long long)json_integer_value(json_object_get(j, "run"));
+	cr_assert_gt(run, 0, "the service has a run");
+	json_decref(j);
+	h_result_free(&r);
+
+	forge_health(2, "s1", run, "forged-by-rank1");
+	forge_health(3, "s1", run, "forged-by-outsider");
+	j = svc_show_json("s1");
+	cr_assert(j);
+	cr_expect_str_eq(json_string_value(json_object_get(j, "state")) ?: "", "starting",
+			 "another node's svc_health changed the state");
+	cr_expect_eq(json_array_size(json_object_get(json_object_get(j, "endpoint"), "models")), 0,
+		     "another node's svc_health set the models");
+	json_decref(j);
+	cr_expect(log_has(0, "type=svc_health service=\"s1\"") || log_has(0, "type=svc_health service=s1"),
+		  "the head logs the refused frames");
+
+	forge_health(1, "s1", run, "from-rank0");
+	j = svc_show_json("s1");
+	cr_assert(j);
+	const char *st = json_string_value(json_object_get(j, "state")) ?: "";
+	cr_expect(strcmp(st, "ready") == 0 || strcmp(st, "unhealthy") == 0,
+		  "rank 0's report was not taken (state %s)", st);
+	json_t *models = json_object_get(json_object_get(j, "endpoint"), "models");
+	cr_expect_str_eq(json_string_value(json_array_get(models, 0)) ?: "", "from-rank0");
+	json_decref(j);
+
+	/* a job user may look, not stop or remove */
+	r = as_user(0, "svc", "ls", NULL);
+	cr_expect_eq(r.rc, 0, "a job user's svc ls: %s", r.err);
+	h_result_free(&r);
+	r = as_user(0, "svc", "stop", "s1", NULL);
+	cr_expect_eq(r.rc, 1, "a job user's svc stop of root's service: exit %d: %s", r.rc, r.err);
+	cr_expect(strstr(r.err, "owner"), "the message says who may: %s", r.err);
+	h_result_free(&r);
+	static const char *const reqs[] = {
+		"{\"v\":1,\"type\":\"svc_stop\",\"id\":1,\"name\":\"s1\"}",
+		"{\"v\":1,\"type\":\"svc_restart\",\"id\":1,\"name\":\"s1\"}",
+		"{\"v\":1,\"type\":\"svc_rm\",\"id\":1,\"name\":\"s1\"}", NULL};
+	for (const char *const *q = reqs; *q; q++) {
+		char *code = ctl_code(C->nodes[0].sock, *q, USER_NAME);
+		cr_expect_str_eq(code, "forbidden", "a job user's %s answered %s", *q, code);
+		free(code);
+	}
+	j = svc_show_json("s1");
+	cr_expect(j && json_is_integer(json_object_get(j, "run")) &&
+		  json_integer_value(json_object_get(j, "run")) == run, "the service was changed");
+	json_decref(j);
+	r = ctl_t(0, 30, "svc", "stop", "s1", "-o", "json", NULL);
+	cr_expect_eq(r.rc, 0, "the owner's svc stop: %s", r.err);
+	j = r.rc == 0 ? h_json(&r) : NULL;
+	cr_expect_str_eq(json_string_value(json_object_get(j, "state")) ?: "", "stopped");
+	json_decref(j);
+	h_result_free(&r);
+}
+
+/* node's "mem" in status -o json of the head (a new reference, NULL if none). */
+static json_t *mem_of(const char *node)
+{
+	struct h_result r = ctl_t(0, 10, "status", "-o", "json", NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.err);
+	json_t *j = h_json(&r);
+	json_t *m = json_object_get(h_status_node(j, node), "mem");
+	m = json_is_object(m) ? json_incref(m) : NULL;
+	json_decref(j);
+	h_result_free(&r);
+	return m;
+}
+
+/* Memory reports (issue 19) are a member's own: node-2 (its certificate, its
+ * sparkd stopped) reports one good figure, then blasts reports that are not
+ * memory (available over total, negative, a budget of 0, strings, 2^62
+ * bytes, an array): the head keeps node-2's last good report; a report that
+ * names node-1 is node-2's, node-1's own figures are untouched; and the
+ * session still works. */
+Test(security, memory_reports_are_checked_and_only_the_senders, .timeout = 90)
+{
+	cluster(2, 2);
+	cr_assert(h_wait_state(C, 0, "node-2", "ready", 15000) >= 0);
+	h_kill(C, 1, SIGTERM);
+	cr_assert(h_wait_state(C, 0, "node-2", "unreachable", 20000) >= 0);
+	json_t *head_before = mem_of("node-1");
+	cr_assert(head_before, "the head's own node has no memory report");
+	struct hs_client *m = hs_connect(C->nodes[0].port, nfile(1, "node.crt"), nfile(1, "node.key"),
+					 5000);
+	cr_assert(m, "cannot connect to the head with node-2's certificate");
+	cr_assert_eq(hs_send_frame(m, "{\"v\":1,\"type\":\"hello\",\"id\":1,\"version\":\"x\",\"mem\":"
+				      "{\"total\":1000000000,\"available\":500000000,\"budget\":"
+				      "800000000}}"), 0);
+	json_t *hello = hs_read_frame(m, 5000);
+	cr_assert(hello && strcmp(json_string_value(json_object_get(hello, "type")) ?: "", "result") == 0,
+		  "the head did not answer node-2's hello");
+	json_decref(hello);
+	const char *bad[] = {
+		"{\"total\":1000,\"available\":2000,\"budget\":10}",
+		"{\"total\":-1,\"available\":0,\"budget\":10}",
+		"{\"total\":1000,\"available\":10,\"budget\":0}",
+		"{\"total\":\"1000\",\"available\":10,\"budget\":10}",
+		"{\"total\":4611686018427387904,\"available\":10,\"budget\":10}",
+		"{\"total\":1000,\"available\":10}",
+	};
+	char f[512];
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		snprintf(f, sizeof f, "{\"v\":1,\"type\":\"heartbeat\",\"id\":0,\"mem\":%s}", bad[i]);
+		cr_assert_eq(hs_send_frame(m, f), 0);
+	}
+	/* not an object: the frame's fields are refused as such (an error answer) */
+	cr_assert_eq(hs_send_frame(m, "{\"v\":1,\"type\":\"heartbeat\",\"id\":0,\"mem\":[1,2,3]}"), 0);
+	json_t *e = hs_read_frame(m, 5000);
+	cr_expect(e && strcmp(json_string_value(json_object_get(e, "type")) ?: "", "error") == 0,
+		  "a heartbeat whose mem is an array was not refused");
+	json_decref(e);
+	usleep(300 * 1000);
+	json_t *mine = mem_of("node-2");
+	cr_assert(mine, "node-2's good report was not kept");
+	cr_expect_eq(json_integer_value(json_object_get(mine, "total")), 1000000000);
+	cr_expect_eq(json_integer_value(json_object_get(mine, "available")), 500000000);
+	cr_expect_eq(json_integer_value(json_object_get(mine, "budget")), 800000000);
+	json_decref(mine);
+	/* a report that names another node is still about the sender */
+	cr_assert_eq(hs_send_frame(m, "{\"v\":1,\"type\":\"heartbeat\",\"id\":0,\"mem\":{\"node\":"
+				      "\"node-1\",\"total\":7,\"available\":7,\"budget\":7}}"), 0);
+	usleep(300 * 1000);
+	mine = mem_of("node-2");
+	cr_expect_eq(json_integer_value(json_object_get(mine, "total")), 7, "not node-2's: %s",
+		     json_dumps(mine, 0));
+	json_decref(mine);
+	json_t *head_after = mem_of("node-1");
+	cr_expect_eq(json_integer_value(json_object_get(head_after, "total")),
+		     json_integer_value(json_object_get(head_before, "total")),
+		     "node-2's reports changed node-1's");
+	cr_expect_neq(json_integer_value(json_object_get(head_after, "budget")), 7);
+	json_decref(head_before);
+	json_decref(head_after);
+	cr_expect_eq(hs_send_frame(m, "{\"v\":1,\"type\":\"heartbeat\",\"id\":0}"), 0);
+	cr_expect(h_wait_state(C, 0, "node-2", "ready", 5000) >= 0, "the session stopped working");
+	hs_close(m);
+}

@@ -926,7 +926,11 @@ Test(db, migration_from_version_1_keeps_data)
 	}
 	/* ... and the columns later migrations added to version-1 tables */
 	cr_assert_eq(sqlite3_exec(h, "ALTER TABLE nodes DROP COLUMN connected_at;"
-				     "ALTER TABLE nodes DROP COLUMN key_hash;", NULL, NULL, NULL),
+				     "ALTER TABLE nodes DROP COLUMN key_hash;"
+				     "ALTER TABLE nodes DROP COLUMN mem_total;"
+				     "ALTER TABLE nodes DROP COLUMN mem_available;"
+				     "ALTER TABLE nodes DROP COLUMN mem_budget;"
+				     "ALTER TABLE nodes DROP COLUMN mem_at;", NULL, NULL, NULL),
 		     SQLITE_OK, "%s", sqlite3_errmsg(h));
 	cr_assert_eq(sqlite3_exec(h, "PRAGMA user_version = 1", NULL, NULL, NULL), SQLITE_OK);
 	sqlite3_close(h);

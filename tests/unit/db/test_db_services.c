@@ -1,0 +1,157 @@
+/* Criterion tests for the services table (issue 19, migration 8,
+ * db_services.c): a service round-trips with its JSON columns, names are
+ * unique, a bad state or plan is refused, updates keep what they do not
+ * name (the endpoint when NULL), the list is oldest first, a row survives
+ * closing and reopening the database (a head restart), and remove. */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "db.h"
+
+#define NOW ((int64_t)1790000000)
+
+static char dir[64], path[128];
+static db *D;
+
+static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+	(void)st;
+	(void)flag;
+	(void)f;
+	return remove(p);
+}
+
+static void setup(void)
+{
+	strcpy(dir, "/tmp/sparkdb-s-XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(path, sizeof path, "%s/cluster.db", dir);
+	cr_assert_eq(db_open(path, &D), 0);
+}
+
+static void teardown(void)
+{
+	db_close(D);
+	D = NULL;
+	nftw(dir, rm_cb, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+TestSuite(db_services, .init = setup, .fini = teardown);
+
+static db_service svc(const char *name, int64_t created)
+{
+	db_service s = {.uid = 1000, .created_at = created, .updated_at = created};
+	snprintf(s.name, sizeof s.name, "%s", name);
+	snprintf(s.group_name, sizeof s.group_name, "duo");
+	snprintf(s.recipe, sizeof s.recipe, "command");
+	snprintf(s.runtime, sizeof s.runtime, "command");
+	snprintf(s.model, sizeof s.model, "/srv");
+	snprintf(s.owner, sizeof s.owner, "alice");
+	snprintf(s.state, sizeof s.state, "starting");
+	s.plan = (char *)"{\"ranks\":[{\"rank\":0,\"node\":\"n1\"}]}";
+	s.caller = (char *)"{\"uid\":1000,\"user\":\"alice\"}";
+	s.need = (char *)"{\"id-1\":1073741824}";
+	return s;
+}
+
+Test(db_services, add_get_roundtrip_and_unique_names)
+{
+	db_service s = svc("web", NOW);
+	s.forced = true;
+	cr_assert_eq(db_service_add(D, &s), 0);
+	cr_assert_eq(db_service_add(D, &s), -EEXIST);
+	db_service g;
+	cr_assert_eq(db_service_get(D, "web", &g), 0);
+	cr_expect_str_eq(g.group_name, "duo");
+	cr_expect_str_eq(g.owner, "alice");
+	cr_expect_eq(g.uid, 1000);
+	cr_expect_str_eq(g.state, "starting");
+	cr_expect(g.forced);
+	cr_expect_eq(g.run_id, 0);
+	cr_expect_str_eq(g.plan, s.plan);
+	cr_expect_str_eq(g.caller, s.caller);
+	cr_expect_str_eq(g.need, s.need);
+	cr_expect_str_eq(g.endpoint, "{}");
+	db_service_free(&g);
+	cr_assert_eq(db_service_get(D, "nosuch", &g), -ENOENT);
+}
+
+Test(db_services, bad_state_or_plan_is_refused)
+{
+	db_service s = svc("bad", NOW);
+	snprintf(s.state, sizeof s.state, "running");
+	cr_expect_eq(db_service_add(D, &s), -EINVAL);
+	s = svc("bad", NOW);
+	s.plan = (char *)"{not json";
+	cr_expect_eq(db_service_add(D, &s), -EINVAL);
+	s = svc("", NOW);
+	cr_expect_eq(db_service_add(D, &s), -EINVAL);
+	db_service *v = NULL;
+	size_t n = 9;
+	cr_assert_eq(db_service_list(D, &v, &n), 0);
+	cr_expect_eq(n, 0, "nothing was stored");
+	db_services_free(v, n);
+}
+
+Test(db_services, update_keeps_the_endpoint_when_null_and_survives_reopen)
+{
+	db_service s = svc("web", NOW);
+	cr_assert_eq(db_service_add(D, &s), 0);
+	s.run_id = 42;
+	s.run_started = NOW + 1;
+	snprintf(s.state, sizeof s.state, "ready");
+	s.endpoint = (char *)"{\"url\":\"http://169.254.1.1:8000\",\"models\":[\"m\"]}";
+	s.updated_at = NOW + 2;
+	cr_assert_eq(db_service_update(D, &s), 0);
+	/* a later change without an endpoint keeps it */
+	snprintf(s.state, sizeof s.state, "unhealthy");
+	snprintf(s.last_error, sizeof s.last_error, "HTTP 503");
+	s.endpoint = NULL;
+	s.restarts = 2;
+	s.failures = 1;
+	cr_assert_eq(db_service_update(D, &s), 0);
+	db_close(D);
+	cr_assert_eq(db_open(path, &D), 0);
+	db_service g;
+	cr_assert_eq(db_service_get(D, "web", &g), 0);
+	cr_expect_str_eq(g.state, "unhealthy");
+	cr_expect_eq(g.run_id, 42);
+	cr_expect_eq(g.run_started, NOW + 1);
+	cr_expect_eq(g.restarts, 2);
+	cr_expect_eq(g.failures, 1);
+	cr_expect_str_eq(g.last_error, "HTTP 503");
+	cr_expect(strstr(g.endpoint, "169.254.1.1:8000"), "%s", g.endpoint);
+	cr_expect_eq(g.updated_at, NOW + 2);
+	db_service_free(&g);
+	db_service x = svc("nosuch", NOW);
+	cr_expect_eq(db_service_update(D, &x), -ENOENT);
+	snprintf(s.state, sizeof s.state, "sleeping");
+	cr_expect_eq(db_service_update(D, &s), -EINVAL, "a bad state is refused");
+}
+
+Test(db_services, list_oldest_first_and_remove)
+{
+	db_service b = svc("b-late", NOW + 5), a = svc("a-early", NOW);
+	cr_assert_eq(db_service_add(D, &b), 0);
+	cr_assert_eq(db_service_add(D, &a), 0);
+	db_service *v = NULL;
+	size_t n = 0;
+	cr_assert_eq(db_service_list(D, &v, &n), 0);
+	cr_assert_eq(n, 2);
+	cr_expect_str_eq(v[0].name, "a-early");
+	cr_expect_str_eq(v[1].name, "b-late");
+	cr_expect_str_eq(v[1].need, "{\"id-1\":1073741824}");
+	db_services_free(v, n);
+	cr_assert_eq(db_service_remove(D, "a-early"), 0);
+	cr_assert_eq(db_service_remove(D, "a-early"), -ENOENT);
+	cr_assert_eq(db_service_list(D, &v, &n), 0);
+	cr_expect_eq(n, 1);
+	db_services_free(v, n);
+}
