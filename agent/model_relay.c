@@ -415,13 +415,15 @@ static void chunk_in(struct mr_push *p, struct mr_link *l)
 		pump(p);
 }
 
-static void on_piece(struct mr_push *p, struct mr_link *l, const json_t *f)
+/* mp_piece {chunk, off} and its bytes (a binary frame): the next piece of the
+ * chunk being assembled. */
+static void on_piece(struct mr_push *p, struct mr_link *l, const json_t *f, const uint8_t *data,
+		     size_t dlen)
 {
-	json_t *jc = json_object_get(f, "chunk"), *jo = json_object_get(f, "off"),
-	       *jd = json_object_get(f, "data");
-	if (!json_is_integer(jc) || !json_is_integer(jo) || !json_is_string(jd) ||
-	    json_integer_value(jc) < 0 || (uint64_t)json_integer_value(jc) >= p->m->nchunks) {
-		send_error(l->c, "bad_frame", "mp_piece: chunk, off and data are required");
+	json_t *jc = json_object_get(f, "chunk"), *jo = json_object_get(f, "off");
+	if (!json_is_integer(jc) || !json_is_integer(jo) || json_integer_value(jc) < 0 ||
+	    (uint64_t)json_integer_value(jc) >= p->m->nchunks) {
+		send_error(l->c, "bad_frame", "mp_piece: chunk and off are required");
 		return;
 	}
 	size_t c = (size_t)json_integer_value(jc);
@@ -444,14 +446,14 @@ static void on_piece(struct mr_push *p, struct mr_link *l, const json_t *f)
 		return;
 	}
 	size_t room = p->asm_len - p->asm_got;
-	long k = unb64(json_string_value(jd), json_string_length(jd), p->asm_buf + p->asm_got,
-		       room < MR_PIECE ? room : MR_PIECE);
-	if (k <= 0 && p->asm_len > 0) {
-		send_error(l->c, "bad_frame", "mp_piece: data is not base64 of at most %u bytes "
-			   "within the chunk", MR_PIECE);
+	if ((dlen == 0 && p->asm_len > 0) || dlen > room || dlen > MR_PIECE) {
+		send_error(l->c, "bad_frame", "mp_piece: %zu bytes: 1 to %u bytes within the chunk "
+			   "expected", dlen, MR_PIECE);
 		return;
 	}
-	p->asm_got += (uint32_t)k;
+	if (dlen)
+		memcpy(p->asm_buf + p->asm_got, data, dlen);
+	p->asm_got += (uint32_t)dlen;
 	if (p->asm_got == p->asm_len)
 		chunk_in(p, l);
 }
@@ -486,7 +488,7 @@ static void on_up_frame(struct mr_link *l, const json_t *f)
 		return;
 	}
 	if (!strcmp(t, "mp_piece")) {
-		on_piece(p, l, f);
+		send_error(l->c, "bad_frame", "mp_piece: its bytes must follow in a binary frame");
 	} else if (!strcmp(t, "mp_end")) {
 		p->up_ended = true;
 		if (p->missing && !p->up_msg[0])
@@ -574,6 +576,7 @@ static void auto_hello(struct mr_link *l, const json_t *f)
 	l->peer_idx = peer;
 	p->up = l;
 	conn_set_max_frame(l->c, 0);
+	conn_set_binary(l->c, MR_PIECE);
 	log_info("model_push_in", "push=%s from=%s chain=%zu place=%zu", pid, l->peer_id, n, self);
 }
 
@@ -613,7 +616,8 @@ static void on_hello(struct mr_link *l, const json_t *f)
 	l->dir = LINK_UP;
 	l->peer_idx = idx;
 	p->up = l;
-	conn_set_max_frame(l->c, 0); /* a member: pieces are full-size frames */
+	conn_set_max_frame(l->c, 0); /* a member: manifest pieces are full-size frames */
+	conn_set_binary(l->c, MR_PIECE); /* and chunks come as binary frames */
 	memset(p->bad_count, 0, p->m->nchunks ? p->m->nchunks : 1);
 	if (p->timer_on) {
 		uv_timer_stop(&p->up_timer);
@@ -654,13 +658,11 @@ static void send_chunk(struct mr_push *p, size_t c)
 	uint32_t off = 0;
 	do {
 		uint32_t k = len - off < MR_PIECE ? len - off : MR_PIECE;
-		char *s = b64(p->rd_buf + off, k);
 		json_t *f = msg("mp_piece");
 		json_object_set_new(f, "chunk", json_integer((json_int_t)c));
 		json_object_set_new(f, "off", json_integer(off));
-		json_object_set_new(f, "data", json_string(s ? s : ""));
-		free(s);
-		conn_send_new(p->down->c, f);
+		conn_send_bin(p->down->c, f, p->rd_buf + off, k);
+		json_decref(f);
 		off += k;
 	} while (off < len);
 }
@@ -924,10 +926,29 @@ static void link_close(conn *c, int err)
 	engine_unref(e);
 }
 
+/* A binary frame: only an upstream member's mp_piece, once its node is ready
+ * (conn_set_binary is called for a member's link after its hello). */
+static void link_bin(conn *c, json_t *f, const uint8_t *data, size_t len)
+{
+	struct mr_link *l = conn_data(c);
+	if (!l->p) {
+		/* the push ended: frames still in flight are dropped */
+	} else if (l->dir != LINK_UP || !l->hello || strcmp(proto_type(f), "mp_piece")) {
+		send_error(c, "bad_frame", "unexpected binary %.32s", proto_type(f));
+	} else if (l->p->prep) {
+		send_error(c, "bad_frame", "mp_piece before this node was ready");
+		push_finish(l->p, -EPROTO);
+	} else {
+		on_piece(l->p, l, f, data, len);
+	}
+	json_decref(f);
+}
+
 static const struct conn_cbs link_cbs = {
 	.on_ready = link_ready,
 	.on_frame = link_frame,
 	.on_close = link_close,
+	.on_bin = link_bin,
 };
 
 static struct mr_link *link_new(struct mr_engine *e)

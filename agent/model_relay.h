@@ -14,7 +14,10 @@
  *   U -> D  mp_manifest {off, text}    the manifest's JSON text in pieces
  *   D -> U  mp_need {node, bits}       the chunks D lacks (base64 bitmap), once
  *                                      the chain below D is ready too
- *   U -> D  mp_piece {chunk, off, data} pieces of a chunk in order, data base64
+ *   U -> D  mp_piece {chunk, off} + bytes  pieces of a chunk in order, each a
+ *                                      binary frame (proto.h): the raw bytes follow
+ *                                      the JSON header; accepted only from an
+ *                                      upstream whose hello was taken
  *   D -> U  mp_ack {chunk} | mp_bad {chunk} (hash mismatch: U sends it again)
  *   D -> U  mp_progress {node, bytes, total}   (relayed up to the source)
  *   U -> D  mp_end                     nothing more will come
@@ -32,7 +35,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#define MR_PIECE (512u << 10) /* raw bytes per mp_piece frame (base64 ~683 KiB) */
+#define MR_PIECE (512u << 10) /* raw bytes per mp_piece frame (and per mp_manifest text) */
 #define MR_WINDOW 3           /* chunks sent and not acknowledged, per link */
 #define MR_BAD_MAX 3          /* one chunk corrupted this often ends the link */
 #define MR_UP_WAIT_MS 10000

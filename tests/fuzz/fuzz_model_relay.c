@@ -5,8 +5,9 @@
  * of chain [src, n1] where this node is n1, and a plain Unix connection the
  * engine adopts as src's link (mr_engine_adopt: as if src's certificate had
  * been checked). The input is decoded into frames: whole chunks sent right,
- * the same with one byte flipped, pieces with fuzzed chunk, offset and data
- * (base64 of input bytes, raw strings, other JSON types), mp_end, more
+ * the same with one byte flipped, pieces (binary frames) with fuzzed chunk,
+ * offset and bytes, binary frames with fuzzed length words or other types,
+ * pieces in the old JSON form (base64, raw strings), mp_end, more
  * hellos (some announcing another push with its chain and the manifest's
  * text, whole or cut), frames of the other direction, unknown types and raw bytes. The
  * loop runs after each; then the peer closes and the engine is closed.
@@ -154,13 +155,41 @@ static void send_json(json_t *f)
 	free(s);
 }
 
-static void send_piece(json_int_t chunk, json_int_t off, json_t *datav)
+/* Bytes as they go on the wire (the length words included). */
+static void send_bytes(const void *buf, size_t len)
+{
+	size_t off = 0;
+	while (off < len) {
+		ssize_t w = write(fd, (const uint8_t *)buf + off, len - off);
+		if (w < 0 && errno == EAGAIN) {
+			pump_loop();
+			continue;
+		}
+		if (w <= 0)
+			return; /* the engine closed: fine */
+		off += (size_t)w;
+	}
+	pump_loop();
+}
+
+/* A binary frame (proto.h): header f, then n bytes of p. */
+static void send_bin(json_t *f, const uint8_t *p, size_t n)
+{
+	uint8_t *buf;
+	size_t len;
+	if (proto_encode_bin(f, p, n, &buf, &len) == 0) {
+		send_bytes(buf, len);
+		free(buf);
+	}
+	json_decref(f);
+}
+
+static void send_piece(json_int_t chunk, json_int_t off, const uint8_t *p, size_t n)
 {
 	json_t *f = proto_msg("mp_piece", 0);
 	json_object_set_new(f, "chunk", json_integer(chunk));
 	json_object_set_new(f, "off", json_integer(off));
-	json_object_set_new(f, "data", datav);
-	send_json(f);
+	send_bin(f, p, n);
 }
 
 static json_t *b64(const uint8_t *p, size_t n)
@@ -170,6 +199,16 @@ static json_t *b64(const uint8_t *p, size_t n)
 	json_t *j = json_string(s);
 	free(s);
 	return j;
+}
+
+/* The old form: data as a JSON value (refused now). */
+static void send_piece_json(json_int_t chunk, json_int_t off, json_t *datav)
+{
+	json_t *f = proto_msg("mp_piece", 0);
+	json_object_set_new(f, "chunk", json_integer(chunk));
+	json_object_set_new(f, "off", json_integer(off));
+	json_object_set_new(f, "data", datav);
+	send_json(f);
 }
 
 static void send_chunk(size_t c, bool flip)
@@ -184,7 +223,7 @@ static void send_chunk(size_t c, bool flip)
 		tmp[len / 3] ^= 1;
 	for (uint32_t o = 0; o < len; o += MR_PIECE) {
 		uint32_t k = len - o < MR_PIECE ? len - o : MR_PIECE;
-		send_piece((json_int_t)c, o, b64(tmp + o, k));
+		send_piece((json_int_t)c, o, tmp + o, k);
 	}
 	free(tmp);
 }
@@ -259,7 +298,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		send_json(h);
 	}
 	while (in.n) {
-		unsigned op = take(&in) % 9;
+		unsigned op = take(&in) % 10;
 		size_t c = take(&in) % (man->nchunks + 1);
 		switch (op) {
 		case 0:
@@ -272,7 +311,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			json_int_t off = (json_int_t)((take(&in) << 8 | take(&in)) * 97) - 1000;
 			size_t k = take(&in);
 			k = k < in.n ? k : in.n;
-			send_piece(ch, off, b64(in.p, k));
+			send_piece(ch, off, in.p, k);
 			in.p += k;
 			in.n -= k;
 			break;
@@ -321,14 +360,39 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		case 7: {
 			size_t k = take(&in);
 			k = k < in.n ? k : in.n;
-			send_piece((json_int_t)c, 0, json_stringn((const char *)in.p, k));
+			send_piece_json((json_int_t)c, 0, c & 1 ? json_stringn((const char *)in.p, k)
+							       : b64(in.p, k));
 			in.p += k;
 			in.n -= k;
 			break;
 		}
-		default:
-			send_piece((json_int_t)c, 0, c & 1 ? json_integer(5) : json_object());
+		case 8: {
+			/* a binary frame's length words as the input says: a header
+			 * or a payload longer or shorter than what follows */
+			uint8_t w[8];
+			for (int k = 0; k < 8; k++)
+				w[k] = (uint8_t)take(&in);
+			w[0] |= 0x80;
+			send_bytes(w, sizeof w);
+			size_t k = take(&in);
+			k = k < in.n ? k : in.n;
+			send_bytes(in.p, k);
+			in.p += k;
+			in.n -= k;
 			break;
+		}
+		default: {
+			/* other binary frames: another type, or fields of the wrong type */
+			static const char *types[] = {"mp_piece", "mp_hello", "mp_end", "mp_ack"};
+			json_t *f = proto_msg(types[c % 4], 0);
+			json_object_set_new(f, "chunk", c & 4 ? json_integer(5) : json_object());
+			size_t k = take(&in);
+			k = k < in.n ? k : in.n;
+			send_bin(f, in.p, k);
+			in.p += k;
+			in.n -= k;
+			break;
+		}
 		}
 	}
 	close(fd);

@@ -380,9 +380,12 @@ static void pr_ready(conn *c, int status)
 	json_object_set_new(h, "push", json_string("77"));
 	json_object_set_new(h, "from", json_string("n1"));
 	conn_send_new(c, h);
+	/* a piece as a binary frame, and the same as JSON */
+	static uint8_t junk[4096];
 	json_t *pc = proto_msg("mp_piece", 0);
 	json_object_set_new(pc, "chunk", json_integer(0));
 	json_object_set_new(pc, "off", json_integer(0));
+	conn_send_bin(c, pc, junk, sizeof junk);
 	json_object_set_new(pc, "data", json_string("AAAA"));
 	conn_send_new(c, pc);
 }
@@ -439,8 +442,11 @@ Test(relay, strangers_get_nothing_and_write_nothing)
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)chain[2].port)};
 	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
 	cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-	const char junk[] = "\0\0\0\x20{\"v\":1,\"type\":\"mp_hello\",\"id\":0}";
+	const char junk[] = "\0\0\0\x20{\"v\":1,\"type\":\"mp_hello\",\"id\":0}"
+			    "\x80\0\0\x20\0\0\x10\0{\"v\":1,\"type\":\"mp_piece\",\"id\":0}";
 	cr_assert_gt(write(fd, junk, sizeof junk - 1), 0);
+	char zeros[4096] = {0};
+	cr_assert_gt(write(fd, zeros, sizeof zeros), 0);
 	for (int i = 0; i < 50; i++)
 		uv_run(&loop, UV_RUN_NOWAIT);
 	close(fd);
@@ -627,6 +633,105 @@ Test(relay, announced_pushes_need_the_heads_permission)
 		cr_assert_eq(mm_store_list(nodes[i].store, &list, err, sizeof err), 0);
 		cr_assert_eq(json_array_size(list), 0, "no model recorded on %s", ids[i]);
 		json_decref(list);
+	}
+	cleanup_push();
+}
+
+/* ---- a member that sends the model's own bytes before it may ---- */
+
+struct member_probe {
+	struct probe pr;
+	const char *push, *ticket;
+};
+
+/* As src: the hello of an announced push with the given ticket, the manifest,
+ * then at once every chunk of the model as binary pieces (the right bytes),
+ * without waiting for n1's mp_need. */
+static void mp_ready(conn *c, int status)
+{
+	struct member_probe *mp = conn_data(c);
+	if (status < 0)
+		return;
+	mp->pr.ready = true;
+	json_t *mj = mm_to_json(man);
+	char *text = json_dumps(mj, JSON_COMPACT);
+	json_decref(mj);
+	json_t *h = proto_msg("mp_hello", 0);
+	json_object_set_new(h, "push", json_string(mp->push));
+	json_object_set_new(h, "from", json_string("src"));
+	json_t *ch = json_array();
+	for (int i = 0; i < 2; i++)
+		json_array_append_new(ch, json_pack("{s:s, s:s, s:i}", "id", chain[i].id, "host",
+						    chain[i].host, "port", chain[i].port));
+	json_object_set_new(h, "chain", ch);
+	json_object_set_new(h, "manifest_bytes", json_integer((json_int_t)strlen(text)));
+	json_object_set_new(h, "ticket", json_string(mp->ticket));
+	json_object_set_new(h, "expires_at", json_integer(99));
+	conn_send_new(c, h);
+	json_t *mf = proto_msg("mp_manifest", 0);
+	json_object_set_new(mf, "off", json_integer(0));
+	json_object_set_new(mf, "text", json_string(text));
+	conn_send_new(c, mf);
+	free(text);
+	uint8_t *buf = malloc(CS);
+	char err[256];
+	for (size_t k = 0; k < man->nchunks; k++) {
+		uint32_t len;
+		cr_assert_eq(mm_read_chunk(man, src, k, buf, &len, err, sizeof err), 0, "%s", err);
+		json_t *pc = proto_msg("mp_piece", 0);
+		json_object_set_new(pc, "chunk", json_integer((json_int_t)k));
+		json_object_set_new(pc, "off", json_integer(0));
+		conn_send_bin(c, pc, buf, len);
+		json_decref(pc);
+	}
+	free(buf);
+}
+
+static const struct conn_cbs mp_cbs = {mp_ready, pr_frame, pr_close};
+
+Test(relay, a_member_without_permission_sends_binary_pieces_and_writes_nothing)
+{
+	start_engines();
+	char err[256] = "";
+	if (!man)
+		cr_assert_eq(mm_build(src, "tiny", CS, &man, err, sizeof err), 0, "%s", err);
+	mr_engine_accept(nodes[1].e, nodes[1].store, &cbs, &nodes[1]);
+	mr_engine_verify(nodes[1].e, test_verify, NULL);
+	char good[512];
+	char *t = mr_ticket_text("c2", "tiny", 99, chain, 2);
+	snprintf(good, sizeof good, "%s", t);
+	free(t);
+	for (char *c = good; *c; c++)
+		if (*c == '\n')
+			*c = '|';
+	struct {
+		const char *push, *ticket, *code, *why;
+	} cases[] = {
+	    {"c1", "not-a-signature", "not_authorized", "a wrong ticket"},
+	    {"c3", good, "not_authorized", "c2's ticket for push c3"},
+	    {"c2", good, "bad_frame", "the right ticket, pieces before n1 asked for them"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		struct member_probe mp = {.push = cases[i].push, .ticket = cases[i].ticket};
+		conn *c;
+		cr_assert_eq(conn_connect_tcp(&loop, "127.0.0.1", chain[1].port, cli[0], 5000,
+					      &mp_cbs, &mp, &c), 0);
+		for (int k = 0; k < 100000 && !mp.pr.closed; k++)
+			uv_run(&loop, UV_RUN_ONCE);
+		for (int k = 0; k < 200; k++) /* n1's preparation, if one began */
+			uv_run(&loop, UV_RUN_NOWAIT);
+		cr_assert(mp.pr.ready && mp.pr.closed);
+		cr_assert_str_eq(mp.pr.code, cases[i].code, "%s", cases[i].why);
+		struct mm_have h;
+		cr_assert_eq(mm_store_have(nodes[1].store, man, &h, err, sizeof err), 0);
+		cr_assert_eq(h.count, 0, "%s: no chunk on n1", cases[i].why);
+		mm_have_free(&h);
+		char final[600];
+		for (size_t f = 0; f < man->nfiles; f++) {
+			struct stat st;
+			mm_store_paths(nodes[1].store, man, f, final, sizeof final, NULL, 0);
+			cr_assert_neq(stat(final, &st), 0, "%s: no final file %s", cases[i].why, final);
+		}
 	}
 	cleanup_push();
 }
