@@ -133,6 +133,23 @@ static bool pair_addr(json_t *from, json_t *d, char *addr, size_t al, char *net,
 	return false;
 }
 
+size_t jobnet_pair_addrs(json_t *from, json_t *to, char (*out)[48], size_t max)
+{
+	size_t n = 0, i, k, x;
+	json_t *p, *t, *a;
+	FOR_UP_TWINS(to, p, t, i, k)
+		json_array_foreach(json_object_get(t, "ipv4"), x, a) {
+			uint32_t ad, mask;
+			int pl;
+			const char *s = json_string_value(a);
+			if (n >= max || parse_cidr(s, &ad, &mask, &pl) < 0 || !reaches(from, ad & mask, mask))
+				continue;
+			snprintf(out[n++], 48, "%.*s", (int)(strchr(s, '/') - s), s);
+			break; /* one address per twin */
+		}
+	return n;
+}
+
 /* Every node reaches every other on some shared subnet (the cable between
  * them): fill the per-node views. */
 static bool plan_pairwise(const struct jobnet_member *m, size_t n, struct jobnet_plan *out)

@@ -13,6 +13,7 @@
  * listens on the agent's address, port + 1 (MODEL_DATA_PORT_OFFSET), for the
  * pushes of members before it in a chain, received into its store. */
 #include "agent.h"
+#include "jobenv.h"
 #include "model_manifest.h"
 #include "model_relay.h"
 #include "service.h"
@@ -172,7 +173,14 @@ static void engine_start(struct agent *a)
 	}
 	m->eng = mr_engine_new(a->loop, m->srv, m->cli, a->id.node_id);
 	int port = a->opts.listen_port + MODEL_DATA_PORT_OFFSET;
-	if (!m->eng || mr_engine_listen(m->eng, a->opts.listen_host, port, err, sizeof err) < 0) {
+	/* every address of the node: the fabric's too (the chain's lanes), and
+	 * the agent's (the fallback); only members' certificates get anywhere. An
+	 * agent on loopback (tests) keeps its data port there. */
+	const char *lh = a->opts.listen_host;
+	const char *any = !strncmp(lh, "127.", 4) || !strcmp(lh, "::1") ? lh
+			  : strchr(lh, ':')				? "::"
+									: "0.0.0.0";
+	if (!m->eng || mr_engine_listen(m->eng, any, port, err, sizeof err) < 0) {
 		log_error("model_data_off", "reason=%s", log_q(err));
 		if (m->eng)
 			mr_engine_close(m->eng);
@@ -374,6 +382,60 @@ static void model_event(struct agent *a, enum svc_event ev, const struct svc_eve
 
 /* ---- model_ticket: the head signs an admin's push ---- */
 
+/* A node's last discovery report (fabric service, through its hook): borrowed
+ * from *hold, which the caller frees. */
+static json_t *discovery_of(struct agent *a, const char *id, json_t **hold)
+{
+	*hold = a->hooks.fabric_report ? a->hooks.fabric_report(a, id) : NULL;
+	return json_object_get(*hold, "discovery");
+}
+
+/* The chain's order and its hops over the fabric: from the source, each next
+ * member is the first (in the order asked) that the member before it reaches
+ * directly on a fabric subnet (on a ring its cabled neighbour, on a switch
+ * anyone: the order asked), else the first left; each member's lanes are its
+ * addresses there (one per twin). mem[0] stays first. */
+static void plan_route(struct agent *a, struct mr_member *mem, size_t n)
+{
+	json_t **hold = calloc(n, sizeof *hold), **disc = calloc(n, sizeof *disc);
+	size_t *ord = calloc(n, sizeof *ord);
+	bool *used = calloc(n, sizeof *used);
+	struct mr_member *out = calloc(n, sizeof *out);
+	if (!hold || !disc || !ord || !used || !out)
+		goto done;
+	for (size_t i = 0; i < n; i++)
+		disc[i] = discovery_of(a, mem[i].id, &hold[i]);
+	used[0] = true;
+	out[0] = mem[0];
+	for (size_t pos = 1; pos < n; pos++) {
+		size_t cur = ord[pos - 1], pick = n;
+		char lanes[MR_LANES][48];
+		unsigned nl = 0;
+		for (size_t j = 1; j < n && pick == n; j++)
+			if (!used[j] && (nl = (unsigned)jobnet_pair_addrs(disc[cur], disc[j], lanes,
+									  MR_LANES)) > 0)
+				pick = j;
+		for (size_t j = 1; j < n && pick == n; j++)
+			if (!used[j])
+				pick = j;
+		used[pick] = true;
+		ord[pos] = pick;
+		out[pos] = mem[pick];
+		out[pos].nlanes = nl;
+		for (unsigned k = 0; k < nl; k++)
+			util_strlcpy(out[pos].lanes[k], lanes[k], sizeof out[pos].lanes[k]);
+	}
+	memcpy(mem, out, n * sizeof *mem);
+done:
+	for (size_t i = 0; hold && i < n; i++)
+		json_decref(hold[i]);
+	free(hold);
+	free(disc);
+	free(ord);
+	free(used);
+	free(out);
+}
+
 static void r_model_ticket(struct agent *a, const struct svc_req *r)
 {
 	const char *push = proto_str(r->msg, "push"), *name = proto_str(r->msg, "name");
@@ -402,8 +464,19 @@ static void r_model_ticket(struct agent *a, const struct svc_req *r)
 		}
 		util_strlcpy(mem[i].id, id, sizeof mem[i].id);
 	}
+	plan_route(a, mem, n);
 	int64_t exp = util_now() + TICKET_TTL_S;
 	char *text = mr_ticket_text(push, name, exp, mem, n);
+	json_t *order = json_array(), *lanes = json_object();
+	size_t fabric_hops = 0;
+	for (size_t i = 0; i < n; i++) {
+		json_array_append_new(order, json_string(mem[i].id));
+		json_t *l = json_array();
+		for (unsigned k = 0; k < mem[i].nlanes; k++)
+			json_array_append_new(l, json_string(mem[i].lanes[k]));
+		json_object_set_new(lanes, mem[i].id, l);
+		fabric_hops += i > 0 && mem[i].nlanes > 0;
+	}
 	free(mem);
 	unsigned char sig[256];
 	size_t sl = sizeof sig;
@@ -414,13 +487,17 @@ static void r_model_ticket(struct agent *a, const struct svc_req *r)
 	free(text);
 	char b64[400];
 	if (!ok || sl > 256) {
+		json_decref(order);
+		json_decref(lanes);
 		svc_error(r, "internal", "cannot sign the push");
 		return;
 	}
 	EVP_EncodeBlock((unsigned char *)b64, sig, (int)sl);
-	log_info("model_ticket", "push=%s name=%s nodes=%zu", push, name, n);
-	svc_reply(r, json_pack("{s:s, s:s, s:I, s:s}", "push", push, "name", name, "expires_at",
-			       (json_int_t)exp, "ticket", b64));
+	const char *net = fabric_hops == n - 1 ? "fabric" : fabric_hops ? "mixed" : "agent_address";
+	log_info("model_ticket", "push=%s name=%s nodes=%zu network=%s", push, name, n, net);
+	svc_reply(r, json_pack("{s:s, s:s, s:I, s:s, s:o, s:o, s:s}", "push", push, "name", name,
+			       "expires_at", (json_int_t)exp, "ticket", b64, "chain", order,
+			       "lanes", lanes, "network", net));
 }
 
 /* ---- model_push: this node is the source ---- */
@@ -602,6 +679,13 @@ static void r_model_push(struct agent *a, const struct svc_req *r)
 		util_strlcpy(mem[i].id, id, sizeof mem[i].id);
 		util_strlcpy(mem[i].host, host, sizeof mem[i].host);
 		mem[i].port = (int)port;
+		if (mr_member_lanes(json_object_get(e, "lanes"), &mem[i]) < 0) {
+			svc_error(r, "bad_request", "chain[%zu].lanes: at most %d fabric addresses", i,
+				  MR_LANES);
+			free(j);
+			free(mem);
+			return;
+		}
 	}
 	if (strcmp(mem[0].id, a->id.node_id)) {
 		svc_error(r, "bad_request", "the chain must start at this node (%s)", node_name(a));

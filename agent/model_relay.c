@@ -39,23 +39,22 @@ struct mr_push {
 	size_t missing;
 	uint64_t need_bytes, got_bytes;
 	uint64_t chunks_written, chunks_bad;
+	uint64_t by_lane[MR_LANES]; /* chunks written, per link of the hop they came over */
 	uint8_t *bad_count;       /* per chunk, from the current upstream */
 	bool up_ended;            /* no more chunks will come */
 	char up_msg[200];
 	struct mr_link *up;
 	uv_timer_t up_timer;
 	bool timer_on;
-	uint8_t *asm_buf;         /* the chunk being received */
-	size_t asm_chunk;
-	uint32_t asm_got, asm_len;
-	bool asm_on;
 	uint64_t progress_ms;
 
-	/* the downstream being served */
+	/* the downstream being served: its first link, and more over the lanes */
 	struct mr_link *down;
+	struct mr_link *lane[MR_LANES];
 	size_t down_idx;          /* its place in the chain (n: none left) */
 	uint64_t *need_down, *sent;
-	size_t inflight;
+	size_t inflight;          /* chunks sent and not acknowledged, on all links */
+	bool lanes_failed;        /* the next member's fabric address did not answer */
 	size_t scan;              /* chunks below it are sent or not needed */
 	bool down_ready, end_sent;
 	uint8_t *rd_buf;
@@ -96,6 +95,16 @@ struct mr_link {
 	bool hello;
 	bool got_done;
 	bool adopted;    /* tests: a plain connection taken as peer_id's */
+	int lane;        /* 0: a hop's first link; k: its lane k (pieces only) */
+	bool via_lane;   /* a first link dialled to the member's fabric address */
+	/* receiving: the chunk being assembled from this link's pieces */
+	uint8_t *asm_buf;
+	size_t asm_chunk;
+	uint32_t asm_got, asm_len;
+	bool asm_on;
+	/* sending: the chunks sent over this link and not acknowledged */
+	size_t fly[MR_WINDOW];
+	size_t nfly;
 };
 
 struct mr_engine {
@@ -210,14 +219,21 @@ static struct mr_push *push_new(struct mr_engine *e, const char *id, const struc
 static void on_timer_closed(uv_handle_t *h);
 static void down_connect(struct mr_push *p);
 static void pump(struct mr_push *p);
+static struct mr_link *link_new(struct mr_engine *e);
+static void link_drop(struct mr_link *l);
+static const struct conn_cbs link_cbs;
 
 static json_t *own_report(struct mr_push *p)
 {
 	const char *status = p->missing ? "incomplete" : "complete";
-	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:s}", "node", p->chain[p->self].id, "status",
-			 status, "bytes_written", (json_int_t)p->got_bytes, "chunks_written",
-			 (json_int_t)p->chunks_written, "chunks_bad", (json_int_t)p->chunks_bad,
-			 "message", p->missing ? p->up_msg : "");
+	json_t *lanes = json_array();
+	for (int k = 0; k < MR_LANES; k++)
+		json_array_append_new(lanes, json_integer((json_int_t)p->by_lane[k]));
+	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:s, s:o}", "node", p->chain[p->self].id,
+			 "status", status, "bytes_written", (json_int_t)p->got_bytes,
+			 "chunks_written", (json_int_t)p->chunks_written, "chunks_bad",
+			 (json_int_t)p->chunks_bad, "message", p->missing ? p->up_msg : "",
+			 "chunks_by_link", lanes);
 }
 
 static void push_free(struct mr_push *p)
@@ -225,7 +241,6 @@ static void push_free(struct mr_push *p)
 	mm_have_free(&p->have);
 	free(p->file_left);
 	free(p->bad_count);
-	free(p->asm_buf);
 	free(p->need_down);
 	free(p->sent);
 	free(p->rd_buf);
@@ -352,7 +367,12 @@ static void up_timeout(uv_timer_t *t)
 static void up_lost(struct mr_push *p, const char *why)
 {
 	p->up = NULL;
-	p->asm_on = false;
+	/* its lanes go with it: the next upstream sends what they did not bring */
+	for (struct mr_link *l = p->e->links; l; l = l->next)
+		if (l->p == p && l->dir == LINK_UP && l->lane) {
+			l->p = NULL;
+			conn_close(l->c, 0);
+		}
 	if (p->up_ended || p->done)
 		return;
 	snprintf(p->up_msg, sizeof p->up_msg, "%s", why);
@@ -363,9 +383,9 @@ static void up_lost(struct mr_push *p, const char *why)
 
 static void chunk_in(struct mr_push *p, struct mr_link *l)
 {
-	size_t c = p->asm_chunk;
-	p->asm_on = false;
-	if (mm_check_chunk(p->m, c, p->asm_buf, p->asm_len) < 0) {
+	size_t c = l->asm_chunk;
+	l->asm_on = false;
+	if (mm_check_chunk(p->m, c, l->asm_buf, l->asm_len) < 0) {
 		p->chunks_bad++;
 		log_warn("model_chunk_bad", "push=%s chunk=%zu from=%s", p->id, c, l->peer_id);
 		if (++p->bad_count[c] >= MR_BAD_MAX) {
@@ -380,7 +400,7 @@ static void chunk_in(struct mr_push *p, struct mr_link *l)
 		return;
 	}
 	if (!mm_have_test(&p->have, c)) {
-		int r = mm_store_put(p->root, p->m, c, p->asm_buf, p->asm_len);
+		int r = mm_store_put(p->root, p->m, c, l->asm_buf, l->asm_len);
 		if (r < 0) {
 			snprintf(p->up_msg, sizeof p->up_msg, "writing chunk %zu: %s", c,
 				 strerror(-r));
@@ -390,10 +410,11 @@ static void chunk_in(struct mr_push *p, struct mr_link *l)
 		}
 		p->have.bits[c / 64] |= 1ull << (c % 64);
 		p->have.count++;
-		p->have.bytes += p->asm_len;
+		p->have.bytes += l->asm_len;
 		p->missing--;
-		p->got_bytes += p->asm_len;
+		p->got_bytes += l->asm_len;
 		p->chunks_written++;
+		p->by_lane[l->lane]++;
 		const struct mm_file *f = mm_chunk_file(p->m, c, NULL, NULL);
 		size_t fi = (size_t)(f - p->m->files);
 		if (--p->file_left[fi] == 0 && (r = mm_store_finish_file(p->root, p->m, fi)) < 0) {
@@ -430,31 +451,35 @@ static void on_piece(struct mr_push *p, struct mr_link *l, const json_t *f, cons
 	json_int_t off = json_integer_value(jo);
 	uint32_t len;
 	mm_chunk_file(p->m, c, NULL, &len);
-	if (!p->asm_on) {
+	if (!l->asm_buf && !(l->asm_buf = malloc(p->m->chunk_size))) {
+		send_error(l->c, "internal", "out of memory");
+		return;
+	}
+	if (!l->asm_on) {
 		if (off != 0) {
 			send_error(l->c, "bad_frame", "mp_piece: chunk %zu starts at offset 0", c);
 			return;
 		}
-		p->asm_on = true;
-		p->asm_chunk = c;
-		p->asm_got = 0;
-		p->asm_len = len;
+		l->asm_on = true;
+		l->asm_chunk = c;
+		l->asm_got = 0;
+		l->asm_len = len;
 	}
-	if (c != p->asm_chunk || off != (json_int_t)p->asm_got) {
+	if (c != l->asm_chunk || off != (json_int_t)l->asm_got) {
 		send_error(l->c, "bad_frame", "mp_piece: chunk %zu offset %lld out of order", c,
 			   (long long)off);
 		return;
 	}
-	size_t room = p->asm_len - p->asm_got;
-	if ((dlen == 0 && p->asm_len > 0) || dlen > room || dlen > MR_PIECE) {
+	size_t room = l->asm_len - l->asm_got;
+	if ((dlen == 0 && l->asm_len > 0) || dlen > room || dlen > MR_PIECE) {
 		send_error(l->c, "bad_frame", "mp_piece: %zu bytes: 1 to %u bytes within the chunk "
 			   "expected", dlen, MR_PIECE);
 		return;
 	}
 	if (dlen)
-		memcpy(p->asm_buf + p->asm_got, data, dlen);
-	p->asm_got += (uint32_t)dlen;
-	if (p->asm_got == p->asm_len)
+		memcpy(l->asm_buf + l->asm_got, data, dlen);
+	l->asm_got += (uint32_t)dlen;
+	if (l->asm_got == l->asm_len)
 		chunk_in(p, l);
 }
 
@@ -536,6 +561,11 @@ static void auto_hello(struct mr_link *l, const json_t *f)
 		util_strlcpy(mem[i].id, id, sizeof mem[i].id);
 		util_strlcpy(mem[i].host, host, sizeof mem[i].host);
 		mem[i].port = (int)port;
+		if (mr_member_lanes(json_object_get(m, "lanes"), &mem[i]) < 0) {
+			send_error(l->c, "bad_frame", "mp_hello: chain[%zu].lanes: at most %d addresses",
+				   i, MR_LANES);
+			return;
+		}
 		if (!strcmp(id, e->self_id))
 			self = i;
 		if (!strcmp(id, l->peer_id))
@@ -607,6 +637,23 @@ static void on_hello(struct mr_link *l, const json_t *f)
 			   p->id, p->chain[p->self].id);
 		return;
 	}
+	json_int_t lane = proto_int(f, "lane", 0);
+	if (lane != 0) {
+		/* one more link from the upstream connected now, for pieces only */
+		if (lane < 1 || lane >= MR_LANES || !p->up || p->prep || p->up_ended ||
+		    strcmp(p->up->peer_id, l->peer_id)) {
+			send_error(l->c, "not_upstream", "lane %lld of push %s: only from %s's upstream "
+				   "once it is connected", (long long)lane, p->id, p->chain[p->self].id);
+			return;
+		}
+		l->hello = true;
+		l->p = p;
+		l->dir = LINK_UP;
+		l->lane = (int)lane;
+		l->peer_idx = idx;
+		conn_set_binary(l->c, MR_PIECE);
+		return;
+	}
 	if (p->up || p->up_ended) {
 		send_error(l->c, "busy", "push %s already has its upstream here", p->id);
 		return;
@@ -630,7 +677,7 @@ static void on_hello(struct mr_link *l, const json_t *f)
 
 /* --- the sending side (a link to our downstream) --- */
 
-static void send_chunk(struct mr_push *p, size_t c)
+static void send_chunk(struct mr_push *p, size_t c, struct mr_link *l)
 {
 	uint32_t len;
 	char err[256];
@@ -655,29 +702,67 @@ static void send_chunk(struct mr_push *p, size_t c)
 	}
 	bit_set(p->sent, c, true);
 	p->inflight++;
+	l->fly[l->nfly++] = c;
 	uint32_t off = 0;
 	do {
 		uint32_t k = len - off < MR_PIECE ? len - off : MR_PIECE;
 		json_t *f = msg("mp_piece");
 		json_object_set_new(f, "chunk", json_integer((json_int_t)c));
 		json_object_set_new(f, "off", json_integer(off));
-		conn_send_bin(p->down->c, f, p->rd_buf + off, k);
+		conn_send_bin(l->c, f, p->rd_buf + off, k);
 		json_decref(f);
 		off += k;
 	} while (off < len);
 }
 
-/* Send what the downstream lacks and this node holds, MR_WINDOW at a time;
- * mp_end once nothing more can come. */
+/* The hop's lanes close with its first link. */
+static void lanes_close(struct mr_push *p)
+{
+	for (int k = 1; k < MR_LANES; k++)
+		if (p->lane[k]) {
+			p->lane[k]->p = NULL;
+			conn_close(p->lane[k]->c, 0);
+			p->lane[k] = NULL;
+		}
+}
+
+/* The link with room for one more chunk, the emptiest first: the hop's first
+ * link or one of its lanes. */
+static struct mr_link *pick_link(struct mr_push *p)
+{
+	struct mr_link *best = p->down->nfly < MR_WINDOW ? p->down : NULL;
+	for (int k = 1; k < MR_LANES; k++) {
+		struct mr_link *l = p->lane[k];
+		if (l && l->hello && l->nfly < MR_WINDOW && (!best || l->nfly < best->nfly))
+			best = l;
+	}
+	return best;
+}
+
+/* Take chunk c off link l's unacknowledged ones; false if it was not there. */
+static bool fly_remove(struct mr_link *l, size_t c)
+{
+	for (size_t i = 0; i < l->nfly; i++)
+		if (l->fly[i] == c) {
+			l->fly[i] = l->fly[--l->nfly];
+			return true;
+		}
+	return false;
+}
+
+/* Send what the downstream lacks and this node holds, MR_WINDOW at a time per
+ * link; mp_end once nothing more can come. */
 static void pump(struct mr_push *p)
 {
 	if (!p->down || !p->down_ready || p->done)
 		return;
 	bool blocked = false; /* a chunk still to come from upstream: later ones wait */
-	for (size_t c = p->scan; c < p->m->nchunks && p->inflight < MR_WINDOW && !p->done; c++) {
+	struct mr_link *l;
+	for (size_t c = p->scan; c < p->m->nchunks && !p->done && p->down && (l = pick_link(p));
+	     c++) {
 		bool todo = bit_get(p->need_down, c) && !bit_get(p->sent, c);
 		if (todo && mm_have_test(&p->have, c))
-			send_chunk(p, c);
+			send_chunk(p, c, l);
 		else if (todo && !p->up_ended) {
 			blocked = true;
 			break;
@@ -694,12 +779,49 @@ static void pump(struct mr_push *p)
 	}
 }
 
+/* The downstream's first link is ready: open its lanes (the hop planned, to a
+ * member with more than one fabric address). */
+static void lanes_connect(struct mr_push *p)
+{
+	const struct mr_member *d = &p->chain[p->down_idx];
+	if (p->down_idx != p->self + 1 || p->lanes_failed)
+		return; /* serving a member in place of one gone away: its host only */
+	for (unsigned k = 1; k < d->nlanes && k < MR_LANES; k++) {
+		if (p->lane[k])
+			continue;
+		struct mr_link *l = link_new(p->e);
+		if (!l)
+			return;
+		l->dir = LINK_DOWN;
+		l->p = p;
+		l->peer_idx = p->down_idx;
+		l->lane = (int)k;
+		conn *c;
+		if (conn_connect_tcp(p->e->loop, d->lanes[k], d->port, p->e->cli, 10000, &link_cbs, l,
+				     &c) < 0) {
+			log_warn("model_lane_failed", "push=%s node=%s addr=%s", p->id, d->id,
+				 d->lanes[k]);
+			link_drop(l);
+			continue;
+		}
+		l->c = c;
+		p->lane[k] = l;
+	}
+}
+
 static void on_down_frame(struct mr_link *l, const json_t *f)
 {
 	struct mr_push *p = l->p;
 	const char *t = proto_type(f);
 	json_int_t c = proto_int(f, "chunk", -1);
-	if (!strcmp(t, "mp_need") && !p->down_ready) {
+	if (l->lane && strcmp(t, "mp_ack") && strcmp(t, "mp_bad")) {
+		if (strcmp(t, "error"))
+			send_error(l->c, "bad_frame", "a lane carries acks only, not %.32s", t);
+		else
+			conn_close(l->c, -EPROTO); /* refused: its chunks go another way */
+		return;
+	}
+	if (!strcmp(t, "mp_need") && !p->down_ready && !l->lane) {
 		json_t *jb = json_object_get(f, "bits");
 		size_t nb = (p->m->nchunks + 7) / 8;
 		uint8_t *bytes = calloc(nb + 1, 1);
@@ -722,9 +844,11 @@ static void on_down_frame(struct mr_link *l, const json_t *f)
 		p->end_sent = false;
 		p->down_ready = true;
 		down_settled(p);
+		lanes_connect(p);
 		pump(p);
 	} else if ((!strcmp(t, "mp_ack") || !strcmp(t, "mp_bad")) && p->down_ready && c >= 0 &&
-		   (uint64_t)c < p->m->nchunks && bit_get(p->sent, (size_t)c) && p->inflight > 0) {
+		   (uint64_t)c < p->m->nchunks && bit_get(p->sent, (size_t)c) && p->inflight > 0 &&
+		   fly_remove(l, (size_t)c)) {
 		p->inflight--;
 		if (!strcmp(t, "mp_bad")) {
 			bit_set(p->sent, (size_t)c, false); /* sent again by the pump */
@@ -753,6 +877,7 @@ static void on_down_frame(struct mr_link *l, const json_t *f)
 				    json_is_string(json_object_get(r, "status")))
 					json_array_append(p->report, r);
 		l->got_done = true;
+		lanes_close(p);
 		p->down = NULL;
 		p->down_idx = p->n;
 		conn_close(l->c, 0);
@@ -843,11 +968,23 @@ static void link_ready(conn *c, int status)
 		json_t *h = msg("mp_hello");
 		json_object_set_new(h, "push", json_string(p->id));
 		json_object_set_new(h, "from", json_string(p->chain[p->self].id));
+		if (l->lane) {
+			/* a lane: pieces follow its hello at once */
+			json_object_set_new(h, "lane", json_integer(l->lane));
+			conn_send_new(c, h);
+			l->hello = true;
+			pump(p);
+			return;
+		}
 		json_t *ch = json_array();
-		for (size_t i = 0; i < p->n; i++)
-			json_array_append_new(ch, json_pack("{s:s, s:s, s:i}", "id", p->chain[i].id,
+		for (size_t i = 0; i < p->n; i++) {
+			json_t *lanes = json_array();
+			for (unsigned k = 0; k < p->chain[i].nlanes; k++)
+				json_array_append_new(lanes, json_string(p->chain[i].lanes[k]));
+			json_array_append_new(ch, json_pack("{s:s, s:s, s:i, s:o}", "id", p->chain[i].id,
 							    "host", p->chain[i].host, "port",
-							    p->chain[i].port));
+							    p->chain[i].port, "lanes", lanes));
+		}
 		json_object_set_new(h, "chain", ch);
 		json_object_set_new(h, "manifest_bytes", json_integer((json_int_t)p->mtext_len));
 		if (p->ticket) {
@@ -881,6 +1018,9 @@ static void link_frame(conn *c, json_t *f)
 			send_error(c, "bad_frame", "mp_hello first");
 	} else if (!l->p) {
 		/* the push ended: frames still in flight are dropped */
+	} else if (l->dir == LINK_UP && l->lane) {
+		send_error(c, "bad_frame", "a lane carries binary pieces only, not %.32s",
+			   proto_type(f));
 	} else if (l->dir == LINK_UP) {
 		on_up_frame(l, f);
 	} else {
@@ -895,11 +1035,30 @@ static void link_close(conn *c, int err)
 	struct mr_engine *e = l->e;
 	struct mr_push *p = l->p;
 	if (p && !p->done) {
-		if (l->dir == LINK_UP && p->up == l) {
+		if (l->dir == LINK_DOWN && l->lane && p->lane[l->lane] == l) {
+			/* a lane closed: what it carried unacknowledged goes another way */
+			p->lane[l->lane] = NULL;
+			for (size_t i = 0; i < l->nfly; i++) {
+				bit_set(p->sent, l->fly[i], false);
+				if (l->fly[i] < p->scan)
+					p->scan = l->fly[i];
+				p->inflight--;
+			}
+			l->nfly = 0;
+			log_info("model_lane_closed", "push=%s node=%s err=%d", p->id, l->peer_id, err);
+			pump(p);
+		} else if (l->dir == LINK_UP && p->up == l) {
 			char why[160];
 			snprintf(why, sizeof why, "the link from %s closed (%s)", l->peer_id,
 				 err ? strerror(-err) : "before its end");
 			up_lost(p, why);
+		} else if (l->dir == LINK_DOWN && p->down == l && l->via_lane && !l->peer_id[0]) {
+			/* its fabric address did not answer: the address every member reaches */
+			log_warn("model_fabric_unreachable", "push=%s node=%s addr=%s err=%d", p->id,
+				 p->chain[l->peer_idx].id, p->chain[l->peer_idx].lanes[0], err);
+			p->lanes_failed = true;
+			p->down = NULL;
+			down_connect(p);
 		} else if (l->dir == LINK_DOWN && p->down == l && !l->got_done) {
 			/* the downstream is gone: name it, serve the next member */
 			json_array_append_new(
@@ -908,6 +1067,7 @@ static void link_close(conn *c, int err)
 				      p->chain[l->peer_idx].id, "status", "down", "bytes_written", -1,
 				      "chunks_written", -1, "chunks_bad", -1, "message",
 				      err ? strerror(-err) : "closed before the push ended"));
+			lanes_close(p);
 			p->down = NULL;
 			p->down_ready = false;
 			p->down_idx = l->peer_idx + 1;
@@ -922,6 +1082,7 @@ static void link_close(conn *c, int err)
 		lp = &(*lp)->next;
 	if (*lp)
 		*lp = l->next;
+	free(l->asm_buf);
 	free(l);
 	engine_unref(e);
 }
@@ -985,8 +1146,14 @@ static void down_connect(struct mr_push *p)
 		l->dir = LINK_DOWN;
 		l->p = p;
 		l->peer_idx = p->down_idx;
+		/* the planned hop goes over the fabric when the member has an address there */
+		const char *host = d->host;
+		if (p->down_idx == p->self + 1 && d->nlanes > 0 && !p->lanes_failed) {
+			host = d->lanes[0];
+			l->via_lane = true;
+		}
 		conn *c;
-		int r = conn_connect_tcp(e->loop, d->host, d->port, e->cli, 10000, &link_cbs, l, &c);
+		int r = conn_connect_tcp(e->loop, host, d->port, e->cli, 10000, &link_cbs, l, &c);
 		if (r == 0) {
 			l->c = c;
 			p->down = l;
@@ -1083,6 +1250,22 @@ int mr_engine_port(struct mr_engine *e)
 	return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
 }
 
+int mr_member_lanes(const json_t *lanes, struct mr_member *m)
+{
+	size_t nl = json_array_size(lanes);
+	m->nlanes = 0;
+	if ((lanes && !json_is_null(lanes) && !json_is_array(lanes)) || nl > MR_LANES)
+		return -EINVAL;
+	for (size_t k = 0; k < nl; k++) {
+		const char *a = json_string_value(json_array_get(lanes, k));
+		if (!a || !a[0] || strlen(a) >= sizeof m->lanes[k])
+			return -EINVAL;
+		util_strlcpy(m->lanes[k], a, sizeof m->lanes[k]);
+		m->nlanes++;
+	}
+	return 0;
+}
+
 bool mr_valid_push_id(const char *s)
 {
 	size_t n = s ? strlen(s) : 0;
@@ -1104,7 +1287,6 @@ static int push_alloc(struct mr_push *p)
 	p->bad_count = calloc(m->nchunks ? m->nchunks : 1, 1);
 	p->file_left = calloc(m->nfiles ? m->nfiles : 1, sizeof *p->file_left);
 	p->rd_buf = malloc(m->chunk_size);
-	p->asm_buf = malloc(m->chunk_size);
 	if (!p->mtext) {
 		json_t *j = mm_to_json(m);
 		p->mtext = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -1112,7 +1294,7 @@ static int push_alloc(struct mr_push *p)
 		p->mtext_len = p->mtext ? strlen(p->mtext) : 0;
 	}
 	if (!p->need_down || !p->sent || !p->bad_count || !p->file_left || !p->rd_buf ||
-	    !p->asm_buf || !p->mtext)
+	    !p->mtext)
 		return -ENOMEM;
 	return 0;
 }

@@ -290,10 +290,34 @@ int cmd_model_push(struct cli_ctx *ctx, int argc, char **argv)
 		json_decref(chain);
 		return 1;
 	}
+	/* the head's route: the chain in the order it signed (each next node one the
+	 * node before it reaches on the fabric: on a ring, the ring), and each
+	 * node's fabric addresses for its hop (its lanes) */
+	const char *network = json_is_string(json_object_get(tk, "network"))
+				  ? cli_jstr(tk, "network") : "agent_address";
+	json_t *route = json_array();
+	json_array_foreach(json_object_get(tk, "chain"), i, nd) {
+		size_t k;
+		json_t *m;
+		json_array_foreach(chain, k, m)
+			if (!strcmp(cli_jstr(m, "id"), json_string_value(nd))) {
+				json_t *lanes = json_object_get(json_object_get(tk, "lanes"),
+								json_string_value(nd));
+				json_object_set(m, "lanes", json_is_array(lanes) ? lanes : json_array());
+				json_array_append(route, m);
+			}
+	}
+	if (json_array_size(route) == json_array_size(chain)) {
+		json_decref(chain);
+		chain = route;
+	} else {
+		json_decref(route); /* an older head: its own order, no lanes */
+	}
 	json_t *args = json_pack("{s:s, s:s, s:O, s:b, s:s, s:O, s:O}", "dir", dir, "name", name,
 				 "chain", chain, "dry_run", dry, "push", push_id, "ticket",
 				 json_object_get(tk, "ticket"), "expires_at",
 				 json_object_get(tk, "expires_at"));
+	json_object_set_new(args, "network", json_string(network)); /* for the text writer */
 	json_decref(tk);
 	json_t *req = json_incref(args);
 	struct push_view v = {.ctx = ctx, .last = json_object(), .tty = isatty(1), .t0 = util_now_ms(),
@@ -318,8 +342,17 @@ int cmd_model_push(struct cli_ctx *ctx, int argc, char **argv)
 				json_object_set(nd, "name", nm);
 		}
 		json_decref(names);
-		/* which network carried it: say so (issue 18: the fabric is not used yet) */
-		json_object_set_new(data, "network", json_string("agent_address"));
+		/* which network carried it: fabric (every hop), mixed, agent_address;
+		 * and the chain it followed, with each hop's fabric addresses */
+		json_object_set_new(data, "network", json_string(cli_jstr(req, "network")));
+		json_t *rt = json_array();
+		json_array_foreach(chain, i, nd)
+			json_array_append_new(rt, json_pack("{s:s, s:s, s:O}", "node", cli_jstr(nd, "id"),
+							    "name", cli_jstr(nd, "name"), "lanes",
+							    json_object_get(nd, "lanes")
+								? json_object_get(nd, "lanes")
+								: json_null()));
+		json_object_set_new(data, "route", rt);
 		cli_output(ctx, req, data, NULL);
 		if (!dry && !json_is_true(json_object_get(data, "complete"))) {
 			char bad[512] = "";

@@ -91,11 +91,24 @@ void cli_text_model_push(const struct cli_answer *a)
 		       cli_jnum(a->data, "chunks"));
 		size_t i;
 		json_t *n;
-		json_array_foreach(json_object_get(a->req, "chain"), i, n)
-			printf("  %zu. %s (%s:%lld)%s\n", i, cli_jstr(n, "name"), cli_jstr(n, "host"),
-			       cli_jnum(n, "port"), i == 0 ? "  source" : "");
-		printf("Each node receives only the chunks it lacks, from the node before it, over the\n"
-		       "address it joined with (not its fabric addresses: not supported yet).\n");
+		json_array_foreach(json_object_get(a->req, "chain"), i, n) {
+			char via[128] = "";
+			json_t *lanes = json_object_get(n, "lanes");
+			if (i > 0 && json_array_size(lanes) > 0)
+				snprintf(via, sizeof via, "  fabric %s%s%s",
+					 json_string_value(json_array_get(lanes, 0)),
+					 json_array_size(lanes) > 1 ? " + " : "",
+					 json_array_size(lanes) > 1
+					     ? json_string_value(json_array_get(lanes, 1)) : "");
+			else if (i > 0)
+				snprintf(via, sizeof via, "  %s (no fabric address)", cli_jstr(n, "host"));
+			printf("  %zu. %s%s%s\n", i, cli_jstr(n, "name"), i == 0 ? "  source" : "", via);
+		}
+		printf("Each node receives only the chunks it lacks, from the node before it%s.\n",
+		       !strcmp(cli_jstr(a->req, "network"), "fabric")
+			   ? ", over the fabric"
+			   : ", over the fabric where the two reach each other there, else over the\n"
+			     "address it joined with");
 		return;
 	}
 	static const char *const hdr[] = {"NODE", "STATUS", "WRITTEN", "BAD CHUNKS", "MESSAGE"};
@@ -118,8 +131,12 @@ void cli_text_model_push(const struct cli_answer *a)
 	out_table_print(t, stdout);
 	out_table_free(t);
 	double secs = json_real_value(json_object_get(a->data, "seconds"));
-	printf("%s: %lld files, %s, in %.1f s%s (over the nodes' agent addresses, not the "
-	       "fabric).\n", cli_jstr(a->data, "name"),
+	const char *net = cli_jstr(a->data, "network");
+	printf("%s: %lld files, %s, in %.1f s%s (%s).\n", cli_jstr(a->data, "name"),
 	       cli_jnum(a->data, "files"), size, secs,
-	       json_is_true(json_object_get(a->data, "complete")) ? ", complete on every node" : "");
+	       json_is_true(json_object_get(a->data, "complete")) ? ", complete on every node" : "",
+	       !strcmp(net, "fabric") ? "over the fabric"
+	       : !strcmp(net, "mixed") ? "over the fabric where nodes reach each other there, else "
+					 "their agent addresses"
+				       : "over the nodes' agent addresses: no fabric address between them");
 }

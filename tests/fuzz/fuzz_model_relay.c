@@ -8,8 +8,8 @@
  * the same with one byte flipped, pieces (binary frames) with fuzzed chunk,
  * offset and bytes, binary frames with fuzzed length words or other types,
  * pieces in the old JSON form (base64, raw strings), mp_end, more
- * hellos (some announcing another push with its chain and the manifest's
- * text, whole or cut), frames of the other direction, unknown types and raw bytes. The
+ * hellos (some announcing another push with its chain, lanes of every
+ * kind, and the manifest's text, whole or cut; some a lane's hello), frames of the other direction, unknown types and raw bytes. The
  * loop runs after each; then the peer closes and the engine is closed.
  * Invariants (abort): ASan/UBSan clean; no file stands under its final name
  * in the store unless it has exactly the source's bytes; every handle closes
@@ -331,6 +331,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 								   "id", "n1", "host", "127.0.0.1",
 								   "port", 9));
 			json_object_set_new(h, "manifest_bytes", json_integer((json_int_t)tl));
+			if (c & 8) /* a lane's hello, or lanes of every kind in the chain */
+				json_object_set_new(h, "lane", json_integer((json_int_t)(c % 3)));
+			json_t *m1 = json_array_get(json_object_get(h, "chain"), 1);
+			if (c & 16)
+				json_object_set_new(m1, "lanes", json_pack("[s,s]", "127.0.0.1", "::1"));
+			else if (c & 32)
+				json_object_set_new(m1, "lanes", c & 64 ? json_pack("[i]", 5)
+									: json_string("x"));
 			send_json(h);
 			json_t *mf = proto_msg("mp_manifest", 0);
 			json_object_set_new(mf, "off", json_integer(0));

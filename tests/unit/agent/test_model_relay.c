@@ -323,6 +323,63 @@ Test(relay, chain_copies_then_moves_nothing)
 	cleanup_push();
 }
 
+static void set_lanes(const char *a0, const char *a1)
+{
+	for (int i = 0; i < NN; i++) {
+		chain[i].nlanes = 0;
+		if (a0) {
+			util_strlcpy(chain[i].lanes[0], a0, sizeof chain[i].lanes[0]);
+			chain[i].nlanes = 1;
+		}
+		if (a1) {
+			util_strlcpy(chain[i].lanes[1], a1, sizeof chain[i].lanes[1]);
+			chain[i].nlanes = 2;
+		}
+	}
+}
+
+static json_int_t by_link(const char *node, size_t k)
+{
+	return json_integer_value(json_array_get(json_object_get(report_of(node), "chunks_by_link"), k));
+}
+
+/* Two lanes per hop (the twins of a cable; here two links to 127.0.0.1): the
+ * chunks are split over both; a lane that does not answer leaves its share to
+ * the other; a first address that does not answer falls back to the host. */
+Test(relay, chunks_split_over_both_lanes_and_survive_a_dead_one)
+{
+	start_engines();
+	set_lanes("127.0.0.1", "127.0.0.1");
+	push("31", 0);
+	cr_assert_eq(nodes[0].status, 0, "complete everywhere over two lanes per hop");
+	for (int i = 1; i < NN; i++) {
+		same_content(i);
+		cr_assert_gt(by_link(ids[i], 0), 0, "%s got chunks over its first link", ids[i]);
+		cr_assert_gt(by_link(ids[i], 1), 0, "%s got chunks over its second lane", ids[i]);
+		cr_assert_eq(by_link(ids[i], 0) + by_link(ids[i], 1), (json_int_t)man->nchunks);
+	}
+	char err[256];
+	for (int i = 1; i < NN; i++)
+		cr_assert_eq(mm_store_remove(nodes[i].store, "tiny", err, sizeof err), 0, "%s", err);
+	/* 127.0.0.3: nothing listens there (the engines are on 127.0.0.1) */
+	set_lanes("127.0.0.1", "127.0.0.3");
+	push("32", 0);
+	cr_assert_eq(nodes[0].status, 0, "complete with the second lane refused");
+	for (int i = 1; i < NN; i++) {
+		same_content(i);
+		cr_assert_eq(by_link(ids[i], 0), (json_int_t)man->nchunks, "%s: all over one", ids[i]);
+	}
+	for (int i = 1; i < NN; i++)
+		cr_assert_eq(mm_store_remove(nodes[i].store, "tiny", err, sizeof err), 0, "%s", err);
+	set_lanes("127.0.0.3", "127.0.0.1");
+	push("33", 0);
+	cr_assert_eq(nodes[0].status, 0, "complete over the host when the fabric does not answer");
+	for (int i = 1; i < NN; i++)
+		same_content(i);
+	set_lanes(NULL, NULL);
+	cleanup_push();
+}
+
 Test(relay, corruption_on_the_wire_is_caught_and_repaired)
 {
 	start_engines();
@@ -368,6 +425,7 @@ Test(relay, node_down_mid_push_then_completed)
 struct probe {
 	bool ready, closed;
 	char code[64];
+	int lane; /* its hello asks for that lane */
 };
 
 static void pr_ready(conn *c, int status)
@@ -379,6 +437,8 @@ static void pr_ready(conn *c, int status)
 	json_t *h = proto_msg("mp_hello", 0);
 	json_object_set_new(h, "push", json_string("77"));
 	json_object_set_new(h, "from", json_string("n1"));
+	if (p->lane)
+		json_object_set_new(h, "lane", json_integer(p->lane));
 	conn_send_new(c, h);
 	/* a piece as a binary frame, and the same as JSON */
 	static uint8_t junk[4096];
@@ -407,14 +467,20 @@ static void pr_close(conn *c, int err)
 
 static const struct conn_cbs pr_cbs = {pr_ready, pr_frame, pr_close};
 
-static void probe_with(SSL_CTX *ctx, int port, struct probe *p)
+static void probe_lane(SSL_CTX *ctx, int port, struct probe *p, int lane)
 {
 	conn *c;
 	memset(p, 0, sizeof *p);
+	p->lane = lane;
 	cr_assert_eq(conn_connect_tcp(&loop, "127.0.0.1", port, ctx, 5000, &pr_cbs, p, &c), 0);
 	for (int i = 0; i < 100000 && !p->closed; i++)
 		uv_run(&loop, UV_RUN_ONCE);
 	cr_assert(p->closed);
+}
+
+static void probe_with(SSL_CTX *ctx, int port, struct probe *p)
+{
+	probe_lane(ctx, port, p, 0);
 }
 
 Test(relay, strangers_get_nothing_and_write_nothing)
@@ -433,6 +499,10 @@ Test(relay, strangers_get_nothing_and_write_nothing)
 	cr_assert_str_eq(p.code, "not_upstream", "a member not in the chain");
 	probe_with(late_cli, chain[2].port, &p);
 	cr_assert_str_eq(p.code, "not_upstream", "a member after n2 in the chain");
+	probe_lane(late_cli, chain[2].port, &p, 1);
+	cr_assert_str_eq(p.code, "not_upstream", "a later member's lane");
+	probe_lane(cli[1], chain[2].port, &p, 1);
+	cr_assert_str_eq(p.code, "not_upstream", "the upstream's lane before its first link");
 	probe_with(nocert_cli, chain[2].port, &p);
 	cr_assert_str_eq(p.code, "unauthenticated", "TLS without a client certificate");
 	probe_with(NULL, chain[2].port, &p);

@@ -281,3 +281,31 @@ Test(jobnet, triangle_is_fabric_with_per_node_views)
 	for (int i = 0; i < 3; i++)
 		json_decref(d[i]);
 }
+
+Test(jobnet, pair_addrs_are_both_twins_of_the_cable_between_them)
+{
+	/* ring of four, cable i: node i port 0 <-> node i+1 port 1, twin 0 on
+	 * 169.254.(10+i).0/24, twin 1 on 169.254.(30+i).0/24 */
+	json_t *d[4];
+	char a[4][4][32];
+	for (int i = 0; i < 4; i++) {
+		int prev = (i + 3) % 4;
+		snprintf(a[i][0], 32, "169.254.%d.1/24", 10 + i);
+		snprintf(a[i][1], 32, "169.254.%d.1/24", 30 + i);
+		snprintf(a[i][2], 32, "169.254.%d.2/24", 10 + prev);
+		snprintf(a[i][3], 32, "169.254.%d.2/24", 30 + prev);
+		d[i] = node(a[i][0], a[i][1], a[i][2], a[i][3]);
+	}
+	char out[2][48];
+	cr_assert_eq(jobnet_pair_addrs(d[0], d[1], out, 2), 2);
+	cr_expect_str_eq(out[0], "169.254.10.2");
+	cr_expect_str_eq(out[1], "169.254.30.2");
+	cr_assert_eq(jobnet_pair_addrs(d[1], d[0], out, 2), 2, "the other way round");
+	cr_expect_str_eq(out[0], "169.254.10.1");
+	cr_expect_str_eq(out[1], "169.254.30.1");
+	cr_expect_eq(jobnet_pair_addrs(d[0], d[2], out, 2), 0, "no cable between nodes 0 and 2");
+	cr_expect_eq(jobnet_pair_addrs(d[0], d[1], out, 1), 1, "at most max");
+	cr_expect_eq(jobnet_pair_addrs(NULL, d[1], out, 2), 0, "no report: nothing reached");
+	for (int i = 0; i < 4; i++)
+		json_decref(d[i]);
+}
