@@ -730,10 +730,12 @@ static void lanes_close(struct mr_push *p)
  * link or one of its lanes. */
 static struct mr_link *pick_link(struct mr_push *p)
 {
-	struct mr_link *best = p->down->nfly < MR_WINDOW ? p->down : NULL;
+	size_t w = MR_WINDOW_BYTES / p->m->chunk_size;
+	w = w < 1 ? 1 : w > MR_WINDOW ? MR_WINDOW : w;
+	struct mr_link *best = p->down->nfly < w ? p->down : NULL;
 	for (int k = 1; k < MR_LANES; k++) {
 		struct mr_link *l = p->lane[k];
-		if (l && l->hello && l->nfly < MR_WINDOW && (!best || l->nfly < best->nfly))
+		if (l && l->hello && l->nfly < w && (!best || l->nfly < best->nfly))
 			best = l;
 	}
 	return best;

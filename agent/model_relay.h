@@ -41,7 +41,9 @@
 #include <uv.h>
 
 #define MR_PIECE (512u << 10) /* raw bytes per mp_piece frame (and per mp_manifest text) */
-#define MR_WINDOW 3           /* chunks sent and not acknowledged, per link */
+#define MR_WINDOW 6           /* chunks sent and not acknowledged, per link, */
+#define MR_WINDOW_BYTES (24u << 20) /* and at most this many bytes of them (conn.c
+				     * drops a peer with more than 32 MiB queued) */
 #define MR_BAD_MAX 3          /* one chunk corrupted this often ends the link */
 #define MR_UP_WAIT_MS 10000
 
