@@ -55,6 +55,8 @@ struct mr_push {
 	uint64_t *need_down, *sent;
 	size_t inflight;          /* chunks sent and not acknowledged, on all links */
 	bool lanes_failed;        /* the next member's fabric address did not answer */
+	size_t hot_chunk;         /* while hot_buf: that chunk, verified, in memory */
+	const uint8_t *hot_buf;
 	size_t scan;              /* chunks below it are sent or not needed */
 	bool down_ready, end_sent;
 	uint8_t *rd_buf;
@@ -385,7 +387,12 @@ static void chunk_in(struct mr_push *p, struct mr_link *l)
 {
 	size_t c = l->asm_chunk;
 	l->asm_on = false;
-	if (mm_check_chunk(p->m, c, l->asm_buf, l->asm_len) < 0) {
+	/* one SHA-256 per chunk: mm_store_put checks it before it writes a byte;
+	 * a chunk this node holds already is only checked */
+	bool fresh = !mm_have_test(&p->have, c);
+	int r = fresh ? mm_store_put(p->root, p->m, c, l->asm_buf, l->asm_len)
+		      : mm_check_chunk(p->m, c, l->asm_buf, l->asm_len);
+	if (r == -EBADMSG) {
 		p->chunks_bad++;
 		log_warn("model_chunk_bad", "push=%s chunk=%zu from=%s", p->id, c, l->peer_id);
 		if (++p->bad_count[c] >= MR_BAD_MAX) {
@@ -399,8 +406,7 @@ static void chunk_in(struct mr_push *p, struct mr_link *l)
 		conn_send_new(l->c, f);
 		return;
 	}
-	if (!mm_have_test(&p->have, c)) {
-		int r = mm_store_put(p->root, p->m, c, l->asm_buf, l->asm_len);
+	if (fresh || r < 0) {
 		if (r < 0) {
 			snprintf(p->up_msg, sizeof p->up_msg, "writing chunk %zu: %s", c,
 				 strerror(-r));
@@ -432,8 +438,14 @@ static void chunk_in(struct mr_push *p, struct mr_link *l)
 	json_t *a = msg("mp_ack");
 	json_object_set_new(a, "chunk", json_integer((json_int_t)c));
 	conn_send_new(l->c, a);
-	if (p->down_ready)
+	if (p->down_ready) {
+		/* the chunk just verified goes on from memory, not read back and
+		 * hashed again */
+		p->hot_chunk = c;
+		p->hot_buf = l->asm_buf;
 		pump(p);
+		p->hot_buf = NULL;
+	}
 }
 
 /* mp_piece {chunk, off} and its bytes (a binary frame): the next piece of the
@@ -682,10 +694,15 @@ static void send_chunk(struct mr_push *p, size_t c, struct mr_link *l)
 	uint32_t len;
 	char err[256];
 	int r;
-	if (p->self == 0)
+	if (p->hot_buf && p->hot_chunk == c) {
+		mm_chunk_file(p->m, c, NULL, &len); /* verified as it came in */
+		memcpy(p->rd_buf, p->hot_buf, len);
+		r = 0;
+	} else if (p->self == 0) {
 		r = mm_read_chunk(p->m, p->src, c, p->rd_buf, &len, err, sizeof err);
-	else
+	} else {
 		r = mm_store_get(p->root, p->m, c, p->rd_buf, &len);
+	}
 	if (r < 0) {
 		/* the source changed, or this node's copy is damaged: not sent */
 		log_error("model_read_failed", "push=%s chunk=%zu err=%d", p->id, c, r);
@@ -732,7 +749,14 @@ static struct mr_link *pick_link(struct mr_push *p)
 {
 	size_t w = MR_WINDOW_BYTES / p->m->chunk_size;
 	w = w < 1 ? 1 : w > MR_WINDOW ? MR_WINDOW : w;
-	struct mr_link *best = p->down->nfly < w ? p->down : NULL;
+	/* while a lane still connects, the first link takes only its share */
+	size_t w0 = w, links = 1;
+	for (int k = 1; k < MR_LANES; k++)
+		links += p->lane[k] != NULL;
+	for (int k = 1; k < MR_LANES; k++)
+		if (p->lane[k] && !p->lane[k]->hello)
+			w0 = (w + links - 1) / links;
+	struct mr_link *best = p->down->nfly < w0 ? p->down : NULL;
 	for (int k = 1; k < MR_LANES; k++) {
 		struct mr_link *l = p->lane[k];
 		if (l && l->hello && l->nfly < w && (!best || l->nfly < best->nfly))

@@ -120,11 +120,13 @@ static void push_over_the_fabric(struct sh_sim *s, enum sim_topo topo)
 	char *out = NULL;
 	cr_assert_eq(sh_ctl(s, 1, &out, "topo", "addresses", "--apply", NULL), 0, "%s", out);
 	free(out);
-	/* a new version of one shard: 4 chunks move to every node */
+	/* a new version of two shards: 8 chunks move to every node */
 	char cmd[600];
-	snprintf(cmd, sizeof cmd, "head -c %u /dev/urandom > %s/model-00002.safetensors", SHARD,
-		 src);
-	cr_assert_eq(system(cmd), 0);
+	for (int i = 1; i <= 2; i++) {
+		snprintf(cmd, sizeof cmd, "head -c %u /dev/urandom > %s/model-%05d.safetensors", SHARD,
+			 src, i);
+		cr_assert_eq(system(cmd), 0);
+	}
 	char names[200];
 	snprintf(names, sizeof names, "%s,%s,%s", sh_ns(s, 3), sh_ns(s, 2), sh_ns(s, 4));
 	out = NULL;
@@ -157,7 +159,7 @@ static void push_over_the_fabric(struct sh_sim *s, enum sim_topo topo)
 	else
 		cr_assert_str_eq(order, "1324", "on a switch the order asked");
 	for (int k = 2; k <= 4; k++) {
-		cr_assert_eq(written(j, s, k), SHARD, "node %d got the new shard", k);
+		cr_assert_eq(written(j, s, k), 2 * SHARD, "node %d got the new shards", k);
 		cr_assert_gt(by_link(j, s, k, 0), 0, "node %d: chunks over twin 0", k);
 		cr_assert_gt(by_link(j, s, k, 1), 0, "node %d: chunks over twin 1", k);
 	}
