@@ -345,6 +345,7 @@ json_t *jobenv_build(const struct jobenv_job *j, json_t *disc)
 	set(env, "SPARK_LAUNCHER", j->launcher);
 	set(env, "SPARK_PEERS", j->peers);
 	set(env, "SPARK_NET", j->net);
+	set(env, "SPARK_MODEL_DIR", j->model_dir);
 	char netdevs[512], hcas[512], addressed[512];
 	bool fabric = j->net && strcmp(j->net, "fabric") == 0;
 	jobenv_fabric_lists(disc, j->socket_ifname, netdevs, sizeof netdevs, hcas, sizeof hcas,

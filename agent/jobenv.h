@@ -89,6 +89,7 @@ struct jobenv_job {
 	const char *master_addr;
 	int master_port;
 	const char *peers;         /* SPARK_PEERS value */
+	const char *model_dir;     /* SPARK_MODEL_DIR: this node's model store (may be NULL) */
 	json_t *base;              /* object: HOME, USER, PATH... (may be NULL) */
 	json_t *overrides;         /* array of "K=V" strings, applied last (may be NULL) */
 };

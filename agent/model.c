@@ -50,6 +50,12 @@ static const char *node_name(struct agent *a)
 	return a->id.node_name[0] ? a->id.node_name : a->opts.name;
 }
 
+/* The hook other services read: a job's SPARK_MODEL_DIR. */
+static const char *model_dir(struct agent *a)
+{
+	return a->model ? a->model->root : NULL;
+}
+
 static int model_init(struct agent *a, char *err, size_t len)
 {
 	struct model_svc *m = calloc(1, sizeof *m);
@@ -83,6 +89,7 @@ static int model_init(struct agent *a, char *err, size_t len)
 	else
 		snprintf(m->root, sizeof m->root, "%s/models", a->opts.state_dir);
 	a->model = m;
+	a->hooks.model_dir = model_dir;
 	return 0;
 }
 

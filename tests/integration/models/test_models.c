@@ -454,3 +454,25 @@ Test(models, push_refused_up_front_when_a_node_lacks_room)
 	struct stat st;
 	cr_assert_neq(stat(s1, &st), 0, "node-2 got no file");
 }
+
+/* SPARK_MODEL_DIR: every rank of a job finds its node's model store (the
+ * folder `model ls` names, where a push puts NAME/). */
+Test(models, every_rank_gets_its_nodes_model_dir)
+{
+	start_three(NULL);
+	struct h_result r = h_ctl(c, 0, "run", "--group", "all", "--", "sh", "-c",
+				  "echo \"dir $SPARK_NODE $SPARK_MODEL_DIR\"", NULL);
+	cr_assert_eq(r.rc, 0, "%s\n%s", r.out, r.err);
+	for (int i = 0; i < 3; i++) {
+		struct h_result l = h_ctl(c, i, "model", "ls", "-o", "json", NULL);
+		cr_assert_eq(l.rc, 0, "%s", l.err);
+		json_t *j = h_json(&l);
+		char want[1200];
+		snprintf(want, sizeof want, "dir %s %s", c->nodes[i].name,
+			 json_string_value(json_object_get(j, "dir")));
+		cr_assert(strstr(r.out, want), "'%s' in:\n%s", want, r.out);
+		json_decref(j);
+		h_result_free(&l);
+	}
+	h_result_free(&r);
+}

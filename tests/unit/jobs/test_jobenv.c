@@ -53,7 +53,7 @@ static struct jobenv_job base_job(void)
 		.node_rank = 1, .node = "spark-2", .rank = 3, .local_rank = 1, .net = "fabric",
 		.socket_addr = "169.254.12.1", .socket_ifname = "enp1s0f1np1",
 		.tcp_include = "169.254.12.0/24", .master_addr = "169.254.12.9", .master_port = 29800,
-		.peers = "0=a:1,1=b:2"};
+		.peers = "0=a:1,1=b:2", .model_dir = "/data/models"};
 	return j;
 }
 
@@ -67,7 +67,7 @@ Test(jobenv, rank_environment_from_this_nodes_ports)
 		{"SPARK_JOB_ID", "7"}, {"SPARK_RANK", "3"}, {"SPARK_WORLD_SIZE", "8"},
 		{"SPARK_LOCAL_RANK", "1"}, {"SPARK_NODE", "spark-2"}, {"SPARK_GROUP", "g"},
 		{"SPARK_TOPOLOGY", "ring"}, {"SPARK_PEERS", "0=a:1,1=b:2"}, {"SPARK_NET", "fabric"},
-		{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "169.254.12.9"},
+		{"SPARK_MODEL_DIR", "/data/models"}, {"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "169.254.12.9"},
 		{"MASTER_PORT", "29800"},
 		{"NCCL_IB_HCA", "rocep1s0f0,roceP2p1s0f0,rocep1s0f1,roceP2p1s0f1"},
 		{"NCCL_SOCKET_IFNAME", "enp1s0f1np1,enp1s0f0np0,enP2p1s0f0np0,enP2p1s0f1np1"},
