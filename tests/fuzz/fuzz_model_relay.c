@@ -124,37 +124,6 @@ static void pump_loop(void)
 	}
 }
 
-static void send_raw(const void *buf, size_t len)
-{
-	uint8_t hdr[4] = {(uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8),
-			  (uint8_t)len};
-	const uint8_t *parts[2] = {hdr, buf};
-	size_t plen[2] = {4, len};
-	for (int k = 0; k < 2; k++) {
-		size_t off = 0;
-		while (off < plen[k]) {
-			ssize_t w = write(fd, parts[k] + off, plen[k] - off);
-			if (w < 0 && errno == EAGAIN) {
-				pump_loop();
-				continue;
-			}
-			if (w <= 0)
-				return; /* the engine closed: fine */
-			off += (size_t)w;
-		}
-	}
-	pump_loop();
-}
-
-static void send_json(json_t *f)
-{
-	char *s = json_dumps(f, JSON_COMPACT);
-	json_decref(f);
-	if (s)
-		send_raw(s, strlen(s));
-	free(s);
-}
-
 /* Bytes as they go on the wire (the length words included). */
 static void send_bytes(const void *buf, size_t len)
 {
@@ -170,6 +139,28 @@ static void send_bytes(const void *buf, size_t len)
 		off += (size_t)w;
 	}
 	pump_loop();
+}
+
+/* A plain frame: the length word, then buf. */
+static void send_raw(const void *buf, size_t len)
+{
+	uint8_t *f = malloc(len + 4);
+	f[0] = (uint8_t)(len >> 24);
+	f[1] = (uint8_t)(len >> 16);
+	f[2] = (uint8_t)(len >> 8);
+	f[3] = (uint8_t)len;
+	memcpy(f + 4, buf, len);
+	send_bytes(f, len + 4);
+	free(f);
+}
+
+static void send_json(json_t *f)
+{
+	char *s = json_dumps(f, JSON_COMPACT);
+	json_decref(f);
+	if (s)
+		send_raw(s, strlen(s));
+	free(s);
 }
 
 /* A binary frame (proto.h): header f, then n bytes of p. */
