@@ -369,13 +369,16 @@ const struct cli_cmd cli_commands[] = {
 	 "model push DIR (--group G | --nodes a,b,c) [--name NAME] [--dry-run] [-o table|json]",
 	 "copy a model directory from this node to other nodes: verified, resumable, relayed",
 	 "  DIR          the model's folder on this node (regular files; symlinks inside it)\n"
-	 "  --group G    every member of the group ('sparkctl group show G'), in its order\n"
-	 "  --nodes LIST names or ids, in the order the chunks should travel\n"
+	 "  --group G    every member of the group ('sparkctl group show G')\n"
+	 "  --nodes LIST names or ids\n"
 	 "  --name NAME  the name on the nodes (default: the folder's name)\n"
 	 "  --dry-run    print the chain and the model's size; move nothing\n"
 	 "Chunks of 4 MiB named by SHA-256 travel node to node (each forwards what it holds\n"
-	 "while it receives the rest) over mutual TLS to each node's agent port + 1, on the\n"
-	 "address the node joined with; each chunk is checked before it is written, files\n"
+	 "while it receives the rest) over mutual TLS to each node's agent port + 1. The head\n"
+	 "orders the chain by the fabric (on a ring, the ring; else the order given) and each\n"
+	 "hop uses both twins of its cable; where two nodes share no fabric subnet the hop\n"
+	 "goes over the address the node joined with, and the output says so. Each chunk is\n"
+	 "checked before it is written, files\n"
 	 "appear under their name only when complete. A node that lacks room refuses before\n"
 	 "the first byte. Run it again after a failure: only missing chunks move. Exit 1 when\n"
 	 "a node is not complete. See docs/models.md.\n"},

@@ -235,8 +235,10 @@ for topo, what, secs, nbytes, nodes, limit in rows:
     per = nbytes / 1e6 / secs
     by[(topo, what)] = secs
     if what == "rsync_parallel":
-        per_link = 3 * per   # three copies share node 1's link
-        note = "%.0f%% (node 1's link)" % (100 * per_link / limit)
+        # the busiest twin: node 1's on the switch carries all three copies; on
+        # the ring its cable to node 2 carries node 2's and node 3's
+        streams = 3 if topo == "switch" else 2
+        note = "%.0f%% (%d copies on one twin)" % (100 * streams * per / limit, streams)
     else:
         note = "%.0f%% of %d MB/s" % (100 * per / limit, limit)
     print("%-7s %-17s %9.1f %12.0f %14.1f %s" % (topo, what, secs, nbytes / 1e6, per, note))
