@@ -234,20 +234,152 @@ static bool ready(struct agent *a, const struct svc_req *r)
 	return false;
 }
 
+/* {"node", "dir", "models"}: this node's store; NULL with err on failure. */
+static json_t *ls_json(struct agent *a, char *err, size_t errlen)
+{
+	json_t *list;
+	int rc = mm_store_list(a->model->root, &list, err, errlen);
+	if (rc < 0) {
+		json_decref(list);
+		if (!err[0])
+			snprintf(err, errlen, "%s", strerror(-rc));
+		return NULL;
+	}
+	return json_pack("{s:s, s:s, s:o}", "node", node_name(a), "dir", a->model->root, "models",
+			 list);
+}
+
 static void r_model_ls(struct agent *a, const struct svc_req *r)
 {
 	if (!ready(a, r))
 		return;
-	json_t *list;
 	char err[512] = "";
-	int rc = mm_store_list(a->model->root, &list, err, sizeof err);
-	if (rc < 0) {
-		json_decref(list);
-		svc_error(r, "internal", "%s", err[0] ? err : strerror(-rc));
+	json_t *j = ls_json(a, err, sizeof err);
+	if (!j)
+		svc_error(r, "internal", "%s", err);
+	else
+		svc_reply(r, j);
+}
+
+/* ---- model_ls_all: every node's store, asked by the head ---- */
+
+#define LS_ALL_TIMEOUT_MS 5000
+
+struct ls_all {
+	struct ls_all *next;
+	conn *reply;
+	json_int_t id;
+	json_t *nodes; /* per node: {"node", "id", "dir", "models"} or {"node", "id", "error"} */
+	size_t pending;
+	bool gone;     /* the asker left: answer nobody */
+};
+
+static struct ls_all *ls_running;
+
+static void ls_all_finish(struct agent *a, struct ls_all *j)
+{
+	(void)a;
+	struct ls_all **pp = &ls_running;
+	while (*pp && *pp != j)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = j->next;
+	if (!j->gone) {
+		struct svc_req r = {.reply = j->reply, .id = j->id};
+		svc_reply(&r, json_pack("{s:O}", "nodes", j->nodes));
+	}
+	json_decref(j->nodes);
+	free(j);
+}
+
+static void ls_all_answer(struct agent *a, void *owner, int tag, const json_t *reply,
+			  const char *why)
+{
+	struct ls_all *j = owner;
+	json_t *slot = json_array_get(j->nodes, (size_t)tag);
+	json_t *dir = json_object_get(reply, "dir"), *models = json_object_get(reply, "models");
+	if (reply && json_is_string(dir) && json_is_array(models)) {
+		json_object_set(slot, "dir", dir);
+		json_object_set(slot, "models", models);
+	} else {
+		json_object_set_new(slot, "error", json_string(why ? why
+							      : proto_str(reply, "message")
+								    ? proto_str(reply, "message")
+								    : "no answer"));
+	}
+	if (--j->pending == 0)
+		ls_all_finish(a, j);
+}
+
+static void r_model_ls_all(struct agent *a, const struct svc_req *r)
+{
+	const char *want = proto_str(r->msg, "node");
+	db_node *nodes = NULL;
+	size_t n = 0;
+	if (!a->hd.db || db_node_list(a->hd.db, &nodes, &n) < 0) {
+		svc_error(r, "internal", "cannot read cluster.db");
 		return;
 	}
-	svc_reply(r, json_pack("{s:s, s:s, s:o}", "node", node_name(a), "dir", a->model->root,
-			       "models", list));
+	struct ls_all *j = calloc(1, sizeof *j);
+	if (!j || !(j->nodes = json_array())) {
+		free(j);
+		free(nodes);
+		svc_error(r, "internal", "out of memory");
+		return;
+	}
+	j->reply = r->reply;
+	j->id = r->id;
+	j->next = ls_running;
+	ls_running = j;
+	for (size_t i = 0; i < n; i++)
+		if (!want || !strcmp(want, nodes[i].name) || !strcmp(want, nodes[i].id))
+			json_array_append_new(j->nodes, json_pack("{s:s, s:s}", "node", nodes[i].name,
+								  "id", nodes[i].id));
+	free(nodes);
+	size_t count = json_array_size(j->nodes);
+	if (count == 0) {
+		j->gone = true;
+		ls_all_finish(a, j);
+		svc_error(r, "not_found", "no node '%s' in the cluster; 'sparkctl node ls' lists them",
+			  want ? want : "");
+		return;
+	}
+	j->pending = count + 1; /* held until every ask is out */
+	for (size_t i = 0; i < count; i++) {
+		const char *id = json_string_value(json_object_get(json_array_get(j->nodes, i), "id"));
+		if (peers_ask(a, id, proto_msg("model_ls_req", 0), LS_ALL_TIMEOUT_MS, ls_all_answer, j,
+			      (int)i) < 0)
+			ls_all_answer(a, j, (int)i, NULL, "not connected to the head");
+	}
+	if (--j->pending == 0)
+		ls_all_finish(a, j);
+}
+
+/* The head asks this node for its store: answered with the request's id. */
+static void f_model_ls_req(struct agent *a, const char *from, const json_t *msg)
+{
+	(void)from; /* the head: only it sends node frames */
+	json_t *m = proto_msg("model_ls_reply", proto_id(msg));
+	char err[512] = "";
+	json_t *j = a->model ? ls_json(a, err, sizeof err) : NULL;
+	json_object_set_new(m, "ok", json_boolean(j != NULL));
+	if (j) {
+		json_object_set(m, "dir", json_object_get(j, "dir"));
+		json_object_set(m, "models", json_object_get(j, "models"));
+		json_decref(j);
+	} else {
+		json_object_set_new(m, "message", json_string(err[0] ? err : "no model service"));
+	}
+	peers_to_head(a, m);
+}
+
+/* A node's answer: only to an ask of ours, from the node it was sent to
+ * (peers.c matches both). */
+static void f_model_ls_reply(struct agent *a, const char *from, const json_t *msg)
+{
+	if (!peers_node_answer(a, from, msg))
+		log_debug("model_ls_reply_unknown", "node_id=%s id=%lld", from,
+			  (long long)proto_id(msg));
 }
 
 static void r_model_rm(struct agent *a, const struct svc_req *r)
@@ -381,6 +513,9 @@ static void model_event(struct agent *a, enum svc_event ev, const struct svc_eve
 	}
 	if (ev != SVC_EV_CONN_GONE)
 		return;
+	for (struct ls_all *j = ls_running; j; j = j->next)
+		if (j->reply == arg->c)
+			j->gone = true;
 	for (struct verify_job *j = jobs_running; j; j = j->next)
 		if (j->reply == arg->c)
 			j->gone = true;
@@ -729,6 +864,7 @@ static void r_model_push(struct agent *a, const struct svc_req *r)
 
 static const struct svc_request requests[] = {
 	{"model_ls", r_model_ls, RIGHT_USER, SVC_LOCAL},
+	{"model_ls_all", r_model_ls_all, RIGHT_USER, SVC_HEAD, 0, {{"node", 'S'}, {NULL, 0}}},
 	{"model_rm", r_model_rm, RIGHT_ADMIN, SVC_LOCAL, 0, {{"name", 's'}, {NULL, 0}}},
 	{"model_verify", r_model_verify, RIGHT_USER, SVC_LOCAL, 0, {{"name", 's'}, {NULL, 0}}},
 	{"model_push", r_model_push, RIGHT_ADMIN, SVC_LOCAL, SVC_STREAMS,
@@ -739,9 +875,16 @@ static const struct svc_request requests[] = {
 	{NULL},
 };
 
+static const struct svc_frame frames[] = {
+	{"model_ls_req", f_model_ls_req, FRAME_TO_NODE, {{NULL, 0}}},
+	{"model_ls_reply", f_model_ls_reply, FRAME_TO_HEAD, {{"ok", 'b'}, {NULL, 0}}},
+	{NULL},
+};
+
 const struct service model_service = {
 	.name = "model",
 	.requests = requests,
+	.frames = frames,
 	.init = model_init,
 	.start = model_start,
 	.stop = model_stop,

@@ -40,17 +40,48 @@ static int one_name(struct cli_ctx *ctx, int argc, char **argv, const char **nam
 	return 0;
 }
 
+/* Every node's models (the head asks each), or one node's (--node); a node
+ * that is in no cluster lists its own. */
 int cmd_model_ls(struct cli_ctx *ctx, int argc, char **argv)
 {
-	static const struct option lo[] = {CLI_OPT_END};
+	static const struct option lo[] = {{"node", required_argument, NULL, 'n'}, CLI_OPT_END};
+	const char *node = NULL;
 	int rc = 0, c;
 	optind = 0;
-	while ((c = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1)
+	while ((c = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
 		if (c == -2)
 			return rc;
+		if (c == 'n')
+			node = optarg;
+	}
 	if (optind < argc)
 		return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
-	return cli_request(ctx, "model_ls", NULL, 0, NULL);
+	json_t *args = node ? json_pack("{s:s}", "node", node) : NULL;
+	json_t *data = NULL;
+	char *code = NULL, *msg = NULL;
+	int r = cli_call_raw(ctx, "model_ls_all", json_incref(args), &data, 0, &code, &msg);
+	if (r < 0 && code && !strcmp(code, "not_in_cluster") && !node) {
+		free(code);
+		free(msg);
+		json_decref(args);
+		return cli_request(ctx, "model_ls", NULL, 0, NULL); /* this node only */
+	}
+	if (r < 0) {
+		rc = cli_fail("%s", msg && *msg ? msg : "model ls failed");
+	} else {
+		cli_output(ctx, args, data, NULL);
+		size_t i;
+		json_t *n;
+		json_array_foreach(json_object_get(data, "nodes"), i, n)
+			if (json_is_string(json_object_get(n, "error")))
+				rc = cli_fail("%s did not answer (%s): its models are not listed",
+					      cli_jstr(n, "node"), cli_jstr(n, "error"));
+	}
+	free(code);
+	free(msg);
+	json_decref(data);
+	json_decref(args);
+	return rc;
 }
 
 int cmd_model_rm(struct cli_ctx *ctx, int argc, char **argv)

@@ -382,10 +382,13 @@ const struct cli_cmd cli_commands[] = {
 	 "appear under their name only when complete. A node that lacks room refuses before\n"
 	 "the first byte. Run it again after a failure: only missing chunks move. Exit 1 when\n"
 	 "a node is not complete. See docs/models.md.\n"},
-	{"model", "ls", cmd_model_ls, cli_text_model_ls, "model ls [-o table|json]",
-	 "the models this node holds in its store (models.dir, default STATE_DIR/models)",
+	{"model", "ls", cmd_model_ls, cli_text_model_ls, "model ls [--node N] [-o table|json]",
+	 "the models each node holds in its store (models.dir, default STATE_DIR/models)",
+	 "  --node N     only that node (name or id)\n"
+	 "The head asks every node (or N) for its store; a node in no cluster lists its own.\n"
 	 "A model is complete when every file is verified and under its final name, partial\n"
-	 "while files are still .sparkpart. See docs/models.md.\n"},
+	 "while files are still .sparkpart. Exit 1 when a node did not answer (named).\n"
+	 "See docs/models.md.\n"},
 	{"model", "rm", cmd_model_rm, cli_text_model_rm, "model rm NAME",
 	 "remove a model from this node's store (admin)", NULL},
 	{"model", "verify", cmd_model_verify, cli_text_model_verify,

@@ -48,9 +48,11 @@ static void drop_model(void)
 /* Node k's store dir (model ls). */
 static void store_of(struct sh_sim *s, int k, char *out, size_t len)
 {
-	json_t *j = sh_ctl_json(s, k, "model", "ls", NULL);
+	json_t *j = sh_ctl_json(s, k, "model", "ls", "--node", sh_ns(s, k), NULL);
 	cr_assert(j, "model ls on node %d", k);
-	snprintf(out, len, "%s", json_string_value(json_object_get(j, "dir")));
+	json_t *n = json_array_get(json_object_get(j, "nodes"), 0);
+	cr_assert_eq(json_array_size(json_object_get(j, "nodes")), 1, "--node: one node");
+	snprintf(out, len, "%s", json_string_value(json_object_get(n, "dir")));
 	json_decref(j);
 }
 
