@@ -261,7 +261,9 @@ static void r_model_ls(struct agent *a, const struct svc_req *r)
 		svc_reply(r, j);
 }
 
-/* ---- model_ls_all: every node's store, asked by the head ---- */
+/* ---- model_ls_all, model_rm_nodes: the head asks nodes' stores ---- */
+
+static int rm_here(struct agent *a, const char *name, char *err, size_t errlen);
 
 #define LS_ALL_TIMEOUT_MS 5000
 
@@ -269,7 +271,11 @@ struct ls_all {
 	struct ls_all *next;
 	conn *reply;
 	json_int_t id;
-	json_t *nodes; /* per node: {"node", "id", "dir", "models"} or {"node", "id", "error"} */
+	bool rm;       /* model_rm_nodes: remove name; else list */
+	char name[MM_NAME_MAX + 1];
+	/* per node: {"node", "id"} and then "dir", "models" (ls) or "removed" (rm),
+	 * or "error" */
+	json_t *nodes;
 	size_t pending;
 	bool gone;     /* the asker left: answer nobody */
 };
@@ -286,7 +292,10 @@ static void ls_all_finish(struct agent *a, struct ls_all *j)
 		*pp = j->next;
 	if (!j->gone) {
 		struct svc_req r = {.reply = j->reply, .id = j->id};
-		svc_reply(&r, json_pack("{s:O}", "nodes", j->nodes));
+		json_t *d = json_pack("{s:O}", "nodes", j->nodes);
+		if (j->rm)
+			json_object_set_new(d, "name", json_string(j->name));
+		svc_reply(&r, d);
 	}
 	json_decref(j->nodes);
 	free(j);
@@ -298,9 +307,12 @@ static void ls_all_answer(struct agent *a, void *owner, int tag, const json_t *r
 	struct ls_all *j = owner;
 	json_t *slot = json_array_get(j->nodes, (size_t)tag);
 	json_t *dir = json_object_get(reply, "dir"), *models = json_object_get(reply, "models");
-	if (reply && json_is_string(dir) && json_is_array(models)) {
+	bool ok = json_is_true(json_object_get(reply, "ok"));
+	if (ok && !j->rm && json_is_string(dir) && json_is_array(models)) {
 		json_object_set(slot, "dir", dir);
 		json_object_set(slot, "models", models);
+	} else if (ok && j->rm) {
+		json_object_set_new(slot, "removed", json_true());
 	} else {
 		json_object_set_new(slot, "error", json_string(why ? why
 							      : proto_str(reply, "message")
@@ -311,9 +323,10 @@ static void ls_all_answer(struct agent *a, void *owner, int tag, const json_t *r
 		ls_all_finish(a, j);
 }
 
-static void r_model_ls_all(struct agent *a, const struct svc_req *r)
+/* Ask the nodes named in want (an array of names or ids; NULL: every node). */
+static void fan_out(struct agent *a, const struct svc_req *r, bool rm, const char *name,
+		    const json_t *want)
 {
-	const char *want = proto_str(r->msg, "node");
 	db_node *nodes = NULL;
 	size_t n = 0;
 	if (!a->hd.db || db_node_list(a->hd.db, &nodes, &n) < 0) {
@@ -329,57 +342,125 @@ static void r_model_ls_all(struct agent *a, const struct svc_req *r)
 	}
 	j->reply = r->reply;
 	j->id = r->id;
+	j->rm = rm;
+	util_strlcpy(j->name, name ? name : "", sizeof j->name);
 	j->next = ls_running;
 	ls_running = j;
-	for (size_t i = 0; i < n; i++)
-		if (!want || !strcmp(want, nodes[i].name) || !strcmp(want, nodes[i].id))
+	const char *missing = NULL;
+	size_t wi;
+	json_t *w;
+	if (!want) {
+		for (size_t i = 0; i < n; i++)
 			json_array_append_new(j->nodes, json_pack("{s:s, s:s}", "node", nodes[i].name,
 								  "id", nodes[i].id));
+	} else {
+		json_array_foreach(want, wi, w) {
+			const char *s = json_string_value(w);
+			size_t i = 0;
+			while (i < n && (!s || (strcmp(s, nodes[i].name) && strcmp(s, nodes[i].id))))
+				i++;
+			if (i == n) {
+				missing = s ? s : "";
+				break;
+			}
+			json_array_append_new(j->nodes, json_pack("{s:s, s:s}", "node", nodes[i].name,
+								  "id", nodes[i].id));
+		}
+	}
 	free(nodes);
 	size_t count = json_array_size(j->nodes);
-	if (count == 0) {
+	if (count == 0 || missing) {
+		char m[200];
+		snprintf(m, sizeof m, "no node '%s' in the cluster; 'sparkctl node ls' lists them",
+			 missing ? missing : "");
 		j->gone = true;
 		ls_all_finish(a, j);
-		svc_error(r, "not_found", "no node '%s' in the cluster; 'sparkctl node ls' lists them",
-			  want ? want : "");
+		svc_error(r, "not_found", "%s", m);
 		return;
 	}
 	j->pending = count + 1; /* held until every ask is out */
 	for (size_t i = 0; i < count; i++) {
 		const char *id = json_string_value(json_object_get(json_array_get(j->nodes, i), "id"));
-		if (peers_ask(a, id, proto_msg("model_ls_req", 0), LS_ALL_TIMEOUT_MS, ls_all_answer, j,
-			      (int)i) < 0)
+		json_t *q = proto_msg("model_req", 0);
+		json_object_set_new(q, "op", json_string(j->rm ? "rm" : "ls"));
+		if (j->rm)
+			json_object_set_new(q, "name", json_string(j->name));
+		if (peers_ask(a, id, q, LS_ALL_TIMEOUT_MS, ls_all_answer, j, (int)i) < 0)
 			ls_all_answer(a, j, (int)i, NULL, "not connected to the head");
 	}
 	if (--j->pending == 0)
 		ls_all_finish(a, j);
 }
 
-/* The head asks this node for its store: answered with the request's id. */
-static void f_model_ls_req(struct agent *a, const char *from, const json_t *msg)
+static void r_model_ls_all(struct agent *a, const struct svc_req *r)
+{
+	const char *node = proto_str(r->msg, "node");
+	json_t *want = node ? json_pack("[s]", node) : NULL;
+	fan_out(a, r, false, NULL, want);
+	json_decref(want);
+}
+
+static void r_model_rm_nodes(struct agent *a, const struct svc_req *r)
+{
+	const char *name = proto_str(r->msg, "name");
+	json_t *nodes = json_object_get(r->msg, "nodes");
+	if (!mm_valid_name(name) || json_array_size(nodes) < 1 || json_array_size(nodes) > 64) {
+		svc_error(r, "bad_request", "name (a model name) and nodes (1-64 names) are required");
+		return;
+	}
+	fan_out(a, r, true, name, nodes);
+}
+
+/* The head asks this node about its store (op ls: the list; op rm: remove
+ * name): answered with the request's id. */
+static void f_model_req(struct agent *a, const char *from, const json_t *msg)
 {
 	(void)from; /* the head: only it sends node frames */
-	json_t *m = proto_msg("model_ls_reply", proto_id(msg));
+	const char *op = proto_str(msg, "op"), *name = proto_str(msg, "name");
+	json_t *m = proto_msg("model_reply", proto_id(msg));
 	char err[512] = "";
-	json_t *j = a->model ? ls_json(a, err, sizeof err) : NULL;
-	json_object_set_new(m, "ok", json_boolean(j != NULL));
+	json_t *j = NULL;
+	int rc = -EINVAL;
+	if (!a->model)
+		snprintf(err, sizeof err, "no model service on %s", node_name(a));
+	else if (!strcmp(op, "ls") && (j = ls_json(a, err, sizeof err)))
+		rc = 0;
+	else if (!strcmp(op, "rm") && !mm_valid_name(name))
+		snprintf(err, sizeof err, "'%s' is not a model name", name ? name : "");
+	else if (!strcmp(op, "rm"))
+		rc = rm_here(a, name, err, sizeof err);
+	else if (strcmp(op, "ls"))
+		snprintf(err, sizeof err, "unknown op '%.16s'", op);
+	json_object_set_new(m, "ok", json_boolean(rc >= 0));
 	if (j) {
 		json_object_set(m, "dir", json_object_get(j, "dir"));
 		json_object_set(m, "models", json_object_get(j, "models"));
 		json_decref(j);
-	} else {
-		json_object_set_new(m, "message", json_string(err[0] ? err : "no model service"));
 	}
+	if (rc < 0)
+		json_object_set_new(m, "message", json_string(err[0] ? err : strerror(-rc)));
 	peers_to_head(a, m);
 }
 
 /* A node's answer: only to an ask of ours, from the node it was sent to
  * (peers.c matches both). */
-static void f_model_ls_reply(struct agent *a, const char *from, const json_t *msg)
+static void f_model_reply(struct agent *a, const char *from, const json_t *msg)
 {
 	if (!peers_node_answer(a, from, msg))
-		log_debug("model_ls_reply_unknown", "node_id=%s id=%lld", from,
+		log_debug("model_reply_unknown", "node_id=%s id=%lld", from,
 			  (long long)proto_id(msg));
+}
+
+/* Remove model name from this node's store: 0, or <0 with err for people. */
+static int rm_here(struct agent *a, const char *name, char *err, size_t errlen)
+{
+	int rc = mm_store_remove(a->model->root, name, err, errlen);
+	if (rc == -ENOENT)
+		snprintf(err, errlen, "no model %s on %s; see 'sparkctl model ls'", name,
+			 node_name(a));
+	else if (rc >= 0)
+		log_info("model_removed", "name=%s dir=%s", name, log_q(a->model->root));
+	return rc;
 }
 
 static void r_model_rm(struct agent *a, const struct svc_req *r)
@@ -392,19 +473,12 @@ static void r_model_rm(struct agent *a, const struct svc_req *r)
 		svc_error(r, "bad_request", "'%s' is not a model name", name);
 		return;
 	}
-	int rc = mm_store_remove(a->model->root, name, err, sizeof err);
-	if (rc == -ENOENT) {
-		svc_error(r, "not_found", "no model %s on %s; see 'sparkctl model ls'", name,
-			  node_name(a));
-		return;
-	}
-	if (rc < 0) {
-		svc_error(r, "internal", "%s", err);
-		return;
-	}
-	log_info("model_removed", "name=%s dir=%s", name, log_q(a->model->root));
-	svc_reply(r, json_pack("{s:s, s:s, s:b}", "node", node_name(a), "name", name, "removed",
-			       1));
+	int rc = rm_here(a, name, err, sizeof err);
+	if (rc < 0)
+		svc_error(r, rc == -ENOENT ? "not_found" : "internal", "%s", err);
+	else
+		svc_reply(r, json_pack("{s:s, s:s, s:b}", "node", node_name(a), "name", name,
+				       "removed", 1));
 }
 
 /* verify in a worker thread */
@@ -865,6 +939,8 @@ static void r_model_push(struct agent *a, const struct svc_req *r)
 static const struct svc_request requests[] = {
 	{"model_ls", r_model_ls, RIGHT_USER, SVC_LOCAL},
 	{"model_ls_all", r_model_ls_all, RIGHT_USER, SVC_HEAD, 0, {{"node", 'S'}, {NULL, 0}}},
+	{"model_rm_nodes", r_model_rm_nodes, RIGHT_ADMIN, SVC_HEAD, 0,
+	 {{"name", 's'}, {"nodes", 'a'}, {NULL, 0}}},
 	{"model_rm", r_model_rm, RIGHT_ADMIN, SVC_LOCAL, 0, {{"name", 's'}, {NULL, 0}}},
 	{"model_verify", r_model_verify, RIGHT_USER, SVC_LOCAL, 0, {{"name", 's'}, {NULL, 0}}},
 	{"model_push", r_model_push, RIGHT_ADMIN, SVC_LOCAL, SVC_STREAMS,
@@ -876,8 +952,8 @@ static const struct svc_request requests[] = {
 };
 
 static const struct svc_frame frames[] = {
-	{"model_ls_req", f_model_ls_req, FRAME_TO_NODE, {{NULL, 0}}},
-	{"model_ls_reply", f_model_ls_reply, FRAME_TO_HEAD, {{"ok", 'b'}, {NULL, 0}}},
+	{"model_req", f_model_req, FRAME_TO_NODE, {{"op", 's'}, {"name", 'S'}, {NULL, 0}}},
+	{"model_reply", f_model_reply, FRAME_TO_HEAD, {{"ok", 'b'}, {NULL, 0}}},
 	{NULL},
 };
 

@@ -84,13 +84,77 @@ int cmd_model_ls(struct cli_ctx *ctx, int argc, char **argv)
 	return rc;
 }
 
+/* Options before and after the one positional argument (getopt stops at
+ * it): on_opt(c, optarg, arg) for each option; *pos gets the argument (NULL
+ * if none). 0, or the exit code to return (bad usage, --help). */
+typedef void (*opt_fn)(int c, const char *optval, void *arg);
+static int opts_around_one(struct cli_ctx *ctx, int argc, char **argv, const struct option *lo,
+			   opt_fn on_opt, void *arg, const char **pos)
+{
+	int rc = 0, c;
+	char *rest[argc + 1];
+	*pos = NULL;
+	optind = 0;
+	for (;;) {
+		while ((c = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
+			if (c == -2)
+				return rc;
+			on_opt(c, optarg, arg);
+		}
+		if (optind >= argc)
+			return 0;
+		if (*pos)
+			return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
+		*pos = argv[optind];
+		/* go on with the arguments after it (getopt restarts at optind 0) */
+		int k = 1;
+		for (int i = optind + 1; i < argc; i++)
+			rest[k++] = argv[i];
+		rest[0] = argv[0];
+		rest[k] = NULL;
+		argv = rest;
+		argc = k;
+		optind = 0;
+	}
+}
+
+static void rm_opt(int c, const char *v, void *arg)
+{
+	if (c == 'n')
+		*(const char **)arg = v;
+}
+
+static json_t *split_names(const char *s);
+
+/* This node's copy, or (--nodes) those nodes' copies through the head. */
 int cmd_model_rm(struct cli_ctx *ctx, int argc, char **argv)
 {
-	const char *name = NULL;
-	int r = one_name(ctx, argc, argv, &name);
+	static const struct option lo[] = {{"nodes", required_argument, NULL, 'n'}, CLI_OPT_END};
+	const char *nodes = NULL, *name = NULL;
+	int rc = opts_around_one(ctx, argc, argv, lo, rm_opt, &nodes, &name);
+	if (rc)
+		return rc;
+	if (!name)
+		return cli_usage(ctx, "missing model NAME (see 'sparkctl model ls')");
+	if (!nodes)
+		return cli_request(ctx, "model_rm", json_pack("{s:s}", "name", name), 0, NULL);
+	json_t *list = split_names(nodes);
+	if (json_array_size(list) == 0) {
+		json_decref(list);
+		return cli_usage(ctx, "--nodes needs node names (a,b,c)");
+	}
+	json_t *ans = NULL;
+	int r = cli_request(ctx, "model_rm_nodes", json_pack("{s:s, s:o}", "name", name, "nodes",
+							     list), 0, &ans);
 	if (r)
 		return r;
-	return cli_request(ctx, "model_rm", json_pack("{s:s}", "name", name), 0, NULL);
+	size_t i;
+	json_t *n;
+	json_array_foreach(json_object_get(ans, "nodes"), i, n)
+		if (json_is_string(json_object_get(n, "error")))
+			r = cli_fail("%s: %s", cli_jstr(n, "node"), cli_jstr(n, "error"));
+	json_decref(ans);
+	return r;
 }
 
 int cmd_model_verify(struct cli_ctx *ctx, int argc, char **argv)
@@ -175,6 +239,24 @@ static json_t *split_names(const char *s)
 	return a;
 }
 
+struct push_opts {
+	const char *group, *nodes, *name;
+	bool dry;
+};
+
+static void push_opt(int c, const char *v, void *arg)
+{
+	struct push_opts *o = arg;
+	if (c == 'g')
+		o->group = v;
+	else if (c == 'n')
+		o->nodes = v;
+	else if (c == 'N')
+		o->name = v;
+	else if (c == 'd')
+		o->dry = true;
+}
+
 int cmd_model_push(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const struct option lo[] = {{"group", required_argument, NULL, 'g'},
@@ -182,40 +264,13 @@ int cmd_model_push(struct cli_ctx *ctx, int argc, char **argv)
 					   {"name", required_argument, NULL, 'N'},
 					   {"dry-run", no_argument, NULL, 'd'},
 					   CLI_OPT_END};
-	const char *group = NULL, *nodes = NULL, *name = NULL;
-	bool dry = false;
-	int rc = 0, c;
+	struct push_opts po = {0};
 	const char *dirarg = NULL;
-	char *rest[argc + 1];
-	optind = 0;
-	for (;;) { /* options before and after DIR ("+": getopt stops at DIR) */
-		while ((c = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
-			if (c == -2)
-				return rc;
-			if (c == 'g')
-				group = optarg;
-			else if (c == 'n')
-				nodes = optarg;
-			else if (c == 'N')
-				name = optarg;
-			else if (c == 'd')
-				dry = true;
-		}
-		if (optind >= argc)
-			break;
-		if (dirarg)
-			return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
-		dirarg = argv[optind];
-		/* go on with the arguments after DIR (getopt restarts at optind 0) */
-		int k = 1;
-		for (int i = optind + 1; i < argc; i++)
-			rest[k++] = argv[i];
-		rest[0] = argv[0];
-		rest[k] = NULL;
-		argv = rest;
-		argc = k;
-		optind = 0;
-	}
+	int rc = opts_around_one(ctx, argc, argv, lo, push_opt, &po, &dirarg);
+	if (rc)
+		return rc;
+	const char *group = po.group, *nodes = po.nodes, *name = po.name;
+	bool dry = po.dry;
 	if (!dirarg)
 		return cli_usage(ctx, "missing the model DIR to push");
 	if (!group == !nodes)

@@ -389,8 +389,10 @@ const struct cli_cmd cli_commands[] = {
 	 "A model is complete when every file is verified and under its final name, partial\n"
 	 "while files are still .sparkpart. Exit 1 when a node did not answer (named).\n"
 	 "See docs/models.md.\n"},
-	{"model", "rm", cmd_model_rm, cli_text_model_rm, "model rm NAME",
-	 "remove a model from this node's store (admin)", NULL},
+	{"model", "rm", cmd_model_rm, cli_text_model_rm, "model rm NAME [--nodes a,b] [-o table|json]",
+	 "remove a model from this node's store, or from the named nodes' (admin)",
+	 "  --nodes LIST names or ids: the head has each remove its copy\n"
+	 "Exit 1 when a node holds no such model or did not answer (named).\n"},
 	{"model", "verify", cmd_model_verify, cli_text_model_verify,
 	 "model verify NAME [-o table|json]",
 	 "re-hash every chunk of a model on this node against its manifest (SHA-256)",

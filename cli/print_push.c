@@ -76,7 +76,18 @@ void cli_text_model_ls(const struct cli_answer *a)
 
 void cli_text_model_rm(const struct cli_answer *a)
 {
-	printf("Model %s removed from %s.\n", cli_jstr(a->data, "name"), cli_jstr(a->data, "node"));
+	json_t *nodes = json_object_get(a->data, "nodes");
+	if (!nodes) {
+		printf("Model %s removed from %s.\n", cli_jstr(a->data, "name"),
+		       cli_jstr(a->data, "node"));
+		return;
+	}
+	size_t i;
+	json_t *n;
+	json_array_foreach(nodes, i, n)
+		if (json_is_true(json_object_get(n, "removed")))
+			printf("Model %s removed from %s.\n", cli_jstr(a->data, "name"),
+			       cli_jstr(n, "node"));
 }
 
 void cli_text_model_verify(const struct cli_answer *a)

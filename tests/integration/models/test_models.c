@@ -457,6 +457,24 @@ Test(models, push_to_two_workers_then_nothing_moves)
 	r = h_ctl(c, 0, "model", "push", src, NULL);
 	cr_assert_eq(r.rc, 2, "neither --group nor --nodes");
 	h_result_free(&r);
+
+	/* model rm on other nodes, through the head (asked on a worker) */
+	r = h_ctl(c, 1, "model", "rm", "tiny", "--nodes", "node-2,node-3", NULL);
+	cr_assert_eq(r.rc, 0, "%s\n%s", r.out, r.err);
+	cr_assert(strstr(r.out, "removed from node-2") && strstr(r.out, "removed from node-3"), "%s",
+		  r.out);
+	h_result_free(&r);
+	char gone[700];
+	snprintf(gone, sizeof gone, "%s/tiny", s2);
+	cr_assert_neq(access(gone, F_OK), 0, "node-3's copy is gone");
+	r = h_ctl(c, 0, "model", "rm", "tiny", "--nodes", "node-2", NULL);
+	cr_assert_eq(r.rc, 1, "node-2 holds no tiny any more");
+	cr_assert(strstr(r.err, "node-2") && strstr(r.err, "no model tiny"), "%s", r.err);
+	h_result_free(&r);
+	r = h_ctl(c, 0, "model", "rm", "tiny", "--nodes", "node-2,node-9", NULL);
+	cr_assert_eq(r.rc, 1, "a node that does not exist");
+	cr_assert(strstr(r.err, "node-9"), "%s", r.err);
+	h_result_free(&r);
 }
 
 Test(models, push_refused_up_front_when_a_node_lacks_room)
