@@ -95,6 +95,9 @@ struct agent_hooks {
 	json_t *(*discovery)(struct agent *a);
 	/* topo (head): the last validation for status, or JSON null */
 	json_t *(*topo_status)(struct agent *a);
+	/* model (every node): the folder of this node's model store (models.dir,
+	 * else STATE_DIR/models): a job's SPARK_MODEL_DIR */
+	const char *(*model_dir)(struct agent *a);
 	/* cluster (head): membership policy for sessions.c. session_auth: the
 	 * member a CA-verified certificate names (0, node_id filled), or <0 to
 	 * refuse it as revoked (logged); session_preauth: a frame before

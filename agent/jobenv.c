@@ -113,24 +113,44 @@ static bool reaches(json_t *d, uint32_t net, uint32_t mask)
 	return false;
 }
 
-/* An address of node d (on a twin with carrier) in a subnet where node from
- * also has a twin with carrier and an address; its subnet into net. */
-static bool pair_addr(json_t *from, json_t *d, char *addr, size_t al, char *net, size_t nl)
+/* The CIDR addresses of node d (one per twin with carrier, at most max, in
+ * report order) in a subnet where node from also has a twin with carrier and
+ * an address (borrowed from d). The count. */
+static size_t pair_cidrs(json_t *from, json_t *d, const char **out, size_t max)
 {
-	size_t i, k, x;
+	size_t n = 0, i, k, x;
 	json_t *p, *t, *a;
 	FOR_UP_TWINS(d, p, t, i, k)
 		json_array_foreach(json_object_get(t, "ipv4"), x, a) {
 			uint32_t ad, mask;
 			int pl;
 			const char *s = json_string_value(a);
-			if (parse_cidr(s, &ad, &mask, &pl) < 0 || !reaches(from, ad & mask, mask))
+			if (n >= max || parse_cidr(s, &ad, &mask, &pl) < 0 || !reaches(from, ad & mask, mask))
 				continue;
-			snprintf(addr, al, "%.*s", (int)(strchr(s, '/') - s), s);
-			jobenv_cidr_network(s, net, nl);
-			return true;
+			out[n++] = s;
+			break; /* one address per twin */
 		}
-	return false;
+	return n;
+}
+
+/* An address of node d that node from reaches; its subnet into net. */
+static bool pair_addr(json_t *from, json_t *d, char *addr, size_t al, char *net, size_t nl)
+{
+	const char *s;
+	if (pair_cidrs(from, d, &s, 1) == 0)
+		return false;
+	snprintf(addr, al, "%.*s", (int)(strchr(s, '/') - s), s);
+	jobenv_cidr_network(s, net, nl);
+	return true;
+}
+
+size_t jobnet_pair_addrs(json_t *from, json_t *to, char (*out)[48], size_t max)
+{
+	const char *s[8];
+	size_t n = pair_cidrs(from, to, s, max < 8 ? max : 8);
+	for (size_t i = 0; i < n; i++)
+		snprintf(out[i], 48, "%.*s", (int)(strchr(s[i], '/') - s[i]), s[i]);
+	return n;
 }
 
 /* Every node reaches every other on some shared subnet (the cable between
@@ -328,6 +348,7 @@ json_t *jobenv_build(const struct jobenv_job *j, json_t *disc)
 	set(env, "SPARK_LAUNCHER", j->launcher);
 	set(env, "SPARK_PEERS", j->peers);
 	set(env, "SPARK_NET", j->net);
+	set(env, "SPARK_MODEL_DIR", j->model_dir);
 	char netdevs[512], hcas[512], addressed[512];
 	bool fabric = j->net && strcmp(j->net, "fabric") == 0;
 	jobenv_fabric_lists(disc, j->socket_ifname, netdevs, sizeof netdevs, hcas, sizeof hcas,

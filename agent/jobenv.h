@@ -57,6 +57,11 @@ int jobnet_plan(const struct jobnet_member *m, size_t n, struct jobnet_plan *out
  * with the addresses that node reaches; otherwise the spec itself. A new
  * reference either way (NULL on allocation failure). */
 json_t *jobnet_node_spec(const struct jobnet_plan *p, size_t node, json_t *spec);
+/* The IPv4 addresses of node `to` (one per twin with carrier, in report
+ * order, at most max) in a subnet where node `from` has a twin with carrier:
+ * what `from` reaches `to` at over the fabric (both twins of the cable
+ * between them on a ring; both rails on a switch). The count. */
+size_t jobnet_pair_addrs(json_t *from, json_t *to, char (*out)[48], size_t max);
 /* MASTER_PORT of a job. */
 int jobenv_master_port(long long job_id);
 
@@ -84,6 +89,7 @@ struct jobenv_job {
 	const char *master_addr;
 	int master_port;
 	const char *peers;         /* SPARK_PEERS value */
+	const char *model_dir;     /* SPARK_MODEL_DIR: this node's model store (may be NULL) */
 	json_t *base;              /* object: HOME, USER, PATH... (may be NULL) */
 	json_t *overrides;         /* array of "K=V" strings, applied last (may be NULL) */
 };

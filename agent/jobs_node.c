@@ -238,6 +238,7 @@ static json_t *rank_env(struct agent *a, const json_t *job, int node_rank, const
 		.master_addr = js(job, "master_addr"),
 		.master_port = ji(job, "master_port", 0),
 		.peers = js(job, "peers"),
+		.model_dir = a->hooks.model_dir ? a->hooks.model_dir(a) : NULL,
 		.base = base,
 		.overrides = json_object_get(job, "env"),
 	};

@@ -13,6 +13,7 @@
  * listens on the agent's address, port + 1 (MODEL_DATA_PORT_OFFSET), for the
  * pushes of members before it in a chain, received into its store. */
 #include "agent.h"
+#include "jobenv.h"
 #include "model_manifest.h"
 #include "model_relay.h"
 #include "service.h"
@@ -49,6 +50,12 @@ static const char *node_name(struct agent *a)
 	return a->id.node_name[0] ? a->id.node_name : a->opts.name;
 }
 
+/* The hook other services read: a job's SPARK_MODEL_DIR. */
+static const char *model_dir(struct agent *a)
+{
+	return a->model ? a->model->root : NULL;
+}
+
 static int model_init(struct agent *a, char *err, size_t len)
 {
 	struct model_svc *m = calloc(1, sizeof *m);
@@ -82,6 +89,7 @@ static int model_init(struct agent *a, char *err, size_t len)
 	else
 		snprintf(m->root, sizeof m->root, "%s/models", a->opts.state_dir);
 	a->model = m;
+	a->hooks.model_dir = model_dir;
 	return 0;
 }
 
@@ -172,7 +180,14 @@ static void engine_start(struct agent *a)
 	}
 	m->eng = mr_engine_new(a->loop, m->srv, m->cli, a->id.node_id);
 	int port = a->opts.listen_port + MODEL_DATA_PORT_OFFSET;
-	if (!m->eng || mr_engine_listen(m->eng, a->opts.listen_host, port, err, sizeof err) < 0) {
+	/* every address of the node: the fabric's too (the chain's lanes), and
+	 * the agent's (the fallback); only members' certificates get anywhere. An
+	 * agent on loopback (tests) keeps its data port there. */
+	const char *lh = a->opts.listen_host;
+	const char *any = !strncmp(lh, "127.", 4) || !strcmp(lh, "::1") ? lh
+			  : strchr(lh, ':')				? "::"
+									: "0.0.0.0";
+	if (!m->eng || mr_engine_listen(m->eng, any, port, err, sizeof err) < 0) {
 		log_error("model_data_off", "reason=%s", log_q(err));
 		if (m->eng)
 			mr_engine_close(m->eng);
@@ -219,20 +234,233 @@ static bool ready(struct agent *a, const struct svc_req *r)
 	return false;
 }
 
+/* {"node", "dir", "models"}: this node's store; NULL with err on failure. */
+static json_t *ls_json(struct agent *a, char *err, size_t errlen)
+{
+	json_t *list;
+	int rc = mm_store_list(a->model->root, &list, err, errlen);
+	if (rc < 0) {
+		json_decref(list);
+		if (!err[0])
+			snprintf(err, errlen, "%s", strerror(-rc));
+		return NULL;
+	}
+	return json_pack("{s:s, s:s, s:o}", "node", node_name(a), "dir", a->model->root, "models",
+			 list);
+}
+
 static void r_model_ls(struct agent *a, const struct svc_req *r)
 {
 	if (!ready(a, r))
 		return;
-	json_t *list;
 	char err[512] = "";
-	int rc = mm_store_list(a->model->root, &list, err, sizeof err);
-	if (rc < 0) {
-		json_decref(list);
-		svc_error(r, "internal", "%s", err[0] ? err : strerror(-rc));
+	json_t *j = ls_json(a, err, sizeof err);
+	if (!j)
+		svc_error(r, "internal", "%s", err);
+	else
+		svc_reply(r, j);
+}
+
+/* ---- model_ls_all, model_rm_nodes: the head asks nodes' stores ---- */
+
+static int rm_here(struct agent *a, const char *name, char *err, size_t errlen);
+
+#define LS_ALL_TIMEOUT_MS 5000
+
+struct ls_all {
+	struct ls_all *next;
+	conn *reply;
+	json_int_t id;
+	bool rm;       /* model_rm_nodes: remove name; else list */
+	char name[MM_NAME_MAX + 1];
+	/* per node: {"node", "id"} and then "dir", "models" (ls) or "removed" (rm),
+	 * or "error" */
+	json_t *nodes;
+	size_t pending;
+	bool gone;     /* the asker left: answer nobody */
+};
+
+static struct ls_all *ls_running;
+
+static void ls_all_finish(struct agent *a, struct ls_all *j)
+{
+	(void)a;
+	struct ls_all **pp = &ls_running;
+	while (*pp && *pp != j)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = j->next;
+	if (!j->gone) {
+		struct svc_req r = {.reply = j->reply, .id = j->id};
+		json_t *d = json_pack("{s:O}", "nodes", j->nodes);
+		if (j->rm)
+			json_object_set_new(d, "name", json_string(j->name));
+		svc_reply(&r, d);
+	}
+	json_decref(j->nodes);
+	free(j);
+}
+
+static void ls_all_answer(struct agent *a, void *owner, int tag, const json_t *reply,
+			  const char *why)
+{
+	struct ls_all *j = owner;
+	json_t *slot = json_array_get(j->nodes, (size_t)tag);
+	json_t *dir = json_object_get(reply, "dir"), *models = json_object_get(reply, "models");
+	bool ok = json_is_true(json_object_get(reply, "ok"));
+	if (ok && !j->rm && json_is_string(dir) && json_is_array(models)) {
+		json_object_set(slot, "dir", dir);
+		json_object_set(slot, "models", models);
+	} else if (ok && j->rm) {
+		json_object_set_new(slot, "removed", json_true());
+	} else {
+		json_object_set_new(slot, "error", json_string(why ? why
+							      : proto_str(reply, "message")
+								    ? proto_str(reply, "message")
+								    : "no answer"));
+	}
+	if (--j->pending == 0)
+		ls_all_finish(a, j);
+}
+
+/* Ask the nodes named in want (an array of names or ids; NULL: every node). */
+static void fan_out(struct agent *a, const struct svc_req *r, bool rm, const char *name,
+		    const json_t *want)
+{
+	db_node *nodes = NULL;
+	size_t n = 0;
+	if (!a->hd.db || db_node_list(a->hd.db, &nodes, &n) < 0) {
+		svc_error(r, "internal", "cannot read cluster.db");
 		return;
 	}
-	svc_reply(r, json_pack("{s:s, s:s, s:o}", "node", node_name(a), "dir", a->model->root,
-			       "models", list));
+	struct ls_all *j = calloc(1, sizeof *j);
+	if (!j || !(j->nodes = json_array())) {
+		free(j);
+		free(nodes);
+		svc_error(r, "internal", "out of memory");
+		return;
+	}
+	j->reply = r->reply;
+	j->id = r->id;
+	j->rm = rm;
+	util_strlcpy(j->name, name ? name : "", sizeof j->name);
+	j->next = ls_running;
+	ls_running = j;
+	const char *missing = NULL;
+	size_t wi;
+	json_t *w;
+	if (!want) {
+		for (size_t i = 0; i < n; i++)
+			json_array_append_new(j->nodes, json_pack("{s:s, s:s}", "node", nodes[i].name,
+								  "id", nodes[i].id));
+	} else {
+		json_array_foreach(want, wi, w) {
+			const char *s = json_string_value(w);
+			size_t i = 0;
+			while (i < n && (!s || (strcmp(s, nodes[i].name) && strcmp(s, nodes[i].id))))
+				i++;
+			if (i == n) {
+				missing = s ? s : "";
+				break;
+			}
+			json_array_append_new(j->nodes, json_pack("{s:s, s:s}", "node", nodes[i].name,
+								  "id", nodes[i].id));
+		}
+	}
+	free(nodes);
+	size_t count = json_array_size(j->nodes);
+	if (count == 0 || missing) {
+		char m[200];
+		snprintf(m, sizeof m, "no node '%s' in the cluster; 'sparkctl node ls' lists them",
+			 missing ? missing : "");
+		j->gone = true;
+		ls_all_finish(a, j);
+		svc_error(r, "not_found", "%s", m);
+		return;
+	}
+	j->pending = count + 1; /* held until every ask is out */
+	for (size_t i = 0; i < count; i++) {
+		const char *id = json_string_value(json_object_get(json_array_get(j->nodes, i), "id"));
+		json_t *q = proto_msg("model_req", 0);
+		json_object_set_new(q, "op", json_string(j->rm ? "rm" : "ls"));
+		if (j->rm)
+			json_object_set_new(q, "name", json_string(j->name));
+		if (peers_ask(a, id, q, LS_ALL_TIMEOUT_MS, ls_all_answer, j, (int)i) < 0)
+			ls_all_answer(a, j, (int)i, NULL, "not connected to the head");
+	}
+	if (--j->pending == 0)
+		ls_all_finish(a, j);
+}
+
+static void r_model_ls_all(struct agent *a, const struct svc_req *r)
+{
+	const char *node = proto_str(r->msg, "node");
+	json_t *want = node ? json_pack("[s]", node) : NULL;
+	fan_out(a, r, false, NULL, want);
+	json_decref(want);
+}
+
+static void r_model_rm_nodes(struct agent *a, const struct svc_req *r)
+{
+	const char *name = proto_str(r->msg, "name");
+	json_t *nodes = json_object_get(r->msg, "nodes");
+	if (!mm_valid_name(name) || json_array_size(nodes) < 1 || json_array_size(nodes) > 64) {
+		svc_error(r, "bad_request", "name (a model name) and nodes (1-64 names) are required");
+		return;
+	}
+	fan_out(a, r, true, name, nodes);
+}
+
+/* The head asks this node about its store (op ls: the list; op rm: remove
+ * name): answered with the request's id. */
+static void f_model_req(struct agent *a, const char *from, const json_t *msg)
+{
+	(void)from; /* the head: only it sends node frames */
+	const char *op = proto_str(msg, "op"), *name = proto_str(msg, "name");
+	json_t *m = proto_msg("model_reply", proto_id(msg));
+	char err[512] = "";
+	json_t *j = NULL;
+	int rc = -EINVAL;
+	if (!a->model)
+		snprintf(err, sizeof err, "no model service on %s", node_name(a));
+	else if (!strcmp(op, "ls") && (j = ls_json(a, err, sizeof err)))
+		rc = 0;
+	else if (!strcmp(op, "rm") && !mm_valid_name(name))
+		snprintf(err, sizeof err, "'%s' is not a model name", name ? name : "");
+	else if (!strcmp(op, "rm"))
+		rc = rm_here(a, name, err, sizeof err);
+	else if (strcmp(op, "ls"))
+		snprintf(err, sizeof err, "unknown op '%.16s'", op);
+	json_object_set_new(m, "ok", json_boolean(rc >= 0));
+	if (j) {
+		json_object_set(m, "dir", json_object_get(j, "dir"));
+		json_object_set(m, "models", json_object_get(j, "models"));
+		json_decref(j);
+	}
+	if (rc < 0)
+		json_object_set_new(m, "message", json_string(err[0] ? err : strerror(-rc)));
+	peers_to_head(a, m);
+}
+
+/* A node's answer: only to an ask of ours, from the node it was sent to
+ * (peers.c matches both). */
+static void f_model_reply(struct agent *a, const char *from, const json_t *msg)
+{
+	if (!peers_node_answer(a, from, msg))
+		log_debug("model_reply_unknown", "node_id=%s id=%lld", from,
+			  (long long)proto_id(msg));
+}
+
+/* Remove model name from this node's store: 0, or <0 with err for people. */
+static int rm_here(struct agent *a, const char *name, char *err, size_t errlen)
+{
+	int rc = mm_store_remove(a->model->root, name, err, errlen);
+	if (rc == -ENOENT)
+		snprintf(err, errlen, "no model %s on %s; see 'sparkctl model ls'", name,
+			 node_name(a));
+	else if (rc >= 0)
+		log_info("model_removed", "name=%s dir=%s", name, log_q(a->model->root));
+	return rc;
 }
 
 static void r_model_rm(struct agent *a, const struct svc_req *r)
@@ -245,19 +473,12 @@ static void r_model_rm(struct agent *a, const struct svc_req *r)
 		svc_error(r, "bad_request", "'%s' is not a model name", name);
 		return;
 	}
-	int rc = mm_store_remove(a->model->root, name, err, sizeof err);
-	if (rc == -ENOENT) {
-		svc_error(r, "not_found", "no model %s on %s; see 'sparkctl model ls'", name,
-			  node_name(a));
-		return;
-	}
-	if (rc < 0) {
-		svc_error(r, "internal", "%s", err);
-		return;
-	}
-	log_info("model_removed", "name=%s dir=%s", name, log_q(a->model->root));
-	svc_reply(r, json_pack("{s:s, s:s, s:b}", "node", node_name(a), "name", name, "removed",
-			       1));
+	int rc = rm_here(a, name, err, sizeof err);
+	if (rc < 0)
+		svc_error(r, rc == -ENOENT ? "not_found" : "internal", "%s", err);
+	else
+		svc_reply(r, json_pack("{s:s, s:s, s:b}", "node", node_name(a), "name", name,
+				       "removed", 1));
 }
 
 /* verify in a worker thread */
@@ -366,6 +587,9 @@ static void model_event(struct agent *a, enum svc_event ev, const struct svc_eve
 	}
 	if (ev != SVC_EV_CONN_GONE)
 		return;
+	for (struct ls_all *j = ls_running; j; j = j->next)
+		if (j->reply == arg->c)
+			j->gone = true;
 	for (struct verify_job *j = jobs_running; j; j = j->next)
 		if (j->reply == arg->c)
 			j->gone = true;
@@ -373,6 +597,60 @@ static void model_event(struct agent *a, enum svc_event ev, const struct svc_eve
 }
 
 /* ---- model_ticket: the head signs an admin's push ---- */
+
+/* A node's last discovery report (fabric service, through its hook): borrowed
+ * from *hold, which the caller frees. */
+static json_t *discovery_of(struct agent *a, const char *id, json_t **hold)
+{
+	*hold = a->hooks.fabric_report ? a->hooks.fabric_report(a, id) : NULL;
+	return json_object_get(*hold, "discovery");
+}
+
+/* The chain's order and its hops over the fabric: from the source, each next
+ * member is the first (in the order asked) that the member before it reaches
+ * directly on a fabric subnet (on a ring its cabled neighbour, on a switch
+ * anyone: the order asked), else the first left; each member's lanes are its
+ * addresses there (one per twin). mem[0] stays first. */
+static void plan_route(struct agent *a, struct mr_member *mem, size_t n)
+{
+	json_t **hold = calloc(n, sizeof *hold), **disc = calloc(n, sizeof *disc);
+	size_t *ord = calloc(n, sizeof *ord);
+	bool *used = calloc(n, sizeof *used);
+	struct mr_member *out = calloc(n, sizeof *out);
+	if (!hold || !disc || !ord || !used || !out)
+		goto done;
+	for (size_t i = 0; i < n; i++)
+		disc[i] = discovery_of(a, mem[i].id, &hold[i]);
+	used[0] = true;
+	out[0] = mem[0];
+	for (size_t pos = 1; pos < n; pos++) {
+		size_t cur = ord[pos - 1], pick = n;
+		char lanes[MR_LANES][48];
+		unsigned nl = 0;
+		for (size_t j = 1; j < n && pick == n; j++)
+			if (!used[j] && (nl = (unsigned)jobnet_pair_addrs(disc[cur], disc[j], lanes,
+									  MR_LANES)) > 0)
+				pick = j;
+		for (size_t j = 1; j < n && pick == n; j++)
+			if (!used[j])
+				pick = j;
+		used[pick] = true;
+		ord[pos] = pick;
+		out[pos] = mem[pick];
+		out[pos].nlanes = nl;
+		for (unsigned k = 0; k < nl; k++)
+			util_strlcpy(out[pos].lanes[k], lanes[k], sizeof out[pos].lanes[k]);
+	}
+	memcpy(mem, out, n * sizeof *mem);
+done:
+	for (size_t i = 0; hold && i < n; i++)
+		json_decref(hold[i]);
+	free(hold);
+	free(disc);
+	free(ord);
+	free(used);
+	free(out);
+}
 
 static void r_model_ticket(struct agent *a, const struct svc_req *r)
 {
@@ -402,8 +680,19 @@ static void r_model_ticket(struct agent *a, const struct svc_req *r)
 		}
 		util_strlcpy(mem[i].id, id, sizeof mem[i].id);
 	}
+	plan_route(a, mem, n);
 	int64_t exp = util_now() + TICKET_TTL_S;
 	char *text = mr_ticket_text(push, name, exp, mem, n);
+	json_t *order = json_array(), *lanes = json_object();
+	size_t fabric_hops = 0;
+	for (size_t i = 0; i < n; i++) {
+		json_array_append_new(order, json_string(mem[i].id));
+		json_t *l = json_array();
+		for (unsigned k = 0; k < mem[i].nlanes; k++)
+			json_array_append_new(l, json_string(mem[i].lanes[k]));
+		json_object_set_new(lanes, mem[i].id, l);
+		fabric_hops += i > 0 && mem[i].nlanes > 0;
+	}
 	free(mem);
 	unsigned char sig[256];
 	size_t sl = sizeof sig;
@@ -414,13 +703,17 @@ static void r_model_ticket(struct agent *a, const struct svc_req *r)
 	free(text);
 	char b64[400];
 	if (!ok || sl > 256) {
+		json_decref(order);
+		json_decref(lanes);
 		svc_error(r, "internal", "cannot sign the push");
 		return;
 	}
 	EVP_EncodeBlock((unsigned char *)b64, sig, (int)sl);
-	log_info("model_ticket", "push=%s name=%s nodes=%zu", push, name, n);
-	svc_reply(r, json_pack("{s:s, s:s, s:I, s:s}", "push", push, "name", name, "expires_at",
-			       (json_int_t)exp, "ticket", b64));
+	const char *net = fabric_hops == n - 1 ? "fabric" : fabric_hops ? "mixed" : "agent_address";
+	log_info("model_ticket", "push=%s name=%s nodes=%zu network=%s", push, name, n, net);
+	svc_reply(r, json_pack("{s:s, s:s, s:I, s:s, s:o, s:o, s:s}", "push", push, "name", name,
+			       "expires_at", (json_int_t)exp, "ticket", b64, "chain", order,
+			       "lanes", lanes, "network", net));
 }
 
 /* ---- model_push: this node is the source ---- */
@@ -602,6 +895,13 @@ static void r_model_push(struct agent *a, const struct svc_req *r)
 		util_strlcpy(mem[i].id, id, sizeof mem[i].id);
 		util_strlcpy(mem[i].host, host, sizeof mem[i].host);
 		mem[i].port = (int)port;
+		if (mr_member_lanes(json_object_get(e, "lanes"), &mem[i]) < 0) {
+			svc_error(r, "bad_request", "chain[%zu].lanes: at most %d fabric addresses", i,
+				  MR_LANES);
+			free(j);
+			free(mem);
+			return;
+		}
 	}
 	if (strcmp(mem[0].id, a->id.node_id)) {
 		svc_error(r, "bad_request", "the chain must start at this node (%s)", node_name(a));
@@ -638,6 +938,9 @@ static void r_model_push(struct agent *a, const struct svc_req *r)
 
 static const struct svc_request requests[] = {
 	{"model_ls", r_model_ls, RIGHT_USER, SVC_LOCAL},
+	{"model_ls_all", r_model_ls_all, RIGHT_USER, SVC_HEAD, 0, {{"node", 'S'}, {NULL, 0}}},
+	{"model_rm_nodes", r_model_rm_nodes, RIGHT_ADMIN, SVC_HEAD, 0,
+	 {{"name", 's'}, {"nodes", 'a'}, {NULL, 0}}},
 	{"model_rm", r_model_rm, RIGHT_ADMIN, SVC_LOCAL, 0, {{"name", 's'}, {NULL, 0}}},
 	{"model_verify", r_model_verify, RIGHT_USER, SVC_LOCAL, 0, {{"name", 's'}, {NULL, 0}}},
 	{"model_push", r_model_push, RIGHT_ADMIN, SVC_LOCAL, SVC_STREAMS,
@@ -648,9 +951,16 @@ static const struct svc_request requests[] = {
 	{NULL},
 };
 
+static const struct svc_frame frames[] = {
+	{"model_req", f_model_req, FRAME_TO_NODE, {{"op", 's'}, {"name", 'S'}, {NULL, 0}}},
+	{"model_reply", f_model_reply, FRAME_TO_HEAD, {{"ok", 'b'}, {NULL, 0}}},
+	{NULL},
+};
+
 const struct service model_service = {
 	.name = "model",
 	.requests = requests,
+	.frames = frames,
 	.init = model_init,
 	.start = model_start,
 	.stop = model_stop,

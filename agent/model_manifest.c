@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,59 +302,125 @@ static int same_stat(const struct mm_file *f, const struct stat *st)
 }
 
 /* Hash file f of the walk (opened by path below root). */
-static int hash_file(struct mm_manifest *m, const char *root, const struct mm_file *f,
-		     uint8_t *buf, char *err, size_t errlen)
+/* Hashing on several threads: each takes the next chunk of the model (in any
+ * file), reads and hashes it; every file's size and mtime are checked before
+ * the first chunk and after the last (a file that changes fails the push). */
+#define MM_HASH_THREADS 8
+
+struct hash_pool {
+	struct mm_manifest *m;
+	const char *root;
+	pthread_mutex_t mu;
+	size_t next;     /* the next chunk to take */
+	int r;           /* the first failure */
+	char err[256];
+};
+
+static void *hash_thread(void *arg)
 {
-	char abs[PATH_MAX];
-	if (snprintf(abs, sizeof abs, "%s/%s", root, f->path) >= (int)sizeof abs)
-		return -ENAMETOOLONG;
-	int fd = open(abs, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		int e = errno;
-		snprintf(err, errlen, "%s: %s", f->path, strerror(e));
-		return -e;
-	}
-	int r = 0;
-	struct stat st;
-	if (fstat(fd, &st) < 0 || !same_stat(f, &st)) {
-		r = -EAGAIN;
-		goto changed;
-	}
-	for (uint32_t c = 0; c < f->nchunks; c++) {
-		uint64_t off = (uint64_t)c * m->chunk_size;
-		size_t want = f->size - off < m->chunk_size ? (size_t)(f->size - off) : m->chunk_size;
+	struct hash_pool *hp = arg;
+	struct mm_manifest *m = hp->m;
+	uint8_t *buf = malloc(m->chunk_size);
+	int fd = -1;
+	const struct mm_file *open_f = NULL;
+	for (;;) {
+		pthread_mutex_lock(&hp->mu);
+		size_t c = hp->r ? m->nchunks : hp->next++;
+		pthread_mutex_unlock(&hp->mu);
+		if (c >= m->nchunks)
+			break;
+		uint64_t off;
+		uint32_t len;
+		const struct mm_file *f = mm_chunk_file(m, c, &off, &len);
+		int r = buf ? 0 : -ENOMEM;
+		char e[256] = "";
+		if (r == 0 && f != open_f) {
+			if (fd >= 0)
+				close(fd);
+			char abs[PATH_MAX];
+			snprintf(abs, sizeof abs, "%s/%s", hp->root, f->path);
+			fd = open(abs, O_RDONLY | O_CLOEXEC);
+			open_f = f;
+			if (fd < 0) {
+				r = -errno;
+				snprintf(e, sizeof e, "%s: %s", f->path, strerror(errno));
+			}
+		}
 		size_t got = 0;
-		while (got < want) {
-			ssize_t k = pread(fd, buf + got, want - got, (off_t)(off + got));
+		while (r == 0 && got < len) {
+			ssize_t k = pread(fd, buf + got, len - got, (off_t)(off + got));
 			if (k < 0 && errno == EINTR)
 				continue;
 			if (k < 0) {
 				r = -errno;
-				snprintf(err, errlen, "%s: %s", f->path, strerror(errno));
-				close(fd);
-				return r;
+				snprintf(e, sizeof e, "%s: %s", f->path, strerror(errno));
+			} else if (k == 0) {
+				r = -EAGAIN; /* shorter than when it was walked */
+				snprintf(e, sizeof e, "%s: changed while it was read (size or mtime): "
+					 "push again once nothing writes to it", f->path);
 			}
-			if (k == 0)
-				break;
-			got += (size_t)k;
+			got += k > 0 ? (size_t)k : 0;
 		}
-		if (got != want) {
-			r = -EAGAIN;
-			goto changed;
-		}
-		if ((r = mm_hash(buf, want, m->hashes[f->first_chunk + c])) < 0) {
-			close(fd);
-			return r;
+		if (r == 0)
+			r = mm_hash(buf, len, m->hashes[c]);
+		if (r < 0) {
+			pthread_mutex_lock(&hp->mu);
+			if (!hp->r) {
+				hp->r = r;
+				util_strlcpy(hp->err, e[0] ? e : strerror(-r), sizeof hp->err);
+			}
+			pthread_mutex_unlock(&hp->mu);
 		}
 	}
-	if (fstat(fd, &st) < 0 || !same_stat(f, &st))
-		r = -EAGAIN;
-changed:
-	close(fd);
-	if (r == -EAGAIN)
-		snprintf(err, errlen, "%s: changed while it was read (size or mtime): push again once "
-			 "nothing writes to it", f->path);
-	return r;
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	return NULL;
+}
+
+/* Size and mtime of every file as the walk saw them: 0, or -EAGAIN/-errno. */
+static int check_files(const struct mm_manifest *m, const char *root, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < m->nfiles; i++) {
+		const struct mm_file *f = &m->files[i];
+		char abs[PATH_MAX];
+		struct stat st;
+		if (snprintf(abs, sizeof abs, "%s/%s", root, f->path) >= (int)sizeof abs)
+			return -ENAMETOOLONG;
+		if (stat(abs, &st) < 0 || !same_stat(f, &st)) {
+			snprintf(err, errlen, "%s: changed while it was read (size or mtime): push "
+				 "again once nothing writes to it", f->path);
+			return -EAGAIN;
+		}
+	}
+	return 0;
+}
+
+static int hash_all(struct mm_manifest *m, const char *root, char *err, size_t errlen)
+{
+	int r = check_files(m, root, err, errlen);
+	if (r < 0 || m->nchunks == 0)
+		return r;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	size_t n = cpus < 1 ? 1 : cpus > MM_HASH_THREADS ? MM_HASH_THREADS : (size_t)cpus;
+	if (n > m->nchunks)
+		n = m->nchunks;
+	struct hash_pool hp = {.m = m, .root = root};
+	pthread_mutex_init(&hp.mu, NULL);
+	pthread_t th[MM_HASH_THREADS];
+	size_t started = 0;
+	for (size_t i = 1; i < n; i++) /* this thread is one of them */
+		if (pthread_create(&th[started], NULL, hash_thread, &hp) == 0)
+			started++;
+	hash_thread(&hp);
+	for (size_t i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	pthread_mutex_destroy(&hp.mu);
+	if (hp.r < 0) {
+		snprintf(err, errlen, "%s", hp.err);
+		return hp.r;
+	}
+	return check_files(m, root, err, errlen);
 }
 
 int mm_build(const char *dir, const char *name, uint32_t chunk_size, struct mm_manifest **out,
@@ -400,12 +467,8 @@ int mm_build(const char *dir, const char *name, uint32_t chunk_size, struct mm_m
 	m->nfiles = w.n;
 	if (m->nfiles)
 		qsort(m->files, m->nfiles, sizeof *m->files, cmp_file);
-	uint8_t *buf = NULL;
-	if ((r = layout(m, err, errlen)) == 0 && !(buf = malloc(chunk_size)))
-		r = -ENOMEM;
-	for (size_t i = 0; r == 0 && i < m->nfiles; i++)
-		r = hash_file(m, w.root, &m->files[i], buf, err, errlen);
-	free(buf);
+	if ((r = layout(m, err, errlen)) == 0)
+		r = hash_all(m, w.root, err, errlen);
 	if (r) {
 		mm_free(m);
 		return r;

@@ -39,23 +39,24 @@ struct mr_push {
 	size_t missing;
 	uint64_t need_bytes, got_bytes;
 	uint64_t chunks_written, chunks_bad;
+	uint64_t by_lane[MR_LANES]; /* chunks written, per link of the hop they came over */
 	uint8_t *bad_count;       /* per chunk, from the current upstream */
 	bool up_ended;            /* no more chunks will come */
 	char up_msg[200];
 	struct mr_link *up;
 	uv_timer_t up_timer;
 	bool timer_on;
-	uint8_t *asm_buf;         /* the chunk being received */
-	size_t asm_chunk;
-	uint32_t asm_got, asm_len;
-	bool asm_on;
 	uint64_t progress_ms;
 
-	/* the downstream being served */
+	/* the downstream being served: its first link, and more over the lanes */
 	struct mr_link *down;
+	struct mr_link *lane[MR_LANES];
 	size_t down_idx;          /* its place in the chain (n: none left) */
 	uint64_t *need_down, *sent;
-	size_t inflight;
+	size_t inflight;          /* chunks sent and not acknowledged, on all links */
+	bool lanes_failed;        /* the next member's fabric address did not answer */
+	size_t hot_chunk;         /* while hot_buf: that chunk, verified, in memory */
+	const uint8_t *hot_buf;
 	size_t scan;              /* chunks below it are sent or not needed */
 	bool down_ready, end_sent;
 	uint8_t *rd_buf;
@@ -96,6 +97,16 @@ struct mr_link {
 	bool hello;
 	bool got_done;
 	bool adopted;    /* tests: a plain connection taken as peer_id's */
+	int lane;        /* 0: a hop's first link; k: its lane k (pieces only) */
+	bool via_lane;   /* a first link dialled to the member's fabric address */
+	/* receiving: the chunk being assembled from this link's pieces */
+	uint8_t *asm_buf;
+	size_t asm_chunk;
+	uint32_t asm_got, asm_len;
+	bool asm_on;
+	/* sending: the chunks sent over this link and not acknowledged */
+	size_t fly[MR_WINDOW];
+	size_t nfly;
 };
 
 struct mr_engine {
@@ -210,14 +221,21 @@ static struct mr_push *push_new(struct mr_engine *e, const char *id, const struc
 static void on_timer_closed(uv_handle_t *h);
 static void down_connect(struct mr_push *p);
 static void pump(struct mr_push *p);
+static struct mr_link *link_new(struct mr_engine *e);
+static void link_drop(struct mr_link *l);
+static const struct conn_cbs link_cbs;
 
 static json_t *own_report(struct mr_push *p)
 {
 	const char *status = p->missing ? "incomplete" : "complete";
-	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:s}", "node", p->chain[p->self].id, "status",
-			 status, "bytes_written", (json_int_t)p->got_bytes, "chunks_written",
-			 (json_int_t)p->chunks_written, "chunks_bad", (json_int_t)p->chunks_bad,
-			 "message", p->missing ? p->up_msg : "");
+	json_t *lanes = json_array();
+	for (int k = 0; k < MR_LANES; k++)
+		json_array_append_new(lanes, json_integer((json_int_t)p->by_lane[k]));
+	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:s, s:o}", "node", p->chain[p->self].id,
+			 "status", status, "bytes_written", (json_int_t)p->got_bytes,
+			 "chunks_written", (json_int_t)p->chunks_written, "chunks_bad",
+			 (json_int_t)p->chunks_bad, "message", p->missing ? p->up_msg : "",
+			 "chunks_by_link", lanes);
 }
 
 static void push_free(struct mr_push *p)
@@ -225,7 +243,6 @@ static void push_free(struct mr_push *p)
 	mm_have_free(&p->have);
 	free(p->file_left);
 	free(p->bad_count);
-	free(p->asm_buf);
 	free(p->need_down);
 	free(p->sent);
 	free(p->rd_buf);
@@ -352,7 +369,12 @@ static void up_timeout(uv_timer_t *t)
 static void up_lost(struct mr_push *p, const char *why)
 {
 	p->up = NULL;
-	p->asm_on = false;
+	/* its lanes go with it: the next upstream sends what they did not bring */
+	for (struct mr_link *l = p->e->links; l; l = l->next)
+		if (l->p == p && l->dir == LINK_UP && l->lane) {
+			l->p = NULL;
+			conn_close(l->c, 0);
+		}
 	if (p->up_ended || p->done)
 		return;
 	snprintf(p->up_msg, sizeof p->up_msg, "%s", why);
@@ -363,9 +385,14 @@ static void up_lost(struct mr_push *p, const char *why)
 
 static void chunk_in(struct mr_push *p, struct mr_link *l)
 {
-	size_t c = p->asm_chunk;
-	p->asm_on = false;
-	if (mm_check_chunk(p->m, c, p->asm_buf, p->asm_len) < 0) {
+	size_t c = l->asm_chunk;
+	l->asm_on = false;
+	/* one SHA-256 per chunk: mm_store_put checks it before it writes a byte;
+	 * a chunk this node holds already is only checked */
+	bool fresh = !mm_have_test(&p->have, c);
+	int r = fresh ? mm_store_put(p->root, p->m, c, l->asm_buf, l->asm_len)
+		      : mm_check_chunk(p->m, c, l->asm_buf, l->asm_len);
+	if (r == -EBADMSG) {
 		p->chunks_bad++;
 		log_warn("model_chunk_bad", "push=%s chunk=%zu from=%s", p->id, c, l->peer_id);
 		if (++p->bad_count[c] >= MR_BAD_MAX) {
@@ -379,8 +406,7 @@ static void chunk_in(struct mr_push *p, struct mr_link *l)
 		conn_send_new(l->c, f);
 		return;
 	}
-	if (!mm_have_test(&p->have, c)) {
-		int r = mm_store_put(p->root, p->m, c, p->asm_buf, p->asm_len);
+	if (fresh || r < 0) {
 		if (r < 0) {
 			snprintf(p->up_msg, sizeof p->up_msg, "writing chunk %zu: %s", c,
 				 strerror(-r));
@@ -390,10 +416,11 @@ static void chunk_in(struct mr_push *p, struct mr_link *l)
 		}
 		p->have.bits[c / 64] |= 1ull << (c % 64);
 		p->have.count++;
-		p->have.bytes += p->asm_len;
+		p->have.bytes += l->asm_len;
 		p->missing--;
-		p->got_bytes += p->asm_len;
+		p->got_bytes += l->asm_len;
 		p->chunks_written++;
+		p->by_lane[l->lane]++;
 		const struct mm_file *f = mm_chunk_file(p->m, c, NULL, NULL);
 		size_t fi = (size_t)(f - p->m->files);
 		if (--p->file_left[fi] == 0 && (r = mm_store_finish_file(p->root, p->m, fi)) < 0) {
@@ -411,48 +438,60 @@ static void chunk_in(struct mr_push *p, struct mr_link *l)
 	json_t *a = msg("mp_ack");
 	json_object_set_new(a, "chunk", json_integer((json_int_t)c));
 	conn_send_new(l->c, a);
-	if (p->down_ready)
+	if (p->down_ready) {
+		/* the chunk just verified goes on from memory, not read back and
+		 * hashed again */
+		p->hot_chunk = c;
+		p->hot_buf = l->asm_buf;
 		pump(p);
+		p->hot_buf = NULL;
+	}
 }
 
-static void on_piece(struct mr_push *p, struct mr_link *l, const json_t *f)
+/* mp_piece {chunk, off} and its bytes (a binary frame): the next piece of the
+ * chunk being assembled. */
+static void on_piece(struct mr_push *p, struct mr_link *l, const json_t *f, const uint8_t *data,
+		     size_t dlen)
 {
-	json_t *jc = json_object_get(f, "chunk"), *jo = json_object_get(f, "off"),
-	       *jd = json_object_get(f, "data");
-	if (!json_is_integer(jc) || !json_is_integer(jo) || !json_is_string(jd) ||
-	    json_integer_value(jc) < 0 || (uint64_t)json_integer_value(jc) >= p->m->nchunks) {
-		send_error(l->c, "bad_frame", "mp_piece: chunk, off and data are required");
+	json_t *jc = json_object_get(f, "chunk"), *jo = json_object_get(f, "off");
+	if (!json_is_integer(jc) || !json_is_integer(jo) || json_integer_value(jc) < 0 ||
+	    (uint64_t)json_integer_value(jc) >= p->m->nchunks) {
+		send_error(l->c, "bad_frame", "mp_piece: chunk and off are required");
 		return;
 	}
 	size_t c = (size_t)json_integer_value(jc);
 	json_int_t off = json_integer_value(jo);
 	uint32_t len;
 	mm_chunk_file(p->m, c, NULL, &len);
-	if (!p->asm_on) {
+	if (!l->asm_buf && !(l->asm_buf = malloc(p->m->chunk_size))) {
+		send_error(l->c, "internal", "out of memory");
+		return;
+	}
+	if (!l->asm_on) {
 		if (off != 0) {
 			send_error(l->c, "bad_frame", "mp_piece: chunk %zu starts at offset 0", c);
 			return;
 		}
-		p->asm_on = true;
-		p->asm_chunk = c;
-		p->asm_got = 0;
-		p->asm_len = len;
+		l->asm_on = true;
+		l->asm_chunk = c;
+		l->asm_got = 0;
+		l->asm_len = len;
 	}
-	if (c != p->asm_chunk || off != (json_int_t)p->asm_got) {
+	if (c != l->asm_chunk || off != (json_int_t)l->asm_got) {
 		send_error(l->c, "bad_frame", "mp_piece: chunk %zu offset %lld out of order", c,
 			   (long long)off);
 		return;
 	}
-	size_t room = p->asm_len - p->asm_got;
-	long k = unb64(json_string_value(jd), json_string_length(jd), p->asm_buf + p->asm_got,
-		       room < MR_PIECE ? room : MR_PIECE);
-	if (k <= 0 && p->asm_len > 0) {
-		send_error(l->c, "bad_frame", "mp_piece: data is not base64 of at most %u bytes "
-			   "within the chunk", MR_PIECE);
+	size_t room = l->asm_len - l->asm_got;
+	if ((dlen == 0 && l->asm_len > 0) || dlen > room || dlen > MR_PIECE) {
+		send_error(l->c, "bad_frame", "mp_piece: %zu bytes: 1 to %u bytes within the chunk "
+			   "expected", dlen, MR_PIECE);
 		return;
 	}
-	p->asm_got += (uint32_t)k;
-	if (p->asm_got == p->asm_len)
+	if (dlen)
+		memcpy(l->asm_buf + l->asm_got, data, dlen);
+	l->asm_got += (uint32_t)dlen;
+	if (l->asm_got == l->asm_len)
 		chunk_in(p, l);
 }
 
@@ -486,7 +525,7 @@ static void on_up_frame(struct mr_link *l, const json_t *f)
 		return;
 	}
 	if (!strcmp(t, "mp_piece")) {
-		on_piece(p, l, f);
+		send_error(l->c, "bad_frame", "mp_piece: its bytes must follow in a binary frame");
 	} else if (!strcmp(t, "mp_end")) {
 		p->up_ended = true;
 		if (p->missing && !p->up_msg[0])
@@ -534,6 +573,11 @@ static void auto_hello(struct mr_link *l, const json_t *f)
 		util_strlcpy(mem[i].id, id, sizeof mem[i].id);
 		util_strlcpy(mem[i].host, host, sizeof mem[i].host);
 		mem[i].port = (int)port;
+		if (mr_member_lanes(json_object_get(m, "lanes"), &mem[i]) < 0) {
+			send_error(l->c, "bad_frame", "mp_hello: chain[%zu].lanes: at most %d addresses",
+				   i, MR_LANES);
+			return;
+		}
 		if (!strcmp(id, e->self_id))
 			self = i;
 		if (!strcmp(id, l->peer_id))
@@ -574,6 +618,7 @@ static void auto_hello(struct mr_link *l, const json_t *f)
 	l->peer_idx = peer;
 	p->up = l;
 	conn_set_max_frame(l->c, 0);
+	conn_set_binary(l->c, MR_PIECE);
 	log_info("model_push_in", "push=%s from=%s chain=%zu place=%zu", pid, l->peer_id, n, self);
 }
 
@@ -604,6 +649,23 @@ static void on_hello(struct mr_link *l, const json_t *f)
 			   p->id, p->chain[p->self].id);
 		return;
 	}
+	json_int_t lane = proto_int(f, "lane", 0);
+	if (lane != 0) {
+		/* one more link from the upstream connected now, for pieces only */
+		if (lane < 1 || lane >= MR_LANES || !p->up || p->prep || p->up_ended ||
+		    strcmp(p->up->peer_id, l->peer_id)) {
+			send_error(l->c, "not_upstream", "lane %lld of push %s: only from %s's upstream "
+				   "once it is connected", (long long)lane, p->id, p->chain[p->self].id);
+			return;
+		}
+		l->hello = true;
+		l->p = p;
+		l->dir = LINK_UP;
+		l->lane = (int)lane;
+		l->peer_idx = idx;
+		conn_set_binary(l->c, MR_PIECE);
+		return;
+	}
 	if (p->up || p->up_ended) {
 		send_error(l->c, "busy", "push %s already has its upstream here", p->id);
 		return;
@@ -613,7 +675,8 @@ static void on_hello(struct mr_link *l, const json_t *f)
 	l->dir = LINK_UP;
 	l->peer_idx = idx;
 	p->up = l;
-	conn_set_max_frame(l->c, 0); /* a member: pieces are full-size frames */
+	conn_set_max_frame(l->c, 0); /* a member: manifest pieces are full-size frames */
+	conn_set_binary(l->c, MR_PIECE); /* and chunks come as binary frames */
 	memset(p->bad_count, 0, p->m->nchunks ? p->m->nchunks : 1);
 	if (p->timer_on) {
 		uv_timer_stop(&p->up_timer);
@@ -626,15 +689,20 @@ static void on_hello(struct mr_link *l, const json_t *f)
 
 /* --- the sending side (a link to our downstream) --- */
 
-static void send_chunk(struct mr_push *p, size_t c)
+static void send_chunk(struct mr_push *p, size_t c, struct mr_link *l)
 {
 	uint32_t len;
 	char err[256];
 	int r;
-	if (p->self == 0)
+	if (p->hot_buf && p->hot_chunk == c) {
+		mm_chunk_file(p->m, c, NULL, &len); /* verified as it came in */
+		memcpy(p->rd_buf, p->hot_buf, len);
+		r = 0;
+	} else if (p->self == 0) {
 		r = mm_read_chunk(p->m, p->src, c, p->rd_buf, &len, err, sizeof err);
-	else
+	} else {
 		r = mm_store_get(p->root, p->m, c, p->rd_buf, &len);
+	}
 	if (r < 0) {
 		/* the source changed, or this node's copy is damaged: not sent */
 		log_error("model_read_failed", "push=%s chunk=%zu err=%d", p->id, c, r);
@@ -651,31 +719,76 @@ static void send_chunk(struct mr_push *p, size_t c)
 	}
 	bit_set(p->sent, c, true);
 	p->inflight++;
+	l->fly[l->nfly++] = c;
 	uint32_t off = 0;
 	do {
 		uint32_t k = len - off < MR_PIECE ? len - off : MR_PIECE;
-		char *s = b64(p->rd_buf + off, k);
 		json_t *f = msg("mp_piece");
 		json_object_set_new(f, "chunk", json_integer((json_int_t)c));
 		json_object_set_new(f, "off", json_integer(off));
-		json_object_set_new(f, "data", json_string(s ? s : ""));
-		free(s);
-		conn_send_new(p->down->c, f);
+		conn_send_bin(l->c, f, p->rd_buf + off, k);
+		json_decref(f);
 		off += k;
 	} while (off < len);
 }
 
-/* Send what the downstream lacks and this node holds, MR_WINDOW at a time;
- * mp_end once nothing more can come. */
+/* The hop's lanes close with its first link. */
+static void lanes_close(struct mr_push *p)
+{
+	for (int k = 1; k < MR_LANES; k++)
+		if (p->lane[k]) {
+			p->lane[k]->p = NULL;
+			conn_close(p->lane[k]->c, 0);
+			p->lane[k] = NULL;
+		}
+}
+
+/* The link with room for one more chunk, the emptiest first: the hop's first
+ * link or one of its lanes. */
+static struct mr_link *pick_link(struct mr_push *p)
+{
+	size_t w = MR_WINDOW_BYTES / p->m->chunk_size;
+	w = w < 1 ? 1 : w > MR_WINDOW ? MR_WINDOW : w;
+	/* while a lane still connects, the first link takes only its share */
+	size_t w0 = w, links = 1;
+	for (int k = 1; k < MR_LANES; k++)
+		links += p->lane[k] != NULL;
+	for (int k = 1; k < MR_LANES; k++)
+		if (p->lane[k] && !p->lane[k]->hello)
+			w0 = (w + links - 1) / links;
+	struct mr_link *best = p->down->nfly < w0 ? p->down : NULL;
+	for (int k = 1; k < MR_LANES; k++) {
+		struct mr_link *l = p->lane[k];
+		if (l && l->hello && l->nfly < w && (!best || l->nfly < best->nfly))
+			best = l;
+	}
+	return best;
+}
+
+/* Take chunk c off link l's unacknowledged ones; false if it was not there. */
+static bool fly_remove(struct mr_link *l, size_t c)
+{
+	for (size_t i = 0; i < l->nfly; i++)
+		if (l->fly[i] == c) {
+			l->fly[i] = l->fly[--l->nfly];
+			return true;
+		}
+	return false;
+}
+
+/* Send what the downstream lacks and this node holds, MR_WINDOW at a time per
+ * link; mp_end once nothing more can come. */
 static void pump(struct mr_push *p)
 {
 	if (!p->down || !p->down_ready || p->done)
 		return;
 	bool blocked = false; /* a chunk still to come from upstream: later ones wait */
-	for (size_t c = p->scan; c < p->m->nchunks && p->inflight < MR_WINDOW && !p->done; c++) {
+	struct mr_link *l;
+	for (size_t c = p->scan; c < p->m->nchunks && !p->done && p->down && (l = pick_link(p));
+	     c++) {
 		bool todo = bit_get(p->need_down, c) && !bit_get(p->sent, c);
 		if (todo && mm_have_test(&p->have, c))
-			send_chunk(p, c);
+			send_chunk(p, c, l);
 		else if (todo && !p->up_ended) {
 			blocked = true;
 			break;
@@ -692,12 +805,49 @@ static void pump(struct mr_push *p)
 	}
 }
 
+/* The downstream's first link is ready: open its lanes (the hop planned, to a
+ * member with more than one fabric address). */
+static void lanes_connect(struct mr_push *p)
+{
+	const struct mr_member *d = &p->chain[p->down_idx];
+	if (p->down_idx != p->self + 1 || p->lanes_failed)
+		return; /* serving a member in place of one gone away: its host only */
+	for (unsigned k = 1; k < d->nlanes && k < MR_LANES; k++) {
+		if (p->lane[k])
+			continue;
+		struct mr_link *l = link_new(p->e);
+		if (!l)
+			return;
+		l->dir = LINK_DOWN;
+		l->p = p;
+		l->peer_idx = p->down_idx;
+		l->lane = (int)k;
+		conn *c;
+		if (conn_connect_tcp(p->e->loop, d->lanes[k], d->port, p->e->cli, 10000, &link_cbs, l,
+				     &c) < 0) {
+			log_warn("model_lane_failed", "push=%s node=%s addr=%s", p->id, d->id,
+				 d->lanes[k]);
+			link_drop(l);
+			continue;
+		}
+		l->c = c;
+		p->lane[k] = l;
+	}
+}
+
 static void on_down_frame(struct mr_link *l, const json_t *f)
 {
 	struct mr_push *p = l->p;
 	const char *t = proto_type(f);
 	json_int_t c = proto_int(f, "chunk", -1);
-	if (!strcmp(t, "mp_need") && !p->down_ready) {
+	if (l->lane && strcmp(t, "mp_ack") && strcmp(t, "mp_bad")) {
+		if (strcmp(t, "error"))
+			send_error(l->c, "bad_frame", "a lane carries acks only, not %.32s", t);
+		else
+			conn_close(l->c, -EPROTO); /* refused: its chunks go another way */
+		return;
+	}
+	if (!strcmp(t, "mp_need") && !p->down_ready && !l->lane) {
 		json_t *jb = json_object_get(f, "bits");
 		size_t nb = (p->m->nchunks + 7) / 8;
 		uint8_t *bytes = calloc(nb + 1, 1);
@@ -720,9 +870,11 @@ static void on_down_frame(struct mr_link *l, const json_t *f)
 		p->end_sent = false;
 		p->down_ready = true;
 		down_settled(p);
+		lanes_connect(p);
 		pump(p);
 	} else if ((!strcmp(t, "mp_ack") || !strcmp(t, "mp_bad")) && p->down_ready && c >= 0 &&
-		   (uint64_t)c < p->m->nchunks && bit_get(p->sent, (size_t)c) && p->inflight > 0) {
+		   (uint64_t)c < p->m->nchunks && bit_get(p->sent, (size_t)c) && p->inflight > 0 &&
+		   fly_remove(l, (size_t)c)) {
 		p->inflight--;
 		if (!strcmp(t, "mp_bad")) {
 			bit_set(p->sent, (size_t)c, false); /* sent again by the pump */
@@ -751,6 +903,7 @@ static void on_down_frame(struct mr_link *l, const json_t *f)
 				    json_is_string(json_object_get(r, "status")))
 					json_array_append(p->report, r);
 		l->got_done = true;
+		lanes_close(p);
 		p->down = NULL;
 		p->down_idx = p->n;
 		conn_close(l->c, 0);
@@ -841,11 +994,23 @@ static void link_ready(conn *c, int status)
 		json_t *h = msg("mp_hello");
 		json_object_set_new(h, "push", json_string(p->id));
 		json_object_set_new(h, "from", json_string(p->chain[p->self].id));
+		if (l->lane) {
+			/* a lane: pieces follow its hello at once */
+			json_object_set_new(h, "lane", json_integer(l->lane));
+			conn_send_new(c, h);
+			l->hello = true;
+			pump(p);
+			return;
+		}
 		json_t *ch = json_array();
-		for (size_t i = 0; i < p->n; i++)
-			json_array_append_new(ch, json_pack("{s:s, s:s, s:i}", "id", p->chain[i].id,
+		for (size_t i = 0; i < p->n; i++) {
+			json_t *lanes = json_array();
+			for (unsigned k = 0; k < p->chain[i].nlanes; k++)
+				json_array_append_new(lanes, json_string(p->chain[i].lanes[k]));
+			json_array_append_new(ch, json_pack("{s:s, s:s, s:i, s:o}", "id", p->chain[i].id,
 							    "host", p->chain[i].host, "port",
-							    p->chain[i].port));
+							    p->chain[i].port, "lanes", lanes));
+		}
 		json_object_set_new(h, "chain", ch);
 		json_object_set_new(h, "manifest_bytes", json_integer((json_int_t)p->mtext_len));
 		if (p->ticket) {
@@ -879,6 +1044,9 @@ static void link_frame(conn *c, json_t *f)
 			send_error(c, "bad_frame", "mp_hello first");
 	} else if (!l->p) {
 		/* the push ended: frames still in flight are dropped */
+	} else if (l->dir == LINK_UP && l->lane) {
+		send_error(c, "bad_frame", "a lane carries binary pieces only, not %.32s",
+			   proto_type(f));
 	} else if (l->dir == LINK_UP) {
 		on_up_frame(l, f);
 	} else {
@@ -893,11 +1061,30 @@ static void link_close(conn *c, int err)
 	struct mr_engine *e = l->e;
 	struct mr_push *p = l->p;
 	if (p && !p->done) {
-		if (l->dir == LINK_UP && p->up == l) {
+		if (l->dir == LINK_DOWN && l->lane && p->lane[l->lane] == l) {
+			/* a lane closed: what it carried unacknowledged goes another way */
+			p->lane[l->lane] = NULL;
+			for (size_t i = 0; i < l->nfly; i++) {
+				bit_set(p->sent, l->fly[i], false);
+				if (l->fly[i] < p->scan)
+					p->scan = l->fly[i];
+				p->inflight--;
+			}
+			l->nfly = 0;
+			log_info("model_lane_closed", "push=%s node=%s err=%d", p->id, l->peer_id, err);
+			pump(p);
+		} else if (l->dir == LINK_UP && p->up == l) {
 			char why[160];
 			snprintf(why, sizeof why, "the link from %s closed (%s)", l->peer_id,
 				 err ? strerror(-err) : "before its end");
 			up_lost(p, why);
+		} else if (l->dir == LINK_DOWN && p->down == l && l->via_lane && !l->peer_id[0]) {
+			/* its fabric address did not answer: the address every member reaches */
+			log_warn("model_fabric_unreachable", "push=%s node=%s addr=%s err=%d", p->id,
+				 p->chain[l->peer_idx].id, p->chain[l->peer_idx].lanes[0], err);
+			p->lanes_failed = true;
+			p->down = NULL;
+			down_connect(p);
 		} else if (l->dir == LINK_DOWN && p->down == l && !l->got_done) {
 			/* the downstream is gone: name it, serve the next member */
 			json_array_append_new(
@@ -906,6 +1093,7 @@ static void link_close(conn *c, int err)
 				      p->chain[l->peer_idx].id, "status", "down", "bytes_written", -1,
 				      "chunks_written", -1, "chunks_bad", -1, "message",
 				      err ? strerror(-err) : "closed before the push ended"));
+			lanes_close(p);
 			p->down = NULL;
 			p->down_ready = false;
 			p->down_idx = l->peer_idx + 1;
@@ -920,14 +1108,34 @@ static void link_close(conn *c, int err)
 		lp = &(*lp)->next;
 	if (*lp)
 		*lp = l->next;
+	free(l->asm_buf);
 	free(l);
 	engine_unref(e);
+}
+
+/* A binary frame: only an upstream member's mp_piece, once its node is ready
+ * (conn_set_binary is called for a member's link after its hello). */
+static void link_bin(conn *c, json_t *f, const uint8_t *data, size_t len)
+{
+	struct mr_link *l = conn_data(c);
+	if (!l->p) {
+		/* the push ended: frames still in flight are dropped */
+	} else if (l->dir != LINK_UP || !l->hello || strcmp(proto_type(f), "mp_piece")) {
+		send_error(c, "bad_frame", "unexpected binary %.32s", proto_type(f));
+	} else if (l->p->prep) {
+		send_error(c, "bad_frame", "mp_piece before this node was ready");
+		push_finish(l->p, -EPROTO);
+	} else {
+		on_piece(l->p, l, f, data, len);
+	}
+	json_decref(f);
 }
 
 static const struct conn_cbs link_cbs = {
 	.on_ready = link_ready,
 	.on_frame = link_frame,
 	.on_close = link_close,
+	.on_bin = link_bin,
 };
 
 static struct mr_link *link_new(struct mr_engine *e)
@@ -964,8 +1172,14 @@ static void down_connect(struct mr_push *p)
 		l->dir = LINK_DOWN;
 		l->p = p;
 		l->peer_idx = p->down_idx;
+		/* the planned hop goes over the fabric when the member has an address there */
+		const char *host = d->host;
+		if (p->down_idx == p->self + 1 && d->nlanes > 0 && !p->lanes_failed) {
+			host = d->lanes[0];
+			l->via_lane = true;
+		}
 		conn *c;
-		int r = conn_connect_tcp(e->loop, d->host, d->port, e->cli, 10000, &link_cbs, l, &c);
+		int r = conn_connect_tcp(e->loop, host, d->port, e->cli, 10000, &link_cbs, l, &c);
 		if (r == 0) {
 			l->c = c;
 			p->down = l;
@@ -1062,6 +1276,22 @@ int mr_engine_port(struct mr_engine *e)
 	return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
 }
 
+int mr_member_lanes(const json_t *lanes, struct mr_member *m)
+{
+	size_t nl = json_array_size(lanes);
+	m->nlanes = 0;
+	if ((lanes && !json_is_null(lanes) && !json_is_array(lanes)) || nl > MR_LANES)
+		return -EINVAL;
+	for (size_t k = 0; k < nl; k++) {
+		const char *a = json_string_value(json_array_get(lanes, k));
+		if (!a || !a[0] || strlen(a) >= sizeof m->lanes[k])
+			return -EINVAL;
+		util_strlcpy(m->lanes[k], a, sizeof m->lanes[k]);
+		m->nlanes++;
+	}
+	return 0;
+}
+
 bool mr_valid_push_id(const char *s)
 {
 	size_t n = s ? strlen(s) : 0;
@@ -1083,7 +1313,6 @@ static int push_alloc(struct mr_push *p)
 	p->bad_count = calloc(m->nchunks ? m->nchunks : 1, 1);
 	p->file_left = calloc(m->nfiles ? m->nfiles : 1, sizeof *p->file_left);
 	p->rd_buf = malloc(m->chunk_size);
-	p->asm_buf = malloc(m->chunk_size);
 	if (!p->mtext) {
 		json_t *j = mm_to_json(m);
 		p->mtext = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -1091,7 +1320,7 @@ static int push_alloc(struct mr_push *p)
 		p->mtext_len = p->mtext ? strlen(p->mtext) : 0;
 	}
 	if (!p->need_down || !p->sent || !p->bad_count || !p->file_left || !p->rd_buf ||
-	    !p->asm_buf || !p->mtext)
+	    !p->mtext)
 		return -ENOMEM;
 	return 0;
 }

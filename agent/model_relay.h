@@ -11,11 +11,19 @@
  * caller's. On a link, upstream U and downstream D:
  *   U -> D  mp_hello {push, from, chain, manifest_bytes}
  *                                      D checks U's certificate: a member before it
+ *                                      (the first link of a hop; with lanes, U opens
+ *                                      one more per lane after mp_need, whose
+ *                                      mp_hello {push, from, lane} D takes from the
+ *                                      same member, and sends pieces over all)
  *   U -> D  mp_manifest {off, text}    the manifest's JSON text in pieces
  *   D -> U  mp_need {node, bits}       the chunks D lacks (base64 bitmap), once
  *                                      the chain below D is ready too
- *   U -> D  mp_piece {chunk, off, data} pieces of a chunk in order, data base64
- *   D -> U  mp_ack {chunk} | mp_bad {chunk} (hash mismatch: U sends it again)
+ *   U -> D  mp_piece {chunk, off} + bytes  pieces of a chunk in order, each a
+ *                                      binary frame (proto.h): the raw bytes follow
+ *                                      the JSON header; accepted only from an
+ *                                      upstream whose hello was taken
+ *   D -> U  mp_ack {chunk} | mp_bad {chunk} (hash mismatch: U sends it again),
+ *                                      on the link the chunk came over
  *   D -> U  mp_progress {node, bytes, total}   (relayed up to the source)
  *   U -> D  mp_end                     nothing more will come
  *   D -> U  mp_done {nodes:[report]}   D's and its downstream's reports
@@ -32,15 +40,25 @@
 #include <stdint.h>
 #include <uv.h>
 
-#define MR_PIECE (512u << 10) /* raw bytes per mp_piece frame (base64 ~683 KiB) */
-#define MR_WINDOW 3           /* chunks sent and not acknowledged, per link */
+#define MR_PIECE (512u << 10) /* raw bytes per mp_piece frame (and per mp_manifest text) */
+#define MR_WINDOW 6           /* chunks sent and not acknowledged, per link, */
+#define MR_WINDOW_BYTES (24u << 20) /* and at most this many bytes of them (conn.c
+				     * drops a peer with more than 32 MiB queued) */
 #define MR_BAD_MAX 3          /* one chunk corrupted this often ends the link */
 #define MR_UP_WAIT_MS 10000
 
+#define MR_LANES 2 /* data links per hop: the two twins of the cabled port */
+
 struct mr_member {
 	char id[40];    /* node id: the CN of its certificate */
-	char host[128]; /* its data address (fabric) */
+	char host[128]; /* its data address that every member reaches (the agent's) */
 	int port;
+	/* Its fabric addresses that the member before it in the chain reaches
+	 * (one per twin of the cable between them): that member opens one link to
+	 * each and splits the chunks over them. None: host carries the hop. A
+	 * member that serves it in place of a member gone away uses host. */
+	char lanes[MR_LANES][48];
+	unsigned nlanes;
 };
 
 struct mr_engine;
@@ -120,6 +138,9 @@ int mr_engine_adopt(struct mr_engine *e, uv_stream_t *server, const char *peer_i
  * (run the loop). No callback runs after this. */
 void mr_engine_close(struct mr_engine *e);
 
+/* m's lanes from JSON (absent/null: none; else an array of at most MR_LANES
+ * address strings). 0 or -EINVAL. */
+int mr_member_lanes(const json_t *lanes, struct mr_member *m);
 /* A push id: 1-64 lower-case hex digits. */
 bool mr_valid_push_id(const char *s);
 

@@ -40,26 +40,121 @@ static int one_name(struct cli_ctx *ctx, int argc, char **argv, const char **nam
 	return 0;
 }
 
+/* Every node's models (the head asks each), or one node's (--node); a node
+ * that is in no cluster lists its own. */
 int cmd_model_ls(struct cli_ctx *ctx, int argc, char **argv)
 {
-	static const struct option lo[] = {CLI_OPT_END};
+	static const struct option lo[] = {{"node", required_argument, NULL, 'n'}, CLI_OPT_END};
+	const char *node = NULL;
 	int rc = 0, c;
 	optind = 0;
-	while ((c = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1)
+	while ((c = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
 		if (c == -2)
 			return rc;
+		if (c == 'n')
+			node = optarg;
+	}
 	if (optind < argc)
 		return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
-	return cli_request(ctx, "model_ls", NULL, 0, NULL);
+	json_t *args = node ? json_pack("{s:s}", "node", node) : NULL;
+	json_t *data = NULL;
+	char *code = NULL, *msg = NULL;
+	int r = cli_call_raw(ctx, "model_ls_all", json_incref(args), &data, 0, &code, &msg);
+	if (r < 0 && code && !strcmp(code, "not_in_cluster") && !node) {
+		free(code);
+		free(msg);
+		json_decref(args);
+		return cli_request(ctx, "model_ls", NULL, 0, NULL); /* this node only */
+	}
+	if (r < 0) {
+		rc = cli_fail("%s", msg && *msg ? msg : "model ls failed");
+	} else {
+		cli_output(ctx, args, data, NULL);
+		size_t i;
+		json_t *n;
+		json_array_foreach(json_object_get(data, "nodes"), i, n)
+			if (json_is_string(json_object_get(n, "error")))
+				rc = cli_fail("%s did not answer (%s): its models are not listed",
+					      cli_jstr(n, "node"), cli_jstr(n, "error"));
+	}
+	free(code);
+	free(msg);
+	json_decref(data);
+	json_decref(args);
+	return rc;
 }
 
+/* Options before and after the one positional argument (getopt stops at
+ * it): on_opt(c, optarg, arg) for each option; *pos gets the argument (NULL
+ * if none). 0, or the exit code to return (bad usage, --help). */
+typedef void (*opt_fn)(int c, const char *optval, void *arg);
+static int opts_around_one(struct cli_ctx *ctx, int argc, char **argv, const struct option *lo,
+			   opt_fn on_opt, void *arg, const char **pos)
+{
+	int rc = 0, c;
+	char *rest[argc + 1];
+	*pos = NULL;
+	optind = 0;
+	for (;;) {
+		while ((c = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
+			if (c == -2)
+				return rc;
+			on_opt(c, optarg, arg);
+		}
+		if (optind >= argc)
+			return 0;
+		if (*pos)
+			return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
+		*pos = argv[optind];
+		/* go on with the arguments after it (getopt restarts at optind 0) */
+		int k = 1;
+		for (int i = optind + 1; i < argc; i++)
+			rest[k++] = argv[i];
+		rest[0] = argv[0];
+		rest[k] = NULL;
+		argv = rest;
+		argc = k;
+		optind = 0;
+	}
+}
+
+static void rm_opt(int c, const char *v, void *arg)
+{
+	if (c == 'n')
+		*(const char **)arg = v;
+}
+
+static json_t *split_names(const char *s);
+
+/* This node's copy, or (--nodes) those nodes' copies through the head. */
 int cmd_model_rm(struct cli_ctx *ctx, int argc, char **argv)
 {
-	const char *name = NULL;
-	int r = one_name(ctx, argc, argv, &name);
+	static const struct option lo[] = {{"nodes", required_argument, NULL, 'n'}, CLI_OPT_END};
+	const char *nodes = NULL, *name = NULL;
+	int rc = opts_around_one(ctx, argc, argv, lo, rm_opt, &nodes, &name);
+	if (rc)
+		return rc;
+	if (!name)
+		return cli_usage(ctx, "missing model NAME (see 'sparkctl model ls')");
+	if (!nodes)
+		return cli_request(ctx, "model_rm", json_pack("{s:s}", "name", name), 0, NULL);
+	json_t *list = split_names(nodes);
+	if (json_array_size(list) == 0) {
+		json_decref(list);
+		return cli_usage(ctx, "--nodes needs node names (a,b,c)");
+	}
+	json_t *ans = NULL;
+	int r = cli_request(ctx, "model_rm_nodes", json_pack("{s:s, s:o}", "name", name, "nodes",
+							     list), 0, &ans);
 	if (r)
 		return r;
-	return cli_request(ctx, "model_rm", json_pack("{s:s}", "name", name), 0, NULL);
+	size_t i;
+	json_t *n;
+	json_array_foreach(json_object_get(ans, "nodes"), i, n)
+		if (json_is_string(json_object_get(n, "error")))
+			r = cli_fail("%s: %s", cli_jstr(n, "node"), cli_jstr(n, "error"));
+	json_decref(ans);
+	return r;
 }
 
 int cmd_model_verify(struct cli_ctx *ctx, int argc, char **argv)
@@ -144,6 +239,24 @@ static json_t *split_names(const char *s)
 	return a;
 }
 
+struct push_opts {
+	const char *group, *nodes, *name;
+	bool dry;
+};
+
+static void push_opt(int c, const char *v, void *arg)
+{
+	struct push_opts *o = arg;
+	if (c == 'g')
+		o->group = v;
+	else if (c == 'n')
+		o->nodes = v;
+	else if (c == 'N')
+		o->name = v;
+	else if (c == 'd')
+		o->dry = true;
+}
+
 int cmd_model_push(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const struct option lo[] = {{"group", required_argument, NULL, 'g'},
@@ -151,40 +264,13 @@ int cmd_model_push(struct cli_ctx *ctx, int argc, char **argv)
 					   {"name", required_argument, NULL, 'N'},
 					   {"dry-run", no_argument, NULL, 'd'},
 					   CLI_OPT_END};
-	const char *group = NULL, *nodes = NULL, *name = NULL;
-	bool dry = false;
-	int rc = 0, c;
+	struct push_opts po = {0};
 	const char *dirarg = NULL;
-	char *rest[argc + 1];
-	optind = 0;
-	for (;;) { /* options before and after DIR ("+": getopt stops at DIR) */
-		while ((c = cli_next_opt(ctx, argc, argv, lo, &rc)) != -1) {
-			if (c == -2)
-				return rc;
-			if (c == 'g')
-				group = optarg;
-			else if (c == 'n')
-				nodes = optarg;
-			else if (c == 'N')
-				name = optarg;
-			else if (c == 'd')
-				dry = true;
-		}
-		if (optind >= argc)
-			break;
-		if (dirarg)
-			return cli_usage(ctx, "unexpected argument '%s'", argv[optind]);
-		dirarg = argv[optind];
-		/* go on with the arguments after DIR (getopt restarts at optind 0) */
-		int k = 1;
-		for (int i = optind + 1; i < argc; i++)
-			rest[k++] = argv[i];
-		rest[0] = argv[0];
-		rest[k] = NULL;
-		argv = rest;
-		argc = k;
-		optind = 0;
-	}
+	int rc = opts_around_one(ctx, argc, argv, lo, push_opt, &po, &dirarg);
+	if (rc)
+		return rc;
+	const char *group = po.group, *nodes = po.nodes, *name = po.name;
+	bool dry = po.dry;
 	if (!dirarg)
 		return cli_usage(ctx, "missing the model DIR to push");
 	if (!group == !nodes)
@@ -290,10 +376,34 @@ int cmd_model_push(struct cli_ctx *ctx, int argc, char **argv)
 		json_decref(chain);
 		return 1;
 	}
+	/* the head's route: the chain in the order it signed (each next node one the
+	 * node before it reaches on the fabric: on a ring, the ring), and each
+	 * node's fabric addresses for its hop (its lanes) */
+	const char *network = json_is_string(json_object_get(tk, "network"))
+				  ? cli_jstr(tk, "network") : "agent_address";
+	json_t *route = json_array();
+	json_array_foreach(json_object_get(tk, "chain"), i, nd) {
+		size_t k;
+		json_t *m;
+		json_array_foreach(chain, k, m)
+			if (!strcmp(cli_jstr(m, "id"), json_string_value(nd))) {
+				json_t *lanes = json_object_get(json_object_get(tk, "lanes"),
+								json_string_value(nd));
+				json_object_set(m, "lanes", json_is_array(lanes) ? lanes : json_array());
+				json_array_append(route, m);
+			}
+	}
+	if (json_array_size(route) == json_array_size(chain)) {
+		json_decref(chain);
+		chain = route;
+	} else {
+		json_decref(route); /* an older head: its own order, no lanes */
+	}
 	json_t *args = json_pack("{s:s, s:s, s:O, s:b, s:s, s:O, s:O}", "dir", dir, "name", name,
 				 "chain", chain, "dry_run", dry, "push", push_id, "ticket",
 				 json_object_get(tk, "ticket"), "expires_at",
 				 json_object_get(tk, "expires_at"));
+	json_object_set_new(args, "network", json_string(network)); /* for the text writer */
 	json_decref(tk);
 	json_t *req = json_incref(args);
 	struct push_view v = {.ctx = ctx, .last = json_object(), .tty = isatty(1), .t0 = util_now_ms(),
@@ -318,8 +428,17 @@ int cmd_model_push(struct cli_ctx *ctx, int argc, char **argv)
 				json_object_set(nd, "name", nm);
 		}
 		json_decref(names);
-		/* which network carried it: say so (issue 18: the fabric is not used yet) */
-		json_object_set_new(data, "network", json_string("agent_address"));
+		/* which network carried it: fabric (every hop), mixed, agent_address;
+		 * and the chain it followed, with each hop's fabric addresses */
+		json_object_set_new(data, "network", json_string(cli_jstr(req, "network")));
+		json_t *rt = json_array();
+		json_array_foreach(chain, i, nd)
+			json_array_append_new(rt, json_pack("{s:s, s:s, s:O}", "node", cli_jstr(nd, "id"),
+							    "name", cli_jstr(nd, "name"), "lanes",
+							    json_object_get(nd, "lanes")
+								? json_object_get(nd, "lanes")
+								: json_null()));
+		json_object_set_new(data, "route", rt);
 		cli_output(ctx, req, data, NULL);
 		if (!dry && !json_is_true(json_object_get(data, "complete"))) {
 			char bad[512] = "";

@@ -402,22 +402,30 @@ const struct cli_cmd cli_commands[] = {
 	 "model push DIR (--group G | --nodes a,b,c) [--name NAME] [--dry-run] [-o table|json]",
 	 "copy a model directory from this node to other nodes: verified, resumable, relayed",
 	 "  DIR          the model's folder on this node (regular files; symlinks inside it)\n"
-	 "  --group G    every member of the group ('sparkctl group show G'), in its order\n"
-	 "  --nodes LIST names or ids, in the order the chunks should travel\n"
+	 "  --group G    every member of the group ('sparkctl group show G')\n"
+	 "  --nodes LIST names or ids\n"
 	 "  --name NAME  the name on the nodes (default: the folder's name)\n"
 	 "  --dry-run    print the chain and the model's size; move nothing\n"
 	 "Chunks of 4 MiB named by SHA-256 travel node to node (each forwards what it holds\n"
-	 "while it receives the rest) over mutual TLS to each node's agent port + 1, on the\n"
-	 "address the node joined with; each chunk is checked before it is written, files\n"
+	 "while it receives the rest) over mutual TLS to each node's agent port + 1. The head\n"
+	 "orders the chain by the fabric (on a ring, the ring; else the order given) and each\n"
+	 "hop uses both twins of its cable; where two nodes share no fabric subnet the hop\n"
+	 "goes over the address the node joined with, and the output says so. Each chunk is\n"
+	 "checked before it is written, files\n"
 	 "appear under their name only when complete. A node that lacks room refuses before\n"
 	 "the first byte. Run it again after a failure: only missing chunks move. Exit 1 when\n"
 	 "a node is not complete. See docs/models.md.\n"},
-	{"model", "ls", cmd_model_ls, cli_text_model_ls, "model ls [-o table|json]",
-	 "the models this node holds in its store (models.dir, default STATE_DIR/models)",
+	{"model", "ls", cmd_model_ls, cli_text_model_ls, "model ls [--node N] [-o table|json]",
+	 "the models each node holds in its store (models.dir, default STATE_DIR/models)",
+	 "  --node N     only that node (name or id)\n"
+	 "The head asks every node (or N) for its store; a node in no cluster lists its own.\n"
 	 "A model is complete when every file is verified and under its final name, partial\n"
-	 "while files are still .sparkpart. See docs/models.md.\n"},
-	{"model", "rm", cmd_model_rm, cli_text_model_rm, "model rm NAME",
-	 "remove a model from this node's store (admin)", NULL},
+	 "while files are still .sparkpart. Exit 1 when a node did not answer (named).\n"
+	 "See docs/models.md.\n"},
+	{"model", "rm", cmd_model_rm, cli_text_model_rm, "model rm NAME [--nodes a,b] [-o table|json]",
+	 "remove a model from this node's store, or from the named nodes' (admin)",
+	 "  --nodes LIST names or ids: the head has each remove its copy\n"
+	 "Exit 1 when a node holds no such model or did not answer (named).\n"},
 	{"model", "verify", cmd_model_verify, cli_text_model_verify,
 	 "model verify NAME [-o table|json]",
 	 "re-hash every chunk of a model on this node against its manifest (SHA-256)",

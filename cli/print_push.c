@@ -17,15 +17,9 @@ static void fmt_bytes(long long b, char *buf, size_t len)
 		snprintf(buf, len, "%lld B", b);
 }
 
-void cli_text_model_ls(const struct cli_answer *a)
+/* One node's models as rows (node first when the table has that column). */
+static void ls_rows(out_table *t, const char *node, json_t *models)
 {
-	static const char *const hdr[] = {"NAME", "FILES", "SIZE", "STATE", "PUSHED", "FINISHED"};
-	json_t *models = json_object_get(a->data, "models");
-	if (json_array_size(models) == 0) {
-		printf("No models on %s (%s).\n", cli_jstr(a->data, "node"), cli_jstr(a->data, "dir"));
-		return;
-	}
-	out_table *t = out_table_new(6, hdr);
 	size_t i;
 	json_t *m;
 	json_array_foreach(models, i, m) {
@@ -38,19 +32,62 @@ void cli_text_model_ls(const struct cli_answer *a)
 		fmt_bytes(cli_jnum(m, "bytes"), size, sizeof size);
 		out_fmt_utc(cli_jnum(m, "pushed_at"), "-", pushed, sizeof pushed);
 		out_fmt_utc(cli_jnum(m, "finished_at"), "-", fin, sizeof fin);
-		const char *row[] = {cli_jstr(m, "name"), files, size,
-				     json_is_true(json_object_get(m, "complete")) ? "complete"
-										 : "partial",
-				     pushed, fin};
-		out_table_row(t, row);
+		const char *state = json_is_true(json_object_get(m, "complete")) ? "complete" : "partial";
+		const char *with[] = {node, cli_jstr(m, "name"), files, size, state, pushed, fin};
+		out_table_row(t, node ? with : with + 1);
 	}
-	out_table_print(t, stdout);
+}
+
+void cli_text_model_ls(const struct cli_answer *a)
+{
+	json_t *nodes = json_object_get(a->data, "nodes");
+	if (!nodes) { /* one node in no cluster: its own store */
+		static const char *const hdr[] = {"NAME", "FILES", "SIZE", "STATE", "PUSHED",
+						  "FINISHED"};
+		json_t *models = json_object_get(a->data, "models");
+		if (json_array_size(models) == 0) {
+			printf("No models on %s (%s).\n", cli_jstr(a->data, "node"),
+			       cli_jstr(a->data, "dir"));
+			return;
+		}
+		out_table *t = out_table_new(6, hdr);
+		ls_rows(t, NULL, models);
+		out_table_print(t, stdout);
+		out_table_free(t);
+		return;
+	}
+	static const char *const hdr[] = {"NODE", "NAME", "FILES", "SIZE", "STATE", "PUSHED",
+					  "FINISHED"};
+	out_table *t = out_table_new(7, hdr);
+	size_t i, rows = 0;
+	json_t *n;
+	json_array_foreach(nodes, i, n) {
+		rows += json_array_size(json_object_get(n, "models"));
+		ls_rows(t, cli_jstr(n, "node"), json_object_get(n, "models"));
+	}
+	if (rows)
+		out_table_print(t, stdout);
 	out_table_free(t);
+	json_array_foreach(nodes, i, n)
+		if (json_array_size(json_object_get(n, "models")) == 0 &&
+		    !json_is_string(json_object_get(n, "error")))
+			printf("No models on %s (%s).\n", cli_jstr(n, "node"), cli_jstr(n, "dir"));
 }
 
 void cli_text_model_rm(const struct cli_answer *a)
 {
-	printf("Model %s removed from %s.\n", cli_jstr(a->data, "name"), cli_jstr(a->data, "node"));
+	json_t *nodes = json_object_get(a->data, "nodes");
+	if (!nodes) {
+		printf("Model %s removed from %s.\n", cli_jstr(a->data, "name"),
+		       cli_jstr(a->data, "node"));
+		return;
+	}
+	size_t i;
+	json_t *n;
+	json_array_foreach(nodes, i, n)
+		if (json_is_true(json_object_get(n, "removed")))
+			printf("Model %s removed from %s.\n", cli_jstr(a->data, "name"),
+			       cli_jstr(n, "node"));
 }
 
 void cli_text_model_verify(const struct cli_answer *a)
@@ -91,11 +128,24 @@ void cli_text_model_push(const struct cli_answer *a)
 		       cli_jnum(a->data, "chunks"));
 		size_t i;
 		json_t *n;
-		json_array_foreach(json_object_get(a->req, "chain"), i, n)
-			printf("  %zu. %s (%s:%lld)%s\n", i, cli_jstr(n, "name"), cli_jstr(n, "host"),
-			       cli_jnum(n, "port"), i == 0 ? "  source" : "");
-		printf("Each node receives only the chunks it lacks, from the node before it, over the\n"
-		       "address it joined with (not its fabric addresses: not supported yet).\n");
+		json_array_foreach(json_object_get(a->req, "chain"), i, n) {
+			char via[128] = "";
+			json_t *lanes = json_object_get(n, "lanes");
+			if (i > 0 && json_array_size(lanes) > 0)
+				snprintf(via, sizeof via, "  fabric %s%s%s",
+					 json_string_value(json_array_get(lanes, 0)),
+					 json_array_size(lanes) > 1 ? " + " : "",
+					 json_array_size(lanes) > 1
+					     ? json_string_value(json_array_get(lanes, 1)) : "");
+			else if (i > 0)
+				snprintf(via, sizeof via, "  %s (no fabric address)", cli_jstr(n, "host"));
+			printf("  %zu. %s%s%s\n", i, cli_jstr(n, "name"), i == 0 ? "  source" : "", via);
+		}
+		printf("Each node receives only the chunks it lacks, from the node before it%s.\n",
+		       !strcmp(cli_jstr(a->req, "network"), "fabric")
+			   ? ", over the fabric"
+			   : ", over the fabric where the two reach each other there, else over the\n"
+			     "address it joined with");
 		return;
 	}
 	static const char *const hdr[] = {"NODE", "STATUS", "WRITTEN", "BAD CHUNKS", "MESSAGE"};
@@ -118,8 +168,12 @@ void cli_text_model_push(const struct cli_answer *a)
 	out_table_print(t, stdout);
 	out_table_free(t);
 	double secs = json_real_value(json_object_get(a->data, "seconds"));
-	printf("%s: %lld files, %s, in %.1f s%s (over the nodes' agent addresses, not the "
-	       "fabric).\n", cli_jstr(a->data, "name"),
+	const char *net = cli_jstr(a->data, "network");
+	printf("%s: %lld files, %s, in %.1f s%s (%s).\n", cli_jstr(a->data, "name"),
 	       cli_jnum(a->data, "files"), size, secs,
-	       json_is_true(json_object_get(a->data, "complete")) ? ", complete on every node" : "");
+	       json_is_true(json_object_get(a->data, "complete")) ? ", complete on every node" : "",
+	       !strcmp(net, "fabric") ? "over the fabric"
+	       : !strcmp(net, "mixed") ? "over the fabric where nodes reach each other there, else "
+					 "their agent addresses"
+				       : "over the nodes' agent addresses: no fabric address between them");
 }

@@ -330,17 +330,9 @@ static void flush_pending_frames(conn *c)
 	}
 }
 
-int conn_send(conn *c, const json_t *msg)
+/* Queue or send one encoded frame. Takes ownership of buf. */
+static int send_frame(conn *c, uint8_t *buf, size_t len)
 {
-	if (!c || c->state >= ST_CLOSING)
-		return -ENOTCONN;
-	if (!msg)
-		return -EINVAL;
-	uint8_t *buf;
-	size_t len;
-	int r = proto_encode(msg, &buf, &len);
-	if (r < 0)
-		return r;
 	if (c->wq_bytes + c->pq_bytes + len > CONN_WQ_MAX) {
 		free(buf);
 		log_warn("conn_send_backlog", "peer=%s queued=%zu", c->peer,
@@ -363,6 +355,34 @@ int conn_send(conn *c, const json_t *msg)
 		return 0;
 	}
 	return send_encoded(c, buf, len);
+}
+
+int conn_send(conn *c, const json_t *msg)
+{
+	if (!c || c->state >= ST_CLOSING)
+		return -ENOTCONN;
+	if (!msg)
+		return -EINVAL;
+	uint8_t *buf;
+	size_t len;
+	int r = proto_encode(msg, &buf, &len);
+	if (r < 0)
+		return r;
+	return send_frame(c, buf, len);
+}
+
+int conn_send_bin(conn *c, const json_t *msg, const void *data, size_t len)
+{
+	if (!c || c->state >= ST_CLOSING)
+		return -ENOTCONN;
+	if (!msg || (len && !data))
+		return -EINVAL;
+	uint8_t *buf;
+	size_t n;
+	int r = proto_encode_bin(msg, data, len, &buf, &n);
+	if (r < 0)
+		return r;
+	return send_frame(c, buf, n);
 }
 
 int conn_send_new(conn *c, json_t *msg)
@@ -392,16 +412,21 @@ static void process_frames(conn *c)
 {
 	while (c->state == ST_READY) {
 		json_t *msg = NULL;
+		const uint8_t *bin = NULL;
+		size_t binlen = 0;
 		char why[160];
 		why[0] = '\0';
-		int r = proto_decoder_next(&c->dec, &msg, why, sizeof why);
+		int r = proto_decoder_next_bin(&c->dec, &msg, c->cbs.on_bin ? &bin : NULL, &binlen,
+					       why, sizeof why);
 		if (r == 0)
 			break;
 		if (r < 0) {
 			bad_frame(c, r, why[0] ? why : "malformed frame");
 			break;
 		}
-		if (c->cbs.on_frame)
+		if (bin)
+			c->cbs.on_bin(c, msg, bin, binlen);
+		else if (c->cbs.on_frame)
 			c->cbs.on_frame(c, msg);
 		else
 			json_decref(msg);
@@ -409,6 +434,8 @@ static void process_frames(conn *c)
 }
 
 void conn_set_max_frame(conn *c, size_t max) { proto_decoder_limit(&c->dec, max); }
+
+void conn_set_binary(conn *c, size_t max) { proto_decoder_binary(&c->dec, max); }
 
 static void take_bytes(conn *c, const void *data, size_t n)
 {

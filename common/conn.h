@@ -29,6 +29,9 @@ struct conn_cbs {
 	void (*on_frame)(conn *c, json_t *msg);
 	/* Exactly once. err 0 = orderly close (either side), negative errno otherwise. */
 	void (*on_close)(conn *c, int err);
+	/* One binary frame (proto.h; only after conn_set_binary): the callee owns
+	 * msg; data is lent until it returns. NULL: binary frames are bad frames. */
+	void (*on_bin)(conn *c, json_t *msg, const uint8_t *data, size_t len);
 };
 
 /* TLS contexts (TLS 1.3 only, ECDSA P-256 keys from pki.h).
@@ -69,10 +72,16 @@ int conn_connect_unix(uv_loop_t *loop, const char *path, const struct conn_cbs *
 int conn_send(conn *c, const json_t *msg);
 /* Send then decref msg; convenient for replies. */
 int conn_send_new(conn *c, json_t *msg);
+/* Queue msg followed by len raw bytes as one binary frame (proto.h), for a
+ * peer that accepts them. Returns as conn_send. */
+int conn_send_bin(conn *c, const json_t *msg, const void *data, size_t len);
 void conn_close(conn *c, int err);
 
 /* Largest frame this peer may send (see proto_decoder_limit); 0 = PROTO_MAX_FRAME. */
 void conn_set_max_frame(conn *c, size_t max);
+/* Accept binary frames from this peer with payloads of at most max bytes
+ * (0: refuse them, the default). Enable it only for an authenticated peer. */
+void conn_set_binary(conn *c, size_t max);
 
 void *conn_data(conn *c);
 void conn_set_data(conn *c, void *data);

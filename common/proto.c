@@ -21,17 +21,34 @@ void proto_decoder_free(proto_decoder *d)
 	memset(d, 0, sizeof *d);
 }
 
+void proto_decoder_binary(proto_decoder *d, size_t max_payload)
+{
+	d->bin_max = max_payload > 0x7fffffffu ? 0x7fffffffu : max_payload;
+}
+
+/* Drop the frame returned last (its payload was lent until this call). */
+static void drop_skip(proto_decoder *d)
+{
+	if (!d->skip)
+		return;
+	memmove(d->buf, d->buf + d->skip, d->len - d->skip);
+	d->len -= d->skip;
+	d->skip = 0;
+}
+
 int proto_decoder_feed(proto_decoder *d, const void *data, size_t n)
 {
 	if (n == 0)
 		return 0;
+	drop_skip(d);
 	if (d->len + n > d->cap) {
 		size_t cap = d->cap ? d->cap : 4096;
 		while (cap < d->len + n)
 			cap *= 2;
 		/* never hold more than one max frame plus its header and a bit */
-		if (cap > decoder_max(d) + 4 + 65536)
-			cap = d->len + n;
+		size_t most = decoder_max(d) + 8 + d->bin_max + 65536;
+		if (cap > most)
+			cap = d->len + n > most ? d->len + n : most;
 		uint8_t *nb = realloc(d->buf, cap);
 		if (!nb)
 			return -ENOMEM;
@@ -50,35 +67,17 @@ static int fail(char *err, size_t errlen, int code, const char *why)
 	return code;
 }
 
-int proto_decoder_next(proto_decoder *d, json_t **msg, char *err, size_t errlen)
+static uint32_t be32(const uint8_t *b)
 {
-	*msg = NULL;
-	if (d->len < 4)
-		return 0;
-	uint32_t flen = ((uint32_t)d->buf[0] << 24) | ((uint32_t)d->buf[1] << 16) |
-			((uint32_t)d->buf[2] << 8) | (uint32_t)d->buf[3];
-	if (flen == 0)
-		return fail(err, errlen, -EMSGSIZE, "empty frame");
-	if (flen > decoder_max(d)) {
-		char why[64];
-		snprintf(why, sizeof why, "frame larger than %zu bytes", decoder_max(d));
-		return fail(err, errlen, -EMSGSIZE, why);
-	}
-	if (d->len - 4 < flen)
-		return 0;
+	return ((uint32_t)b[0] << 24) | ((uint32_t)b[1] << 16) | ((uint32_t)b[2] << 8) |
+	       (uint32_t)b[3];
+}
+
+/* Parse and check one frame's JSON. 1 with *msg, or a negative errno. */
+static int take_json(const uint8_t *p, size_t n, json_t **msg, char *err, size_t errlen)
+{
 	json_error_t jerr;
-	json_t *j = json_loadb((const char *)d->buf + 4, flen,
-			       JSON_REJECT_DUPLICATES, &jerr);
-	memmove(d->buf, d->buf + 4 + flen, d->len - 4 - flen);
-	d->len -= 4 + flen;
-	if (d->len == 0) {
-		/* Nothing buffered: give the buffer back. It grows to the largest
-		 * frame seen (up to 1 MiB) and a long-lived connection (a worker's
-		 * session on the head) is idle almost all the time. */
-		free(d->buf);
-		d->buf = NULL;
-		d->cap = 0;
-	}
+	json_t *j = json_loadb((const char *)p, n, JSON_REJECT_DUPLICATES, &jerr);
 	if (!j)
 		return fail(err, errlen, -EBADMSG, "frame is not valid JSON");
 	if (!json_is_object(j)) {
@@ -104,6 +103,80 @@ int proto_decoder_next(proto_decoder *d, json_t **msg, char *err, size_t errlen)
 	return 1;
 }
 
+/* A binary frame at the start of the buffer (its first word has the flag). */
+static int next_binary(proto_decoder *d, uint32_t w, json_t **msg, const uint8_t **bin,
+		       size_t *binlen, char *err, size_t errlen)
+{
+	uint32_t hlen = w & ~PROTO_BIN_FLAG;
+	if (!d->bin_max || !bin) {
+		char why[64];
+		snprintf(why, sizeof why, "frame larger than %zu bytes", decoder_max(d));
+		return fail(err, errlen, -EMSGSIZE, why);
+	}
+	if (hlen == 0 || hlen > decoder_max(d))
+		return fail(err, errlen, -EMSGSIZE, "binary frame header of a bad length");
+	if (d->len < 8)
+		return 0;
+	uint32_t blen = be32(d->buf + 4);
+	if (blen > d->bin_max) {
+		char why[64];
+		snprintf(why, sizeof why, "binary payload larger than %zu bytes", d->bin_max);
+		return fail(err, errlen, -EMSGSIZE, why);
+	}
+	if (d->len - 8 < (size_t)hlen + blen)
+		return 0;
+	int r = take_json(d->buf + 8, hlen, msg, err, errlen);
+	if (r < 0)
+		return r;
+	*bin = d->buf + 8 + hlen;
+	*binlen = blen;
+	d->skip = 8 + (size_t)hlen + blen;
+	return 1;
+}
+
+int proto_decoder_next_bin(proto_decoder *d, json_t **msg, const uint8_t **bin, size_t *binlen,
+			   char *err, size_t errlen)
+{
+	*msg = NULL;
+	if (bin) {
+		*bin = NULL;
+		*binlen = 0;
+	}
+	drop_skip(d);
+	if (d->len < 4)
+		return 0;
+	uint32_t flen = be32(d->buf);
+	if (flen & PROTO_BIN_FLAG)
+		return next_binary(d, flen, msg, bin, binlen, err, errlen);
+	if (flen == 0)
+		return fail(err, errlen, -EMSGSIZE, "empty frame");
+	if (flen > decoder_max(d)) {
+		char why[64];
+		snprintf(why, sizeof why, "frame larger than %zu bytes", decoder_max(d));
+		return fail(err, errlen, -EMSGSIZE, why);
+	}
+	if (d->len - 4 < flen)
+		return 0;
+	int r = take_json(d->buf + 4, flen, msg, err, errlen);
+	memmove(d->buf, d->buf + 4 + flen, d->len - 4 - flen);
+	d->len -= 4 + flen;
+	if (d->len == 0 && !d->bin_max) {
+		/* Nothing buffered: give the buffer back. It grows to the largest
+		 * frame seen (up to 1 MiB) and a long-lived connection (a worker's
+		 * session on the head) is idle almost all the time. A data link
+		 * (binary frames) keeps it: it is busy while it lives. */
+		free(d->buf);
+		d->buf = NULL;
+		d->cap = 0;
+	}
+	return r;
+}
+
+int proto_decoder_next(proto_decoder *d, json_t **msg, char *err, size_t errlen)
+{
+	return proto_decoder_next_bin(d, msg, NULL, NULL, err, errlen);
+}
+
 int proto_encode(const json_t *msg, uint8_t **out, size_t *outlen)
 {
 	char *s = json_dumps(msg, JSON_COMPACT);
@@ -127,6 +200,38 @@ int proto_encode(const json_t *msg, uint8_t **out, size_t *outlen)
 	free(s);
 	*out = b;
 	*outlen = n + 4;
+	return 0;
+}
+
+int proto_encode_bin(const json_t *msg, const void *data, size_t len, uint8_t **out,
+		     size_t *outlen)
+{
+	if (len > UINT32_MAX)
+		return -EMSGSIZE;
+	char *s = json_dumps(msg, JSON_COMPACT);
+	if (!s)
+		return -ENOMEM;
+	size_t n = strlen(s);
+	if (n == 0 || n > PROTO_MAX_FRAME) {
+		free(s);
+		return -EMSGSIZE;
+	}
+	uint8_t *b = malloc(8 + n + len);
+	if (!b) {
+		free(s);
+		return -ENOMEM;
+	}
+	uint32_t w = PROTO_BIN_FLAG | (uint32_t)n;
+	for (int k = 0; k < 4; k++) {
+		b[k] = (uint8_t)(w >> (24 - 8 * k));
+		b[4 + k] = (uint8_t)((uint64_t)len >> (24 - 8 * k));
+	}
+	memcpy(b + 8, s, n);
+	if (len)
+		memcpy(b + 8 + n, data, len);
+	free(s);
+	*out = b;
+	*outlen = 8 + n + len;
 	return 0;
 }
 

@@ -5,10 +5,11 @@
  * of chain [src, n1] where this node is n1, and a plain Unix connection the
  * engine adopts as src's link (mr_engine_adopt: as if src's certificate had
  * been checked). The input is decoded into frames: whole chunks sent right,
- * the same with one byte flipped, pieces with fuzzed chunk, offset and data
- * (base64 of input bytes, raw strings, other JSON types), mp_end, more
- * hellos (some announcing another push with its chain and the manifest's
- * text, whole or cut), frames of the other direction, unknown types and raw bytes. The
+ * the same with one byte flipped, pieces (binary frames) with fuzzed chunk,
+ * offset and bytes, binary frames with fuzzed length words or other types,
+ * pieces in the old JSON form (base64, raw strings), mp_end, more
+ * hellos (some announcing another push with its chain, lanes of every
+ * kind, and the manifest's text, whole or cut; some a lane's hello), frames of the other direction, unknown types and raw bytes. The
  * loop runs after each; then the peer closes and the engine is closed.
  * Invariants (abort): ASan/UBSan clean; no file stands under its final name
  * in the store unless it has exactly the source's bytes; every handle closes
@@ -123,26 +124,34 @@ static void pump_loop(void)
 	}
 }
 
-static void send_raw(const void *buf, size_t len)
+/* Bytes as they go on the wire (the length words included). */
+static void send_bytes(const void *buf, size_t len)
 {
-	uint8_t hdr[4] = {(uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8),
-			  (uint8_t)len};
-	const uint8_t *parts[2] = {hdr, buf};
-	size_t plen[2] = {4, len};
-	for (int k = 0; k < 2; k++) {
-		size_t off = 0;
-		while (off < plen[k]) {
-			ssize_t w = write(fd, parts[k] + off, plen[k] - off);
-			if (w < 0 && errno == EAGAIN) {
-				pump_loop();
-				continue;
-			}
-			if (w <= 0)
-				return; /* the engine closed: fine */
-			off += (size_t)w;
+	size_t off = 0;
+	while (off < len) {
+		ssize_t w = write(fd, (const uint8_t *)buf + off, len - off);
+		if (w < 0 && errno == EAGAIN) {
+			pump_loop();
+			continue;
 		}
+		if (w <= 0)
+			return; /* the engine closed: fine */
+		off += (size_t)w;
 	}
 	pump_loop();
+}
+
+/* A plain frame: the length word, then buf. */
+static void send_raw(const void *buf, size_t len)
+{
+	uint8_t *f = malloc(len + 4);
+	f[0] = (uint8_t)(len >> 24);
+	f[1] = (uint8_t)(len >> 16);
+	f[2] = (uint8_t)(len >> 8);
+	f[3] = (uint8_t)len;
+	memcpy(f + 4, buf, len);
+	send_bytes(f, len + 4);
+	free(f);
 }
 
 static void send_json(json_t *f)
@@ -154,13 +163,24 @@ static void send_json(json_t *f)
 	free(s);
 }
 
-static void send_piece(json_int_t chunk, json_int_t off, json_t *datav)
+/* A binary frame (proto.h): header f, then n bytes of p. */
+static void send_bin(json_t *f, const uint8_t *p, size_t n)
+{
+	uint8_t *buf;
+	size_t len;
+	if (proto_encode_bin(f, p, n, &buf, &len) == 0) {
+		send_bytes(buf, len);
+		free(buf);
+	}
+	json_decref(f);
+}
+
+static void send_piece(json_int_t chunk, json_int_t off, const uint8_t *p, size_t n)
 {
 	json_t *f = proto_msg("mp_piece", 0);
 	json_object_set_new(f, "chunk", json_integer(chunk));
 	json_object_set_new(f, "off", json_integer(off));
-	json_object_set_new(f, "data", datav);
-	send_json(f);
+	send_bin(f, p, n);
 }
 
 static json_t *b64(const uint8_t *p, size_t n)
@@ -170,6 +190,16 @@ static json_t *b64(const uint8_t *p, size_t n)
 	json_t *j = json_string(s);
 	free(s);
 	return j;
+}
+
+/* The old form: data as a JSON value (refused now). */
+static void send_piece_json(json_int_t chunk, json_int_t off, json_t *datav)
+{
+	json_t *f = proto_msg("mp_piece", 0);
+	json_object_set_new(f, "chunk", json_integer(chunk));
+	json_object_set_new(f, "off", json_integer(off));
+	json_object_set_new(f, "data", datav);
+	send_json(f);
 }
 
 static void send_chunk(size_t c, bool flip)
@@ -184,7 +214,7 @@ static void send_chunk(size_t c, bool flip)
 		tmp[len / 3] ^= 1;
 	for (uint32_t o = 0; o < len; o += MR_PIECE) {
 		uint32_t k = len - o < MR_PIECE ? len - o : MR_PIECE;
-		send_piece((json_int_t)c, o, b64(tmp + o, k));
+		send_piece((json_int_t)c, o, tmp + o, k);
 	}
 	free(tmp);
 }
@@ -259,7 +289,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		send_json(h);
 	}
 	while (in.n) {
-		unsigned op = take(&in) % 9;
+		unsigned op = take(&in) % 10;
 		size_t c = take(&in) % (man->nchunks + 1);
 		switch (op) {
 		case 0:
@@ -272,7 +302,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			json_int_t off = (json_int_t)((take(&in) << 8 | take(&in)) * 97) - 1000;
 			size_t k = take(&in);
 			k = k < in.n ? k : in.n;
-			send_piece(ch, off, b64(in.p, k));
+			send_piece(ch, off, in.p, k);
 			in.p += k;
 			in.n -= k;
 			break;
@@ -292,6 +322,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 								   "id", "n1", "host", "127.0.0.1",
 								   "port", 9));
 			json_object_set_new(h, "manifest_bytes", json_integer((json_int_t)tl));
+			if (c & 8) /* a lane's hello, or lanes of every kind in the chain */
+				json_object_set_new(h, "lane", json_integer((json_int_t)(c % 3)));
+			json_t *m1 = json_array_get(json_object_get(h, "chain"), 1);
+			if (c & 16)
+				json_object_set_new(m1, "lanes", json_pack("[s,s]", "127.0.0.1", "::1"));
+			else if (c & 32)
+				json_object_set_new(m1, "lanes", c & 64 ? json_pack("[i]", 5)
+									: json_string("x"));
 			send_json(h);
 			json_t *mf = proto_msg("mp_manifest", 0);
 			json_object_set_new(mf, "off", json_integer(0));
@@ -321,14 +359,39 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		case 7: {
 			size_t k = take(&in);
 			k = k < in.n ? k : in.n;
-			send_piece((json_int_t)c, 0, json_stringn((const char *)in.p, k));
+			send_piece_json((json_int_t)c, 0, c & 1 ? json_stringn((const char *)in.p, k)
+							       : b64(in.p, k));
 			in.p += k;
 			in.n -= k;
 			break;
 		}
-		default:
-			send_piece((json_int_t)c, 0, c & 1 ? json_integer(5) : json_object());
+		case 8: {
+			/* a binary frame's length words as the input says: a header
+			 * or a payload longer or shorter than what follows */
+			uint8_t w[8];
+			for (int k = 0; k < 8; k++)
+				w[k] = (uint8_t)take(&in);
+			w[0] |= 0x80;
+			send_bytes(w, sizeof w);
+			size_t k = take(&in);
+			k = k < in.n ? k : in.n;
+			send_bytes(in.p, k);
+			in.p += k;
+			in.n -= k;
 			break;
+		}
+		default: {
+			/* other binary frames: another type, or fields of the wrong type */
+			static const char *types[] = {"mp_piece", "mp_hello", "mp_end", "mp_ack"};
+			json_t *f = proto_msg(types[c % 4], 0);
+			json_object_set_new(f, "chunk", c & 4 ? json_integer(5) : json_object());
+			size_t k = take(&in);
+			k = k < in.n ? k : in.n;
+			send_bin(f, in.p, k);
+			in.p += k;
+			in.n -= k;
+			break;
+		}
 		}
 	}
 	close(fd);

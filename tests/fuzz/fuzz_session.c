@@ -14,7 +14,7 @@
  * which here names a path that does not exist, so no command ever runs.
  *
  * Each input is decoded into frames a member may send (heartbeat and hello
- * with memory reports, fabric, topo_reply, topo_rdma_ep, forward with every
+ * with memory reports, fabric, topo_reply, topo_rdma_ep, model_reply, forward with every
  * jobs request, forward with every cluster request, forward with every
  * services request (plans fuzzed), svc_health, job_started/exit/data/sync,
  * exec_data/exit, stream_cancel, leave, crl, join, frames of the head's
@@ -177,6 +177,8 @@ static void on_head_frame(json_t *m)
 		seen_add(&s_job, proto_int(m, "job_id", 0));
 	} else if (strcmp(t, "exec_start") == 0) {
 		seen_add(&s_exec, proto_int(m, "exec_id", 0));
+	} else if (strcmp(t, "model_req") == 0) {
+		seen_add(&s_topo, id); /* the ids a model_reply may answer */
 	} else if (strcmp(t, "topo_req") == 0) {
 		seen_add(&s_topo, id);
 		const char *p = proto_str(m, "probe");
@@ -570,7 +572,7 @@ static const char *const cluster_types[] = {
     "status",       "node_ls",  "node_show",    "node_drain", "node_undrain",   "node_rm",
     "token_create", "token_ls", "token_revoke", "topo_show",  "topo_validate",  "topo_addresses",
     "init",         "join",     "leave",        "version",    "group_create",   "job_run",
-    "debug_memory", "nosuch"};
+    "debug_memory", "model_ls_all", "model_rm_nodes", "model_ticket", "nosuch"};
 static const char *const jobs_types[] = {"group_create", "group_ls", "group_show", "group_rm",
 					 "job_run",      "job_ls",   "job_show",   "job_logs",
 					 "job_cancel",   "exec",     "status",     "token_create"};
@@ -754,9 +756,19 @@ static bool next_frame(struct in *in)
 					     "gid", "fe80::1"));
 		break;
 	case OP_TOPO_OTHER: {
-		static const char *const t[] = {"topo_req", "topo_show", "topo_", "topo_validate"};
-		m = proto_msg(t[u8(in) % 4], id);
+		static const char *const t[] = {"topo_req",      "topo_show",      "topo_",
+						"topo_validate", "model_reply",   "model_req"};
+		unsigned ti = u8(in) % 6;
+		m = proto_msg(t[ti], ti == 4 && u8(in) % 2 ? seen_pick(&s_topo, u8(in)) : id);
 		put(m, "op", json_string("state"));
+		if (ti == 5)
+			put(m, "op", u8(in) % 2 ? json_string("rm") : fuzz_text(in, 4));
+		if (u8(in) % 2) { /* a model_reply's fields, of any type */
+			put(m, "name", u8(in) % 2 ? json_string("m") : fuzz_text(in, 8));
+			put(m, "ok", gbool(in));
+			put(m, "dir", u8(in) % 2 ? json_string("/m") : fuzz_text(in, 8));
+			put(m, "models", u8(in) % 2 ? json_array() : json_integer(3));
+		}
 		break;
 	}
 	case OP_JOB_REQ:

@@ -342,6 +342,45 @@ Test(models, push_to_two_workers_then_nothing_moves)
 	cr_assert_eq(r.rc, 0, "%s", r.err);
 	h_result_free(&r);
 
+	/* model ls, asked on a worker: every node's store, through the head */
+	r = h_ctl(c, 1, "model", "ls", "-o", "json", NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.err);
+	j = h_json(&r);
+	json_t *ns = json_object_get(j, "nodes");
+	cr_assert_eq(json_array_size(ns), 3, "every node: %s", r.out);
+	for (size_t i = 0; i < 3; i++) {
+		json_t *n = json_array_get(ns, i);
+		const char *nm = json_string_value(json_object_get(n, "node"));
+		json_t *ms = json_object_get(n, "models");
+		bool target = !strcmp(nm, "node-2") || !strcmp(nm, "node-3");
+		cr_assert_eq(json_array_size(ms), target ? 1 : 0, "%s: %s", nm, r.out);
+		if (target) {
+			json_t *m = json_array_get(ms, 0);
+			cr_assert_str_eq(json_string_value(json_object_get(m, "name")), "tiny");
+			cr_assert(json_is_true(json_object_get(m, "complete")));
+		}
+	}
+	json_decref(j);
+	h_result_free(&r);
+	r = h_ctl(c, 0, "model", "ls", NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.err);
+	cr_assert(strstr(r.out, "NODE") && strstr(r.out, "node-3") && strstr(r.out, "tiny"), "%s",
+		  r.out);
+	cr_assert(strstr(r.out, "No models on node-1"), "%s", r.out);
+	h_result_free(&r);
+	r = h_ctl(c, 0, "model", "ls", "--node", "node-3", "-o", "json", NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.err);
+	j = h_json(&r);
+	cr_assert_eq(json_array_size(json_object_get(j, "nodes")), 1);
+	cr_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(j, "nodes"),
+									    0), "node")), "node-3");
+	json_decref(j);
+	h_result_free(&r);
+	r = h_ctl(c, 0, "model", "ls", "--node", "node-9", NULL);
+	cr_assert_eq(r.rc, 1, "a node that does not exist");
+	cr_assert(strstr(r.err, "node-9"), "%s", r.err);
+	h_result_free(&r);
+
 	/* again: nothing moves */
 	r = h_ctl(c, 0, "model", "push", src, "--nodes", "node-2,node-3", "--name", "tiny", "-o",
 		  "json", NULL);
@@ -418,6 +457,24 @@ Test(models, push_to_two_workers_then_nothing_moves)
 	r = h_ctl(c, 0, "model", "push", src, NULL);
 	cr_assert_eq(r.rc, 2, "neither --group nor --nodes");
 	h_result_free(&r);
+
+	/* model rm on other nodes, through the head (asked on a worker) */
+	r = h_ctl(c, 1, "model", "rm", "tiny", "--nodes", "node-2,node-3", NULL);
+	cr_assert_eq(r.rc, 0, "%s\n%s", r.out, r.err);
+	cr_assert(strstr(r.out, "removed from node-2") && strstr(r.out, "removed from node-3"), "%s",
+		  r.out);
+	h_result_free(&r);
+	char gone[700];
+	snprintf(gone, sizeof gone, "%s/tiny", s2);
+	cr_assert_neq(access(gone, F_OK), 0, "node-3's copy is gone");
+	r = h_ctl(c, 0, "model", "rm", "tiny", "--nodes", "node-2", NULL);
+	cr_assert_eq(r.rc, 1, "node-2 holds no tiny any more");
+	cr_assert(strstr(r.err, "node-2") && strstr(r.err, "no model tiny"), "%s", r.err);
+	h_result_free(&r);
+	r = h_ctl(c, 0, "model", "rm", "tiny", "--nodes", "node-2,node-9", NULL);
+	cr_assert_eq(r.rc, 1, "a node that does not exist");
+	cr_assert(strstr(r.err, "node-9"), "%s", r.err);
+	h_result_free(&r);
 }
 
 Test(models, push_refused_up_front_when_a_node_lacks_room)
@@ -453,4 +510,28 @@ Test(models, push_refused_up_front_when_a_node_lacks_room)
 	snprintf(s1, sizeof s1, "%s/models/model-src/big.bin", c->nodes[1].dir);
 	struct stat st;
 	cr_assert_neq(stat(s1, &st), 0, "node-2 got no file");
+}
+
+/* SPARK_MODEL_DIR: every rank of a job finds its node's model store (the
+ * folder `model ls` names, where a push puts NAME/). */
+Test(models, every_rank_gets_its_nodes_model_dir)
+{
+	start_three(NULL);
+	struct h_result r = h_ctl(c, 0, "run", "--group", "all", "--", "sh", "-c",
+				  "echo \"dir $SPARK_NODE $SPARK_MODEL_DIR\"", NULL);
+	cr_assert_eq(r.rc, 0, "%s\n%s", r.out, r.err);
+	for (int i = 0; i < 3; i++) {
+		struct h_result l = h_ctl(c, i, "model", "ls", "--node", c->nodes[i].name, "-o", "json",
+					  NULL);
+		cr_assert_eq(l.rc, 0, "%s", l.err);
+		json_t *j = h_json(&l);
+		json_t *n = json_array_get(json_object_get(j, "nodes"), 0);
+		char want[1200];
+		snprintf(want, sizeof want, "dir %s %s", c->nodes[i].name,
+			 json_string_value(json_object_get(n, "dir")));
+		cr_assert(strstr(r.out, want), "'%s' in:\n%s", want, r.out);
+		json_decref(j);
+		h_result_free(&l);
+	}
+	h_result_free(&r);
 }

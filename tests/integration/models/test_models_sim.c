@@ -1,7 +1,9 @@
 /* model push on simulated clusters (issue 18): a 4-node ring and a 4-node
  * switch with real agents in namespaces; node 1 pushes a generated 64 MiB
  * model to the group of all nodes. Every node's copy is the source's bytes; a
- * second push moves 0 bytes; a stranger on a data port gets nothing; a chunk
+ * second push moves 0 bytes; once fabric addresses are applied, a push to
+ * the nodes named out of order follows the ring (on a switch, the order
+ * asked) over both twins of each hop; a stranger on a data port gets nothing; a chunk
  * damaged on a relay's disk is found and moved again; a target whose agent
  * is killed half-way is named while the others finish, and after its restart
  * the next push moves only what it lacked. Root only (skips otherwise). */
@@ -46,9 +48,11 @@ static void drop_model(void)
 /* Node k's store dir (model ls). */
 static void store_of(struct sh_sim *s, int k, char *out, size_t len)
 {
-	json_t *j = sh_ctl_json(s, k, "model", "ls", NULL);
+	json_t *j = sh_ctl_json(s, k, "model", "ls", "--node", sh_ns(s, k), NULL);
 	cr_assert(j, "model ls on node %d", k);
-	snprintf(out, len, "%s", json_string_value(json_object_get(j, "dir")));
+	json_t *n = json_array_get(json_object_get(j, "nodes"), 0);
+	cr_assert_eq(json_array_size(json_object_get(j, "nodes")), 1, "--node: one node");
+	snprintf(out, len, "%s", json_string_value(json_object_get(n, "dir")));
 	json_decref(j);
 }
 
@@ -99,6 +103,72 @@ static void same_everywhere(struct sh_sim *s, int nodes)
 	}
 }
 
+static json_int_t by_link(json_t *j, struct sh_sim *s, int k, size_t lane)
+{
+	size_t i;
+	json_t *n;
+	json_array_foreach(json_object_get(j, "nodes"), i, n)
+		if (!strcmp(json_string_value(json_object_get(n, "name")), sh_ns(s, k)))
+			return json_integer_value(
+			    json_array_get(json_object_get(n, "chunks_by_link"), lane));
+	return -1;
+}
+
+/* With fabric addresses applied: a push to the nodes named out of order
+ * follows the fabric (on the ring, the ring: 1 2 3 4 or 1 4 3 2), every hop
+ * over both twins of its cable (two lanes, each carrying chunks). */
+static void push_over_the_fabric(struct sh_sim *s, enum sim_topo topo)
+{
+	char *out = NULL;
+	cr_assert_eq(sh_ctl(s, 1, &out, "topo", "addresses", "--apply", NULL), 0, "%s", out);
+	free(out);
+	/* a new version of two shards: 8 chunks move to every node */
+	char cmd[600];
+	for (int i = 1; i <= 2; i++) {
+		snprintf(cmd, sizeof cmd, "head -c %u /dev/urandom > %s/model-%05d.safetensors", SHARD,
+			 src, i);
+		cr_assert_eq(system(cmd), 0);
+	}
+	char names[200];
+	snprintf(names, sizeof names, "%s,%s,%s", sh_ns(s, 3), sh_ns(s, 2), sh_ns(s, 4));
+	out = NULL;
+	int rc = sh_ctl(s, 1, &out, "model", "push", src, "--nodes", names, "--name", "m", "-o",
+			"json", NULL);
+	char *brace = out ? strrchr(out, '}') : NULL;
+	if (brace)
+		brace[1] = 0;
+	json_t *j = out ? json_loads(out, 0, NULL) : NULL;
+	cr_assert(j, "model push: rc %d: %s", rc, out ? out : "");
+	free(out);
+	cr_assert_eq(rc, 0);
+	cr_assert_str_eq(json_string_value(json_object_get(j, "network")), "fabric");
+	json_t *rt = json_object_get(j, "route");
+	cr_assert_eq(json_array_size(rt), 4);
+	char order[64] = "";
+	for (size_t i = 0; i < 4; i++) {
+		const char *nm = json_string_value(json_object_get(json_array_get(rt, i), "name"));
+		for (int k = 1; k <= 4; k++)
+			if (!strcmp(nm, sh_ns(s, k)))
+				snprintf(order + strlen(order), sizeof order - strlen(order), "%d", k);
+		if (i > 0)
+			cr_assert_eq(json_array_size(json_object_get(json_array_get(rt, i), "lanes")), 2,
+				     "hop to %s: both twins", nm);
+	}
+	cr_log_info("route %s, %.1f s", order, json_real_value(json_object_get(j, "seconds")));
+	if (topo == SIM_RING)
+		cr_assert(!strcmp(order, "1234") || !strcmp(order, "1432"),
+			  "the chain follows the ring: %s", order);
+	else
+		cr_assert_str_eq(order, "1324", "on a switch the order asked");
+	for (int k = 2; k <= 4; k++) {
+		cr_assert_eq(written(j, s, k), 2 * SHARD, "node %d got the new shards", k);
+		cr_assert_gt(by_link(j, s, k, 0), 0, "node %d: chunks over twin 0", k);
+		cr_assert_gt(by_link(j, s, k, 1), 0, "node %d: chunks over twin 1", k);
+	}
+	json_decref(j);
+	same_everywhere(s, 4);
+}
+
 static void push_all_then_nothing(enum sim_topo topo, const char *tag)
 {
 	sh_require_root();
@@ -109,6 +179,8 @@ static void push_all_then_nothing(enum sim_topo topo, const char *tag)
 	json_t *j = push(&s, &rc);
 	cr_assert_eq(rc, 0);
 	cr_assert(j && json_is_true(json_object_get(j, "complete")));
+	cr_assert_str_eq(json_string_value(json_object_get(j, "network")), "agent_address",
+			 "no fabric address yet: the agents' addresses, and it says so");
 	json_int_t total = json_integer_value(json_object_get(j, "bytes"));
 	for (int k = 2; k <= 4; k++)
 		cr_assert_eq(written(j, &s, k), total, "node %d", k);
@@ -121,6 +193,7 @@ static void push_all_then_nothing(enum sim_topo topo, const char *tag)
 	for (int k = 2; k <= 4; k++)
 		cr_assert_eq(written(j, &s, k), 0, "a second push writes nothing on node %d", k);
 	json_decref(j);
+	push_over_the_fabric(&s, topo);
 	sh_down(&s);
 	drop_model();
 }

@@ -962,7 +962,8 @@ Test(security, job_user_may_run_but_not_administer, .timeout = 90)
 		expect_forbidden(i, "group create", "group", "create", "g1", "--nodes", "node-1", NULL);
 		static const char *const allowed[][3] = {{"status", NULL, NULL}, {"version", NULL, NULL},
 							{"node", "ls", NULL},     {"node", "show", "node-2"},
-							{"group", "ls", NULL},    {"job", "ls", NULL}};
+							{"group", "ls", NULL},    {"job", "ls", NULL},
+							{"model", "ls", NULL}};
 		for (size_t k = 0; k < sizeof allowed / sizeof allowed[0]; k++) {
 			struct h_result r = as_user(i, allowed[k][0], allowed[k][1], allowed[k][2], NULL);
 			cr_expect_eq(r.rc, 0, "job user's `%s %s` on %s: %s", allowed[k][0],
@@ -985,6 +986,9 @@ Test(security, job_user_may_run_but_not_administer, .timeout = 90)
 		"{\"v\":1,\"type\":\"node_undrain\",\"id\":1,\"node\":\"node-2\"}",
 		"{\"v\":1,\"type\":\"group_rm\",\"id\":1,\"name\":\"g1\",\"force\":true}",
 		"{\"v\":1,\"type\":\"topo_addresses\",\"id\":1,\"apply\":false}",
+		"{\"v\":1,\"type\":\"model_rm_nodes\",\"id\":1,\"name\":\"m\",\"nodes\":[\"node-2\"]}",
+		"{\"v\":1,\"type\":\"model_ticket\",\"id\":1,\"push\":\"ab\",\"name\":\"m\","
+		"\"chain\":[\"x\",\"y\"]}",
 		"{\"v\":1,\"type\":\"node_rm\",\"id\":1,\"node\":\"node-2\"}",
 		"{\"v\":1,\"type\":\"leave\",\"id\":1}",
 		NULL};

@@ -323,6 +323,63 @@ Test(relay, chain_copies_then_moves_nothing)
 	cleanup_push();
 }
 
+static void set_lanes(const char *a0, const char *a1)
+{
+	for (int i = 0; i < NN; i++) {
+		chain[i].nlanes = 0;
+		if (a0) {
+			util_strlcpy(chain[i].lanes[0], a0, sizeof chain[i].lanes[0]);
+			chain[i].nlanes = 1;
+		}
+		if (a1) {
+			util_strlcpy(chain[i].lanes[1], a1, sizeof chain[i].lanes[1]);
+			chain[i].nlanes = 2;
+		}
+	}
+}
+
+static json_int_t by_link(const char *node, size_t k)
+{
+	return json_integer_value(json_array_get(json_object_get(report_of(node), "chunks_by_link"), k));
+}
+
+/* Two lanes per hop (the twins of a cable; here two links to 127.0.0.1): the
+ * chunks are split over both; a lane that does not answer leaves its share to
+ * the other; a first address that does not answer falls back to the host. */
+Test(relay, chunks_split_over_both_lanes_and_survive_a_dead_one)
+{
+	start_engines();
+	set_lanes("127.0.0.1", "127.0.0.1");
+	push("31", 0);
+	cr_assert_eq(nodes[0].status, 0, "complete everywhere over two lanes per hop");
+	for (int i = 1; i < NN; i++) {
+		same_content(i);
+		cr_assert_gt(by_link(ids[i], 0), 0, "%s got chunks over its first link", ids[i]);
+		cr_assert_gt(by_link(ids[i], 1), 0, "%s got chunks over its second lane", ids[i]);
+		cr_assert_eq(by_link(ids[i], 0) + by_link(ids[i], 1), (json_int_t)man->nchunks);
+	}
+	char err[256];
+	for (int i = 1; i < NN; i++)
+		cr_assert_eq(mm_store_remove(nodes[i].store, "tiny", err, sizeof err), 0, "%s", err);
+	/* 127.0.0.3: nothing listens there (the engines are on 127.0.0.1) */
+	set_lanes("127.0.0.1", "127.0.0.3");
+	push("32", 0);
+	cr_assert_eq(nodes[0].status, 0, "complete with the second lane refused");
+	for (int i = 1; i < NN; i++) {
+		same_content(i);
+		cr_assert_eq(by_link(ids[i], 0), (json_int_t)man->nchunks, "%s: all over one", ids[i]);
+	}
+	for (int i = 1; i < NN; i++)
+		cr_assert_eq(mm_store_remove(nodes[i].store, "tiny", err, sizeof err), 0, "%s", err);
+	set_lanes("127.0.0.3", "127.0.0.1");
+	push("33", 0);
+	cr_assert_eq(nodes[0].status, 0, "complete over the host when the fabric does not answer");
+	for (int i = 1; i < NN; i++)
+		same_content(i);
+	set_lanes(NULL, NULL);
+	cleanup_push();
+}
+
 Test(relay, corruption_on_the_wire_is_caught_and_repaired)
 {
 	start_engines();
@@ -368,6 +425,7 @@ Test(relay, node_down_mid_push_then_completed)
 struct probe {
 	bool ready, closed;
 	char code[64];
+	int lane; /* its hello asks for that lane */
 };
 
 static void pr_ready(conn *c, int status)
@@ -379,10 +437,15 @@ static void pr_ready(conn *c, int status)
 	json_t *h = proto_msg("mp_hello", 0);
 	json_object_set_new(h, "push", json_string("77"));
 	json_object_set_new(h, "from", json_string("n1"));
+	if (p->lane)
+		json_object_set_new(h, "lane", json_integer(p->lane));
 	conn_send_new(c, h);
+	/* a piece as a binary frame, and the same as JSON */
+	static uint8_t junk[4096];
 	json_t *pc = proto_msg("mp_piece", 0);
 	json_object_set_new(pc, "chunk", json_integer(0));
 	json_object_set_new(pc, "off", json_integer(0));
+	conn_send_bin(c, pc, junk, sizeof junk);
 	json_object_set_new(pc, "data", json_string("AAAA"));
 	conn_send_new(c, pc);
 }
@@ -404,14 +467,20 @@ static void pr_close(conn *c, int err)
 
 static const struct conn_cbs pr_cbs = {pr_ready, pr_frame, pr_close};
 
-static void probe_with(SSL_CTX *ctx, int port, struct probe *p)
+static void probe_lane(SSL_CTX *ctx, int port, struct probe *p, int lane)
 {
 	conn *c;
 	memset(p, 0, sizeof *p);
+	p->lane = lane;
 	cr_assert_eq(conn_connect_tcp(&loop, "127.0.0.1", port, ctx, 5000, &pr_cbs, p, &c), 0);
 	for (int i = 0; i < 100000 && !p->closed; i++)
 		uv_run(&loop, UV_RUN_ONCE);
 	cr_assert(p->closed);
+}
+
+static void probe_with(SSL_CTX *ctx, int port, struct probe *p)
+{
+	probe_lane(ctx, port, p, 0);
 }
 
 Test(relay, strangers_get_nothing_and_write_nothing)
@@ -430,6 +499,10 @@ Test(relay, strangers_get_nothing_and_write_nothing)
 	cr_assert_str_eq(p.code, "not_upstream", "a member not in the chain");
 	probe_with(late_cli, chain[2].port, &p);
 	cr_assert_str_eq(p.code, "not_upstream", "a member after n2 in the chain");
+	probe_lane(late_cli, chain[2].port, &p, 1);
+	cr_assert_str_eq(p.code, "not_upstream", "a later member's lane");
+	probe_lane(cli[1], chain[2].port, &p, 1);
+	cr_assert_str_eq(p.code, "not_upstream", "the upstream's lane before its first link");
 	probe_with(nocert_cli, chain[2].port, &p);
 	cr_assert_str_eq(p.code, "unauthenticated", "TLS without a client certificate");
 	probe_with(NULL, chain[2].port, &p);
@@ -439,8 +512,11 @@ Test(relay, strangers_get_nothing_and_write_nothing)
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)chain[2].port)};
 	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
 	cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-	const char junk[] = "\0\0\0\x20{\"v\":1,\"type\":\"mp_hello\",\"id\":0}";
+	const char junk[] = "\0\0\0\x20{\"v\":1,\"type\":\"mp_hello\",\"id\":0}"
+			    "\x80\0\0\x20\0\0\x10\0{\"v\":1,\"type\":\"mp_piece\",\"id\":0}";
 	cr_assert_gt(write(fd, junk, sizeof junk - 1), 0);
+	char zeros[4096] = {0};
+	cr_assert_gt(write(fd, zeros, sizeof zeros), 0);
 	for (int i = 0; i < 50; i++)
 		uv_run(&loop, UV_RUN_NOWAIT);
 	close(fd);
@@ -627,6 +703,105 @@ Test(relay, announced_pushes_need_the_heads_permission)
 		cr_assert_eq(mm_store_list(nodes[i].store, &list, err, sizeof err), 0);
 		cr_assert_eq(json_array_size(list), 0, "no model recorded on %s", ids[i]);
 		json_decref(list);
+	}
+	cleanup_push();
+}
+
+/* ---- a member that sends the model's own bytes before it may ---- */
+
+struct member_probe {
+	struct probe pr;
+	const char *push, *ticket;
+};
+
+/* As src: the hello of an announced push with the given ticket, the manifest,
+ * then at once every chunk of the model as binary pieces (the right bytes),
+ * without waiting for n1's mp_need. */
+static void mp_ready(conn *c, int status)
+{
+	struct member_probe *mp = conn_data(c);
+	if (status < 0)
+		return;
+	mp->pr.ready = true;
+	json_t *mj = mm_to_json(man);
+	char *text = json_dumps(mj, JSON_COMPACT);
+	json_decref(mj);
+	json_t *h = proto_msg("mp_hello", 0);
+	json_object_set_new(h, "push", json_string(mp->push));
+	json_object_set_new(h, "from", json_string("src"));
+	json_t *ch = json_array();
+	for (int i = 0; i < 2; i++)
+		json_array_append_new(ch, json_pack("{s:s, s:s, s:i}", "id", chain[i].id, "host",
+						    chain[i].host, "port", chain[i].port));
+	json_object_set_new(h, "chain", ch);
+	json_object_set_new(h, "manifest_bytes", json_integer((json_int_t)strlen(text)));
+	json_object_set_new(h, "ticket", json_string(mp->ticket));
+	json_object_set_new(h, "expires_at", json_integer(99));
+	conn_send_new(c, h);
+	json_t *mf = proto_msg("mp_manifest", 0);
+	json_object_set_new(mf, "off", json_integer(0));
+	json_object_set_new(mf, "text", json_string(text));
+	conn_send_new(c, mf);
+	free(text);
+	uint8_t *buf = malloc(CS);
+	char err[256];
+	for (size_t k = 0; k < man->nchunks; k++) {
+		uint32_t len;
+		cr_assert_eq(mm_read_chunk(man, src, k, buf, &len, err, sizeof err), 0, "%s", err);
+		json_t *pc = proto_msg("mp_piece", 0);
+		json_object_set_new(pc, "chunk", json_integer((json_int_t)k));
+		json_object_set_new(pc, "off", json_integer(0));
+		conn_send_bin(c, pc, buf, len);
+		json_decref(pc);
+	}
+	free(buf);
+}
+
+static const struct conn_cbs mp_cbs = {mp_ready, pr_frame, pr_close};
+
+Test(relay, a_member_without_permission_sends_binary_pieces_and_writes_nothing)
+{
+	start_engines();
+	char err[256] = "";
+	if (!man)
+		cr_assert_eq(mm_build(src, "tiny", CS, &man, err, sizeof err), 0, "%s", err);
+	mr_engine_accept(nodes[1].e, nodes[1].store, &cbs, &nodes[1]);
+	mr_engine_verify(nodes[1].e, test_verify, NULL);
+	char good[512];
+	char *t = mr_ticket_text("c2", "tiny", 99, chain, 2);
+	snprintf(good, sizeof good, "%s", t);
+	free(t);
+	for (char *c = good; *c; c++)
+		if (*c == '\n')
+			*c = '|';
+	struct {
+		const char *push, *ticket, *code, *why;
+	} cases[] = {
+	    {"c1", "not-a-signature", "not_authorized", "a wrong ticket"},
+	    {"c3", good, "not_authorized", "c2's ticket for push c3"},
+	    {"c2", good, "bad_frame", "the right ticket, pieces before n1 asked for them"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		struct member_probe mp = {.push = cases[i].push, .ticket = cases[i].ticket};
+		conn *c;
+		cr_assert_eq(conn_connect_tcp(&loop, "127.0.0.1", chain[1].port, cli[0], 5000,
+					      &mp_cbs, &mp, &c), 0);
+		for (int k = 0; k < 100000 && !mp.pr.closed; k++)
+			uv_run(&loop, UV_RUN_ONCE);
+		for (int k = 0; k < 200; k++) /* n1's preparation, if one began */
+			uv_run(&loop, UV_RUN_NOWAIT);
+		cr_assert(mp.pr.ready && mp.pr.closed);
+		cr_assert_str_eq(mp.pr.code, cases[i].code, "%s", cases[i].why);
+		struct mm_have h;
+		cr_assert_eq(mm_store_have(nodes[1].store, man, &h, err, sizeof err), 0);
+		cr_assert_eq(h.count, 0, "%s: no chunk on n1", cases[i].why);
+		mm_have_free(&h);
+		char final[600];
+		for (size_t f = 0; f < man->nfiles; f++) {
+			struct stat st;
+			mm_store_paths(nodes[1].store, man, f, final, sizeof final, NULL, 0);
+			cr_assert_neq(stat(final, &st), 0, "%s: no final file %s", cases[i].why, final);
+		}
 	}
 	cleanup_push();
 }

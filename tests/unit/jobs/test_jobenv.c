@@ -53,7 +53,7 @@ static struct jobenv_job base_job(void)
 		.node_rank = 1, .node = "spark-2", .rank = 3, .local_rank = 1, .net = "fabric",
 		.socket_addr = "169.254.12.1", .socket_ifname = "enp1s0f1np1",
 		.tcp_include = "169.254.12.0/24", .master_addr = "169.254.12.9", .master_port = 29800,
-		.peers = "0=a:1,1=b:2"};
+		.peers = "0=a:1,1=b:2", .model_dir = "/data/models"};
 	return j;
 }
 
@@ -67,7 +67,7 @@ Test(jobenv, rank_environment_from_this_nodes_ports)
 		{"SPARK_JOB_ID", "7"}, {"SPARK_RANK", "3"}, {"SPARK_WORLD_SIZE", "8"},
 		{"SPARK_LOCAL_RANK", "1"}, {"SPARK_NODE", "spark-2"}, {"SPARK_GROUP", "g"},
 		{"SPARK_TOPOLOGY", "ring"}, {"SPARK_PEERS", "0=a:1,1=b:2"}, {"SPARK_NET", "fabric"},
-		{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "169.254.12.9"},
+		{"SPARK_MODEL_DIR", "/data/models"}, {"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "169.254.12.9"},
 		{"MASTER_PORT", "29800"},
 		{"NCCL_IB_HCA", "rocep1s0f0,roceP2p1s0f0,rocep1s0f1,roceP2p1s0f1"},
 		{"NCCL_SOCKET_IFNAME", "enp1s0f1np1,enp1s0f0np0,enP2p1s0f0np0,enP2p1s0f1np1"},
@@ -279,5 +279,33 @@ Test(jobnet, triangle_is_fabric_with_per_node_views)
 	cr_expect_str_eq(env_get(env, "NCCL_ALGO"), "Ring");
 	json_decref(env);
 	for (int i = 0; i < 3; i++)
+		json_decref(d[i]);
+}
+
+Test(jobnet, pair_addrs_are_both_twins_of_the_cable_between_them)
+{
+	/* ring of four, cable i: node i port 0 <-> node i+1 port 1, twin 0 on
+	 * 169.254.(10+i).0/24, twin 1 on 169.254.(30+i).0/24 */
+	json_t *d[4];
+	char a[4][4][32];
+	for (int i = 0; i < 4; i++) {
+		int prev = (i + 3) % 4;
+		snprintf(a[i][0], 32, "169.254.%d.1/24", 10 + i);
+		snprintf(a[i][1], 32, "169.254.%d.1/24", 30 + i);
+		snprintf(a[i][2], 32, "169.254.%d.2/24", 10 + prev);
+		snprintf(a[i][3], 32, "169.254.%d.2/24", 30 + prev);
+		d[i] = node(a[i][0], a[i][1], a[i][2], a[i][3]);
+	}
+	char out[2][48];
+	cr_assert_eq(jobnet_pair_addrs(d[0], d[1], out, 2), 2);
+	cr_expect_str_eq(out[0], "169.254.10.2");
+	cr_expect_str_eq(out[1], "169.254.30.2");
+	cr_assert_eq(jobnet_pair_addrs(d[1], d[0], out, 2), 2, "the other way round");
+	cr_expect_str_eq(out[0], "169.254.10.1");
+	cr_expect_str_eq(out[1], "169.254.30.1");
+	cr_expect_eq(jobnet_pair_addrs(d[0], d[2], out, 2), 0, "no cable between nodes 0 and 2");
+	cr_expect_eq(jobnet_pair_addrs(d[0], d[1], out, 1), 1, "at most max");
+	cr_expect_eq(jobnet_pair_addrs(NULL, d[1], out, 2), 0, "no report: nothing reached");
+	for (int i = 0; i < 4; i++)
 		json_decref(d[i]);
 }
