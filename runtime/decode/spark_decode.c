@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,7 +43,27 @@ typedef struct {
 	int serve;
 	serve_opts_t so;
 	char model_id[256];
+	char store_path[4096]; /* --model NAME found in SPARK_MODEL_DIR */
 } args_t;
+
+/* A model pushed with `sparkctl model push` lies in each node's own store,
+ * which a job gets as SPARK_MODEL_DIR, at a path that differs per node. So
+ * --model NAME (no '/') that is no directory here is looked up in that store:
+ * one recipe (`model: NAME`) then serves the pushed copy on every node. */
+static void resolve_store_model(args_t *a)
+{
+	const char *store = getenv("SPARK_MODEL_DIR");
+	struct stat st;
+
+	if (!a->model_dir || strchr(a->model_dir, '/') || !store || !*store ||
+	    (stat(a->model_dir, &st) == 0 && S_ISDIR(st.st_mode)))
+		return;
+	if ((size_t)snprintf(a->store_path, sizeof(a->store_path), "%s/%s", store, a->model_dir) >=
+	    sizeof(a->store_path))
+		return;
+	if (stat(a->store_path, &st) == 0 && S_ISDIR(st.st_mode))
+		a->model_dir = a->store_path;
+}
 
 static void usage(FILE *f)
 {
@@ -53,7 +74,9 @@ static void usage(FILE *f)
 	        "libsparkcoll (two all-reduces per layer and token).\n"
 	        "\n"
 	        "model:\n"
-	        "  --model DIR          Hugging Face directory: config.json + *.safetensors (f32/f16/bf16)\n"
+	        "  --model DIR          Hugging Face directory: config.json + *.safetensors (f32/f16/bf16);\n"
+	        "                       a bare NAME not found here is looked up in $SPARK_MODEL_DIR\n"
+	        "                       (the node's store of `sparkctl model push`)\n"
 	        "  --synthetic SHAPE    deterministic weights of a catalog shape (--list-shapes)\n"
 	        "  --layers N           use only the first N layers (to fit memory)\n"
 	        "  --dtype f32|f16|bf16 synthetic weights' type (default bf16)\n"
@@ -571,6 +594,7 @@ int main(int argc, char **argv)
 	}
 	if (!a.model_dir == !a.shape_name)
 		USAGE_ERR("give exactly one of --model DIR and --synthetic SHAPE");
+	resolve_store_model(&a);
 	if (dec_parse_ids(a.prompt_s, &a.prompt, &a.n_prompt) < 0)
 		USAGE_ERR("--prompt wants token ids like 1,2,3");
 	if (a.shape_name &&
