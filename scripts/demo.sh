@@ -39,12 +39,21 @@ fi
 if need "Open MPI" openmpi-bin libopenmpi-dev; then
   if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then MPI=1; else echo "demo.sh: skipping the Open MPI part: no mpicc/mpirun on PATH" >&2; fi
 fi
+CURL=0
+if need "serving" curl; then CURL=1; fi
 B=${SPARK_DEMO_BUILD:-build-demo}
+case $B in /*) ;; *) B=$PWD/$B ;; esac
 [ -f "$B/build.ninja" ] || meson setup "$B" -Dtests=disabled >/dev/null
 ninja -C "$B" >/dev/null
-export PATH=$PWD/$B/cli:$PWD/$B/agent:$PATH
+export PATH=$B/cli:$B/agent:$B/runtime/decode:$B/router:$PATH
 SIM=demo$$
-cleanup() { sparkctl sim down --name "$SIM" >/dev/null 2>&1 || true; }
+JOBDIR=
+cleanup() {
+  if [ -n "$JOBDIR" ] && [ -f "$JOBDIR/router.pid" ]; then kill -TERM "$(cat "$JOBDIR/router.pid")" 2>/dev/null || true; fi
+  sparkctl sim down --name "$SIM" >/dev/null 2>&1 || true
+  [ -n "$JOBDIR" ] && rm -rf "$JOBDIR"
+  return 0
+}
 trap cleanup EXIT
 
 say() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
@@ -113,6 +122,146 @@ say "sparkctl run --group all -- sh -c 'echo \$GLOO_SOCKET_IFNAME \$SPARK_FABRIC
 on 1 run --group all -- sh -c 'echo $SPARK_NODE: GLOO_SOCKET_IFNAME=$GLOO_SOCKET_IFNAME SPARK_FABRIC_NETDEVS=$SPARK_FABRIC_NETDEVS'
 say "sparkctl job ls"
 on 1 job ls
+# The serving path (issues 17-20): a model generated here and pushed to one
+# group, two spark-decode pools of different size kept up by `sparkctl serve`,
+# and spark-router in front of both with the shipped example policy
+# dist/router-demo.yaml (short easy prompts to the small pool, long or hard
+# ones to the large one); then everything is stopped.
+if [ $CURL = 1 ]; then
+  python3 - "$JOBDIR" <<'PY'
+# Two Llama-style shapes: demo-small, written out as a model directory
+# (config.json + model.safetensors, f32, random weights: it talks nonsense, but
+# spark-decode loads it like any Hugging Face model) to be pushed; and
+# demo-large, about 10x its weights per token, for spark-decode --synthetic
+# (a shape catalog) and for `fit` (its config.json).
+import json, os, random, struct, sys
+from array import array
+root = sys.argv[1]
+common = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "rms_norm_eps": 1e-5,
+          "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": False}
+shapes = {
+    "demo-small": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=8,
+                       num_key_value_heads=4, head_dim=32, vocab_size=512),
+    "demo-large": dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=6, num_attention_heads=12,
+                       num_key_value_heads=6, head_dim=64, vocab_size=32000),
+}
+for name, sh in shapes.items():
+    os.makedirs(os.path.join(root, name), exist_ok=True)
+    json.dump(dict(common, torch_dtype="float32" if name == "demo-small" else "bfloat16", **sh),
+              open(os.path.join(root, name, "config.json"), "w"))
+with open(os.path.join(root, "shapes.yaml"), "w") as f:
+    f.write("shapes:\n  demo-large:\n    description: the demo's large pool\n")
+    for k, v in shapes["demo-large"].items():
+        f.write("    %s: %s\n" % (k, v))
+    f.write("    rms_norm_eps: 1.0e-5\n    rope_theta: 10000\n")
+sh = shapes["demo-small"]
+H, I, L, V = sh["hidden_size"], sh["intermediate_size"], sh["num_hidden_layers"], sh["vocab_size"]
+Q, KV = sh["num_attention_heads"] * sh["head_dim"], sh["num_key_value_heads"] * sh["head_dim"]
+t = [("model.embed_tokens.weight", (V, H))]
+for l in range(L):
+    p = "model.layers.%d." % l
+    t += [(p + "input_layernorm.weight", (H,)), (p + "self_attn.q_proj.weight", (Q, H)),
+          (p + "self_attn.k_proj.weight", (KV, H)), (p + "self_attn.v_proj.weight", (KV, H)),
+          (p + "self_attn.o_proj.weight", (H, Q)), (p + "post_attention_layernorm.weight", (H,)),
+          (p + "mlp.gate_proj.weight", (I, H)), (p + "mlp.up_proj.weight", (I, H)),
+          (p + "mlp.down_proj.weight", (H, I))]
+t += [("model.norm.weight", (H,)), ("lm_head.weight", (V, H))]
+rng, hdr, blobs, off = random.Random(20), {}, [], 0
+for name, shape in t:
+    n = shape[0] * (shape[1] if len(shape) > 1 else 1)
+    if len(shape) == 1:
+        a = array("f", (1.0 + rng.uniform(-0.1, 0.1) for _ in range(n)))
+    else:
+        s = 1.0 / shape[1] ** 0.5
+        a = array("f", (rng.uniform(-s, s) for _ in range(n)))
+    if sys.byteorder == "big":
+        a.byteswap()
+    b = a.tobytes(); blobs.append(b)
+    hdr[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [off, off + len(b)]}; off += len(b)
+h = json.dumps(hdr).encode(); h += b" " * (-len(h) % 8)
+with open(os.path.join(root, "demo-small", "model.safetensors"), "wb") as f:
+    f.write(struct.pack("<Q", len(h))); f.write(h)
+    for b in blobs: f.write(b)
+PY
+  cat > "$JOBDIR/small.yaml" <<YAML
+name: small
+description: the pushed demo-small model (generated weights), TP over the group
+runtime: spark-decode
+model: demo-small             # a bare name: each node's store (SPARK_MODEL_DIR)
+args: --tokenizer bytes
+memory: 1
+health: {interval: 1s}
+YAML
+  cat > "$JOBDIR/large.yaml" <<YAML
+name: large
+description: the demo-large shape (about 10x demo-small's weights), synthetic bf16 weights
+runtime: spark-decode
+model: synthetic:demo-large
+args: --catalog $JOBDIR/shapes.yaml
+memory: 4
+health: {interval: 1s}
+YAML
+  chmod -R a+rX "$JOBDIR"
+  say "sparkctl fit demo-small --nodes 2; sparkctl fit demo-large --nodes 2    # their config.json"
+  for m in demo-small demo-large; do
+    on 1 fit "$JOBDIR/$m" --nodes 2 | grep -E '^(Model|Layout|Verdict):'
+  done
+  say "sparkctl model push demo-small --group train      # on $SIM-3, to $SIM-1 and $SIM-2"
+  on 3 model push "$JOBDIR/demo-small" --group train
+  say "sparkctl serve small.yaml --group train; sparkctl serve large.yaml --group serve"
+  on 1 serve "$JOBDIR/small.yaml" --group train
+  on 1 serve "$JOBDIR/large.yaml" --group serve
+  for _ in $(seq 120); do
+    [ "$(on 1 svc ls -o json | python3 -c 'import json,sys; print(sum(s["state"] == "ready" for s in json.load(sys.stdin)["services"]))')" = 2 ] && break
+    sleep 0.5
+  done
+  say "sparkctl svc ls"
+  on 1 svc ls
+  say "sparkctl route serve --policy dist/router-demo.yaml &      # on $SIM-1"
+  sparkctl sim exec "$SIM-1" -- sparkctl route serve --policy dist/router-demo.yaml \
+    --pid-file "$JOBDIR/router.pid" --log "$JOBDIR/route.jsonl" 2>"$JOBDIR/router.log" &
+  ROUTER=$!
+  inside() { sparkctl sim exec "$SIM-1" -- "$@"; }
+  for _ in $(seq 100); do
+    inside curl -s http://127.0.0.1:4000/v1/decision \
+      -d '{"model":"auto","messages":[{"role":"user","content":"hi"}]}' 2>/dev/null |
+      grep -q '"resolvable":true' && break
+    sleep 0.2
+  done
+  # ask PROMPT: one request through the router; the target from its headers
+  ask() {
+    inside curl -s -D "$JOBDIR/hdr" -o "$JOBDIR/body" http://127.0.0.1:4000/v1/chat/completions \
+      -d "$(python3 -c 'import json,sys; print(json.dumps({"model": "auto", "max_tokens": 12,
+        "messages": [{"role": "user", "content": sys.argv[1]}]}))' "$1")"
+    grep -i '^x-spark-' "$JOBDIR/hdr" | tr -d '\r' | tr '\n' ' '; echo
+    python3 -c 'import json,sys; d = json.load(open(sys.argv[1])); u = d["usage"]
+print("  model %s: %d prompt + %d completion tokens" % (d["model"], u["prompt_tokens"], u["completion_tokens"]))' "$JOBDIR/body"
+  }
+  say "curl localhost:4000/v1/chat/completions    # model auto: short, long and hard prompts"
+  ask "hello there"
+  ask "$(printf 'node %s: link up, probe ok. ' $(seq 20))summarise the log"
+  ask "prove that the ring all-reduce sends 2(n-1)/n of the data"
+  say "curl -N ... '\"stream\":true'                  # a streamed answer, chunk by chunk"
+  inside curl -sN -D "$JOBDIR/hdr" http://127.0.0.1:4000/v1/chat/completions \
+    -d '{"model":"auto","stream":true,"max_tokens":6,"messages":[{"role":"user","content":"explain streaming in a few tokens"}]}' |
+    python3 -c 'import json, sys
+for line in sys.stdin:
+    if line.startswith("data: {"):
+        c = json.loads(line[6:])
+        for ch in c["choices"]:
+            print("data: chunk of %s: %r%s" % (c["model"], ch["delta"].get("content", ""),
+                  " finish_reason=" + ch["finish_reason"] if ch.get("finish_reason") else ""))
+    elif line.startswith("data:"):
+        print(line.rstrip())'
+  grep -i '^x-spark-target' "$JOBDIR/hdr" | tr -d '\r'
+  say "sparkctl svc stop small; sparkctl svc stop large; kill spark-router"
+  kill -TERM "$(cat "$JOBDIR/router.pid")"
+  wait "$ROUTER" || true
+  on 1 svc stop small
+  on 1 svc stop large
+  on 1 svc rm small >/dev/null
+  on 1 svc rm large >/dev/null
+fi
 rm -rf "$JOBDIR"
 say "sparkctl sim down --name $SIM"
 sparkctl sim down --name "$SIM"
