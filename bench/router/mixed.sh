@@ -2,7 +2,7 @@
 # bench/router/mixed.sh: the seed's mixed-workload claim. One simulated switch
 # cluster of 4 nodes (real sparkd in each), two spark-decode pools served with
 # `sparkctl serve` on two groups of 2 (TP=2 each): "small" (shape mix-small,
-# about 20 M parameters) and "large" (mix-large, about 100 M: roughly 5x the
+# about 20 M parameters) and "large" (mix-large, about 100 M: about 7x the
 # weights read per token), synthetic bf16 weights, the byte tokenizer. In
 # front, spark-router (`sparkctl route serve`, in node 1's namespace) with the
 # shipped policy dist/router-demo.yaml. One fixed mixed workload (short easy
