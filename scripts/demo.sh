@@ -211,10 +211,17 @@ YAML
   say "sparkctl serve small.yaml --group train; sparkctl serve large.yaml --group serve"
   on 1 serve "$JOBDIR/small.yaml" --group train
   on 1 serve "$JOBDIR/large.yaml" --group serve
+  ready=0
   for _ in $(seq 120); do
-    [ "$(on 1 svc ls -o json | python3 -c 'import json,sys; print(sum(s["state"] == "ready" for s in json.load(sys.stdin)["services"]))')" = 2 ] && break
+    ready=$(on 1 svc ls -o json | python3 -c 'import json,sys; print(sum(s["state"] == "ready" for s in json.load(sys.stdin)["services"]))')
+    [ "$ready" = 2 ] && break
     sleep 0.5
   done
+  if [ "$ready" != 2 ]; then
+    on 1 svc ls >&2 || true; { on 1 svc logs small; on 1 svc logs large; } 2>&1 | tail -10 >&2 || true
+    echo "demo.sh: the two services are not ready after 60 s (svc ls and their logs above)" >&2
+    exit 1
+  fi
   say "sparkctl svc ls"
   on 1 svc ls
   say "sparkctl route serve --policy dist/router-demo.yaml &      # on $SIM-1"
@@ -223,11 +230,16 @@ YAML
   ROUTER=$!
   inside() { sparkctl sim exec "$SIM-1" -- "$@"; }
   for _ in $(seq 100); do
-    inside curl -s http://127.0.0.1:4000/v1/decision \
-      -d '{"model":"auto","messages":[{"role":"user","content":"hi"}]}' 2>/dev/null |
-      grep -q '"resolvable":true' && break
+    d=$(inside curl -s http://127.0.0.1:4000/v1/decision \
+      -d '{"model":"auto","messages":[{"role":"user","content":"hi"}]}' 2>/dev/null || true)
+    case $d in *'"resolvable":true'*) break ;; esac
     sleep 0.2
   done
+  case $d in *'"resolvable":true'*) ;; *)
+    tail -5 "$JOBDIR/router.log" >&2 || true
+    echo "demo.sh: spark-router does not route to the services after 20 s (its log above)" >&2
+    exit 1 ;;
+  esac
   # ask PROMPT: one request through the router; the target from its headers
   ask() {
     inside curl -s -D "$JOBDIR/hdr" -o "$JOBDIR/body" http://127.0.0.1:4000/v1/chat/completions \

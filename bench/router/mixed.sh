@@ -101,19 +101,31 @@ on 1 group create gsmall --nodes "$SIM-1,$SIM-2" >/dev/null
 on 1 group create glarge --nodes "$SIM-3,$SIM-4" >/dev/null
 on 1 serve "$DIR/small.yaml" --group gsmall >/dev/null
 on 1 serve "$DIR/large.yaml" --group glarge >/dev/null
+ready=0
 for _ in $(seq 240); do
-  [ "$(on 1 svc ls -o json | python3 -c 'import json,sys; print(sum(s["state"] == "ready" for s in json.load(sys.stdin)["services"]))')" = 2 ] && break
+  ready=$(on 1 svc ls -o json | python3 -c 'import json,sys; print(sum(s["state"] == "ready" for s in json.load(sys.stdin)["services"]))')
+  [ "$ready" = 2 ] && break
   sleep 0.5
 done
+if [ "$ready" != 2 ]; then
+  on 1 svc ls >&2 || true; { on 1 svc logs small; on 1 svc logs large; } 2>&1 | tail -10 >&2 || true
+  echo "mixed.sh: the two services are not ready after 120 s (svc ls and their logs above)" >&2
+  exit 1
+fi
 on 1 svc ls >&2
 inside sparkctl route serve --policy "$SRC/dist/router-demo.yaml" --pid-file "$DIR/router.pid" \
   --log "$DIR/route.jsonl" 2>"$DIR/router.log" &
 for _ in $(seq 100); do
-  inside curl -s http://127.0.0.1:4000/v1/decision \
-    -d '{"model":"auto","messages":[{"role":"user","content":"hi"}]}' 2>/dev/null |
-    grep -q '"resolvable":true' && break
+  d=$(inside curl -s http://127.0.0.1:4000/v1/decision \
+    -d '{"model":"auto","messages":[{"role":"user","content":"hi"}]}' 2>/dev/null || true)
+  case $d in *'"resolvable":true'*) break ;; esac
   sleep 0.2
 done
+case $d in *'"resolvable":true'*) ;; *)
+  tail -5 "$DIR/router.log" >&2 || true
+  echo "mixed.sh: spark-router does not route to the services after 20 s (its log above)" >&2
+  exit 1 ;;
+esac
 
 # the client: runs inside node 1's namespace, prints one JSON line per round
 cat >"$DIR/client.py" <<'PY'
