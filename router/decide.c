@@ -3,6 +3,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -659,8 +660,9 @@ static const char *skip_ws(const char *p, const char *end)
 }
 
 /* The object after the last "usage": when it closes the top-level object
- * (one '}' and blanks after it), else NULL. In JSON an unescaped "usage"
- * followed by ':' is always a key, never text inside a string. */
+ * (one '}' and blanks after it), else NULL. In JSON a "usage" whose first
+ * quote is not escaped, followed by ':', is always a key named usage, never
+ * text inside a string. */
 static json_t *usage_at_end(const char *text, size_t len)
 {
 	const char *end = text + len, *k = NULL;
@@ -669,9 +671,12 @@ static json_t *usage_at_end(const char *text, size_t len)
 		if (!q)
 			break;
 		k = q;
-		p = q + 7;
+		p = q + 1;
 	}
-	if (!k)
+	size_t bs = 0; /* an escaped quote ("a\\"usage": ...) is inside a key */
+	while (k && k - bs > text && k[-1 - (ptrdiff_t)bs] == '\\')
+		bs++;
+	if (!k || bs % 2)
 		return NULL;
 	const char *p = skip_ws(k + 7, end);
 	if (p == end || *p != ':')

@@ -524,6 +524,8 @@ Test(decide, usage_is_read_from_answers_and_chunks)
 		/* "usage" inside the text of a message */
 		{"{\"choices\":[{\"message\":{\"content\":\"\\\"usage\\\":{\\\"prompt_tokens\\\":9}}\"}}]}",
 		 -ENOENT, 0, 0},
+		/* a key that ends in "usage" (an escaped quote before it) */
+		{"{\"a\\\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":5}}", -ENOENT, 0, 0},
 		/* OpenAI's chunks before the last carry "usage":null */
 		{"{\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"usage\":null}", -ENOENT, 0, 0},
 		/* bounded and positive counts only */
