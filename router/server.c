@@ -57,6 +57,7 @@ struct gen {
 	/* a request naming a model a service target serves (GET /v1/models lists
 	 * them) goes to that target: one passthrough route per service target */
 	struct route svc_route[POLICY_MAX_TARGETS];
+	char tlabel[POLICY_MAX_TARGETS][POLICY_NAME_MAX + 16]; /* target="NAME" (metrics) */
 };
 
 struct server {
@@ -332,8 +333,7 @@ static void resume(struct rq *r)
 
 static void target_gauges(struct server *s, struct gen *g, int t)
 {
-	char l[128];
-	snprintf(l, sizeof l, "target=\"%s\"", g->p->targets[t].name);
+	const char *l = g->tlabel[t];
 	metrics_set(s->m, "spark_router_inflight", l, g->ts[t].inflight);
 	metrics_set(s->m, "spark_router_queue_depth", l, g->ts[t].qlen);
 }
@@ -350,8 +350,7 @@ static void target_health(struct server *s, struct gen *g, int t, bool failed)
 {
 	struct tstate *ts = &g->ts[t];
 	const struct target *tg = &g->p->targets[t];
-	char l[128];
-	snprintf(l, sizeof l, "target=\"%s\"", tg->name);
+	const char *l = g->tlabel[t];
 	if (!failed) {
 		ts->fails = 0;
 		metrics_set(s->m, "spark_router_target_cooled", l, 0);
@@ -916,12 +915,17 @@ static void on_upstream_done(CURL *e, CURLcode rc, void *arg)
 	} else {
 		r->t_first = now_ns();
 		usage_tokens(r, r->rbuf + r->roff, r->rlen - r->roff);
-		char *b = malloc(r->rlen - r->roff + 1);
-		if (b) {
-			memcpy(b, r->rbuf + r->roff, r->rlen - r->roff);
-			answer(r, (unsigned)r->status, r->ctype[0] ? r->ctype : "application/json", b,
-			       r->rlen - r->roff);
+		size_t n = r->rlen - r->roff;
+		char *b;
+		if (r->roff == 0 && n) { /* the buffer itself becomes the answer's */
+			b = r->rbuf;
+			r->rbuf = NULL;
+			r->rlen = r->rcap = 0;
+		} else if ((b = malloc(n + 1))) {
+			memcpy(b, r->rbuf + r->roff, n);
 		}
+		if (b)
+			answer(r, (unsigned)r->status, r->ctype[0] ? r->ctype : "application/json", b, n);
 	}
 	resume(r);
 }
@@ -1489,6 +1493,7 @@ static struct gen *gen_new(struct policy *p)
 		util_strlcpy(rt->name, p->targets[i].name, sizeof rt->name);
 		rt->type = ROUTE_PASSTHROUGH;
 		rt->target = (int)i;
+		snprintf(g->tlabel[i], sizeof g->tlabel[i], "target=\"%s\"", p->targets[i].name);
 	}
 	for (size_t i = 0; i < p->n_routes; i++) {
 		uint64_t seed = p->routes[i].seed;
