@@ -70,6 +70,8 @@ struct server {
 	struct upstream *up;
 	struct metrics *m;
 	FILE *log;
+	char logbuf[65536];              /* its stdio buffer */
+	size_t log_pending;              /* bytes in it */
 	int port;
 	uint64_t next_id;
 	struct connrec conns;            /* list head */
@@ -293,9 +295,12 @@ static void waiting_unlink(struct rq *r)
 /* Requests suspended for 200 ms get the watch; most answers come sooner, and
  * a uv_poll per request costs 10 to 25% of the throughput (docs/router.md). */
 #define WATCH_AFTER_MS 200
+#define WATCH_MS 100
+static void log_flush(struct server *s);
 static void on_watch(uv_timer_t *t)
 {
 	struct server *s = t->data;
+	log_flush(s);
 	uint64_t now = util_now_ms();
 	for (struct rq *r = s->waiting; r; r = r->wnext)
 		if (!r->dpoll && now - r->susp_ms >= WATCH_AFTER_MS)
@@ -1315,6 +1320,17 @@ static void rq_maybe_free(struct rq *r)
 	free(r);
 }
 
+/* A routing log file is written from a 64 KiB buffer at whole lines, at the
+ * latest WATCH_MS after a line (on_watch) and when the router stops, not
+ * with a write(2) per request. */
+static void log_flush(struct server *s)
+{
+	if (s->log && s->log_pending) {
+		fflush(s->log);
+		s->log_pending = 0;
+	}
+}
+
 static void log_request(struct rq *r, enum MHD_RequestTerminationCode toe)
 {
 	struct server *s = r->s;
@@ -1358,8 +1374,13 @@ static void log_request(struct rq *r, enum MHD_RequestTerminationCode toe)
 	char *line = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
 	if (line) {
+		size_t n = strlen(line) + 1;
+		if (s->log_pending + n > sizeof s->logbuf) /* whole lines reach the file */
+			log_flush(s);
 		fprintf(s->log, "%s\n", line);
-		fflush(s->log);
+		s->log_pending += n;
+		if (s->log == stdout) /* a terminal or a pipe: line by line */
+			log_flush(s);
 		free(line);
 	}
 }
@@ -1665,6 +1686,8 @@ int server_start(uv_loop_t *loop, struct policy *p, const struct server_opts *o,
 			free(s);
 			return -errno;
 		}
+		if (s->log != stdout)
+			setvbuf(s->log, s->logbuf, _IOFBF, sizeof s->logbuf);
 	}
 	s->m = metrics_new();
 	metrics_family(s->m, "spark_router_requests_total", METRIC_COUNTER,
@@ -1724,7 +1747,7 @@ int server_start(uv_loop_t *loop, struct policy *p, const struct server_opts *o,
 	uv_timer_start(&s->sweep, on_sweep, 1000, 1000);
 	uv_timer_init(loop, &s->watch);
 	s->watch.data = s;
-	uv_timer_start(&s->watch, on_watch, 100, 100);
+	uv_timer_start(&s->watch, on_watch, WATCH_MS, WATCH_MS);
 	s->sock = strdup(o->control_socket ? o->control_socket : SPARK_DEFAULT_SOCKET);
 	if (!s->sock || cluster_follow(s) < 0) {
 		snprintf(err, errlen, "cannot follow the cluster's services on %s: %s", s->sock ? s->sock : "", strerror(errno));
@@ -1754,6 +1777,7 @@ void server_stop(struct server *s)
 	MHD_quiesce_daemon(s->d);
 	cluster_free(s->cl);
 	s->cl = NULL;
+	log_flush(s);
 	if (s->log && s->log != stdout)
 		fclose(s->log);
 	s->log = NULL;

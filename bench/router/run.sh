@@ -10,6 +10,7 @@
 # requests, less about 1 ms) direct and through spark-router,
 # for the latency spark-router adds, and its own routing-overhead histogram
 # (parsing and deciding, spark_router_routing_overhead_seconds).
+# --log writes the routing log (to a file in the run's temporary directory).
 # --baseline BIN adds another spark-router binary (an older build, say) as
 # the path "baseline", in the same alternating rounds: before/after figures
 # from one run. The router paths also show the router process's CPU time per
@@ -17,7 +18,7 @@
 # Not part of CI. Needs node, npm (first run: installs the gateway into
 # $SPARK_NPM_CACHE/bench-router), wrk, python3.
 #   bench/router/run.sh [--build DIR] [--duration S] [--connections C] [--rounds N] [--rate R]
-#                       [--baseline BIN]
+#                       [--baseline BIN] [--log]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SRC=$PWD
@@ -27,6 +28,7 @@ CONN=50
 ROUNDS=3
 RATE=1000
 BASE=
+LOGLINE=
 while [ $# -gt 0 ]; do
   case $1 in
     --build) BUILD=$2; shift 2 ;;
@@ -35,7 +37,8 @@ while [ $# -gt 0 ]; do
     --rounds) ROUNDS=$2; shift 2 ;;
     --rate) RATE=$2; shift 2 ;;
     --baseline) BASE=$2; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    --log) LOGLINE=yes; shift ;;
+    -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
     *) echo "$0: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -70,6 +73,7 @@ start_fake up
 UP=$PORT_up
 
 cat >"$DIR/policy.yaml" <<EOP
+${LOGLINE:+log: $DIR/routing.jsonl}
 targets:
   up: {url: 'http://127.0.0.1:$UP/v1'}
 routes:
@@ -86,7 +90,8 @@ pids+=($!)
 RPID=$!
 if [ -n "$BASE" ]; then
   BP=$(free_port)
-  "$BASE" --policy "$DIR/policy.yaml" --listen "127.0.0.1:$BP" --log-level warn 2>"$DIR/baseline.log" &
+  sed "s|routing.jsonl|routing-baseline.jsonl|" "$DIR/policy.yaml" >"$DIR/policy-baseline.yaml"
+  "$BASE" --policy "$DIR/policy-baseline.yaml" --listen "127.0.0.1:$BP" --log-level warn 2>"$DIR/baseline.log" &
   pids+=($!)
   BPID=$!
 fi

@@ -470,6 +470,7 @@ kill "$RPID"
 # it, and the next request is answered on a new connection
 FAKE_KEEPALIVE_MS=300 start_fake k
 cat >"$DIR/keep.yaml" <<EOF
+log: $DIR/keep.jsonl
 targets:
   k: {url: 'http://127.0.0.1:$PORT_k/v1'}
 routes:
@@ -492,5 +493,14 @@ done
 n=$(curl -sS "http://127.0.0.1:$PORT_k/stats" | sed -n 's/.*"requests":\([0-9]*\).*/\1/p')
 [ "$n" = 3 ] || die "the upstream saw $n requests, not 3"
 ok "an upstream closing idle connections: no spinning while idle, the next request answered (3 of 3)"
+# the routing log is buffered: whole lines, all of them written when the router stops
 kill "$RPID"
+wait "$RPID" 2>/dev/null || true
+python3 - "$DIR/keep.jsonl" <<'PY' || die "routing log after SIGTERM: $(cat "$DIR/keep.jsonl")"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["status"] for r in rows] == [200, 200, 200], rows
+assert open(sys.argv[1]).read().endswith("\n")
+PY
+ok "the routing log holds every request, whole lines, once the router stopped"
 echo "router_http: $pass checks passed"
