@@ -309,7 +309,11 @@ code=$(curl -sS -o "$DIR/body" -w '%{http_code}' "$U/v1/chat/completions" -d '{"
 code=$(chat nosuchmodel hi)
 [ "$code" = 404 ] && grep -q '"code":"model_not_found"' "$DIR/body" || die "unknown model: $code"
 head -c 200000 /dev/zero | tr '\0' 'a' >"$DIR/huge"
-code=$(curl -sS -o "$DIR/body" -w '%{http_code}' "$U/v1/chat/completions" --data-binary @"$DIR/huge")
+# A declared length over the limit is answered before the body is read, and the
+# connection closed: a client that sends the body regardless may see that close as a
+# reset before it reads the 413 (a race in the test, not the router's answer), so this
+# client asks first, as clients of big uploads do (Expect: 100-continue).
+code=$(curl -sS -o "$DIR/body" -w '%{http_code}' -H 'Expect: 100-continue' "$U/v1/chat/completions" --data-binary @"$DIR/huge")
 [ "$code" = 413 ] || die "huge body: $code"
 code=$(curl -sS -o "$DIR/body" -w '%{http_code}' "$U/v1/chat/completions" -H 'Transfer-Encoding: chunked' --data-binary @"$DIR/huge")
 [ "$code" = 413 ] || die "huge chunked body: $code"
