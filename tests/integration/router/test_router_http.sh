@@ -366,7 +366,51 @@ socks = [socket.create_connection(("127.0.0.1", int(sys.argv[1]))) for _ in rang
 r = urllib.request.urlopen("http://127.0.0.1:%s/health" % sys.argv[1], timeout=5)
 assert r.read() == b'{"status":"ok"}'
 PY
-ok "slowloris cut off within the header deadline; 500 idle connections and the router still answers"
+# 10,000 idle connections on a router whose policy allows 12,000 (max_connections):
+# it holds them all (no request, no memory beyond each connection's pool) and still
+# answers a client that comes after them at once
+MAIN_RPORT=$RPORT MAIN_RPID=$RPID
+sed -e 's/^max_connections: 600$/max_connections: 12000/' -e 's/^idle_timeout_s: 2$/idle_timeout_s: 60/' \
+  -e "s|^log: .*|log: $DIR/routing-many.jsonl|" "$DIR/policy.yaml" >"$DIR/many.yaml"
+start_router "$DIR/many.yaml" many
+python3 - "$RPORT" "$RPID" <<'PY' || die "10,000 idle connections"
+import errno, resource, select, socket, sys, time, urllib.request
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 20000), hard))
+port, pid = int(sys.argv[1]), sys.argv[2]
+socks = []
+ep = select.epoll()
+for _ in range(10000):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setblocking(False)
+    e = s.connect_ex(("127.0.0.1", port))
+    assert e in (0, errno.EINPROGRESS), e
+    socks.append(s)
+    ep.register(s.fileno(), select.EPOLLOUT)
+left, deadline = len(socks), time.time() + 30
+while left:
+    ev = ep.poll(max(0.0, deadline - time.time()))
+    assert ev, "%d connects did not complete" % left
+    for fd, _ in ev:
+        ep.unregister(fd)
+        left -= 1
+# the router has accepted them (its open descriptors), none was closed on us
+t0 = time.time()
+while True:
+    n = len(__import__("os").listdir("/proc/%s/fd" % pid))
+    if n >= 10000 or time.time() - t0 > 20:
+        break
+    time.sleep(0.2)
+assert n >= 10000, "the router holds %d descriptors, not the 10,000 connections" % n
+t0 = time.time()
+r = urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=5)
+assert r.read() == b'{"status":"ok"}'
+print("health answered in %.0f ms beside 10,000 idle connections" % ((time.time() - t0) * 1000), file=sys.stderr)
+PY
+kill -0 "$RPID" || die "the router died under 10,000 idle connections"
+kill "$RPID"; wait "$RPID" 2>/dev/null
+RPORT=$MAIN_RPORT RPID=$MAIN_RPID
+ok "slowloris cut off within the header deadline; 500 idle connections and the router still answers; 10,000 idle connections held and the router answers beside them"
 kill -0 "$RPID" || die "the router died"
 
 # metrics
