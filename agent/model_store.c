@@ -464,6 +464,52 @@ int mm_store_put(const char *root, const struct mm_manifest *m, size_t chunk, co
 	return r;
 }
 
+int mm_store_repair(const char *root, const struct mm_manifest *m, size_t chunk, const void *data,
+		    size_t len)
+{
+	uint64_t off;
+	const struct mm_file *f = mm_chunk_file(m, chunk, &off, NULL);
+	if (!f)
+		return -EINVAL;
+	int r = mm_check_chunk(m, chunk, data, len);
+	if (r < 0)
+		return r;
+	char final[PATH_MAX], part[PATH_MAX];
+	if ((r = mm_store_paths(root, m, (size_t)(f - m->files), final, sizeof final, part,
+				sizeof part)) < 0)
+		return r;
+	bool is_final = true;
+	int fd = open(final, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0) {
+		is_final = false;
+		fd = open(part, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+	}
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != f->size) {
+		close(fd);
+		return -EIO;
+	}
+	size_t done = 0;
+	while (done < len) {
+		ssize_t k = pwrite(fd, (const uint8_t *)data + done, len - done, (off_t)(off + done));
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0) {
+			r = -errno;
+			break;
+		}
+		done += (size_t)k;
+	}
+	if (r == 0 && is_final)
+		r = settle_file(fd, f);
+	else if (r == 0 && fsync(fd) < 0)
+		r = -errno;
+	close(fd);
+	return r;
+}
+
 int mm_store_finish_file(const char *root, const struct mm_manifest *m, size_t file)
 {
 	char final[PATH_MAX], part[PATH_MAX];

@@ -389,8 +389,100 @@ Test(relay, corruption_on_the_wire_is_caught_and_repaired)
 	cr_assert_eq(json_integer_value(json_object_get(r2, "chunks_bad")), 1,
 		     "n2 saw one bad chunk");
 	cr_assert_eq(json_integer_value(json_object_get(report_of("n1"), "chunks_bad")), 0);
+	/* the report names the repair: chunk 5 is chunk 4 of the second file */
+	json_t *rep = json_object_get(r2, "repairs");
+	cr_assert_eq(json_array_size(rep), 1, "n2 names one repair");
+	json_t *x = json_array_get(rep, 0);
+	cr_assert_str_eq(json_string_value(json_object_get(x, "path")), "model-00001.safetensors");
+	cr_assert_eq(json_integer_value(json_object_get(x, "chunk")), 4);
+	cr_assert_str_eq(json_string_value(json_object_get(x, "problem")), "corrupted on receipt");
+	cr_assert_str_eq(json_string_value(json_object_get(x, "bad_from")), "n1");
+	cr_assert_str_eq(json_string_value(json_object_get(x, "from")), "n1",
+			 "sent again by n1, which verified it");
+	cr_assert_eq(json_array_size(json_object_get(report_of("n3"), "repairs")), 0);
 	for (int i = 1; i < NN; i++)
 		same_content(i);
+	cleanup_push();
+}
+
+/* Flip one byte of the second file's chunk K in node i's copy, keeping its
+ * size and mtime (a disk that rots under a file recorded complete). */
+static void rot(int i, size_t k)
+{
+	char p[600];
+	snprintf(p, sizeof p, "%s/tiny/model-00001.safetensors", nodes[i].store);
+	struct stat st;
+	cr_assert_eq(stat(p, &st), 0);
+	int fd = open(p, O_RDWR);
+	cr_assert_geq(fd, 0);
+	uint8_t b;
+	off_t off = (off_t)(k * CS + 100);
+	cr_assert_eq(pread(fd, &b, 1, off), 1);
+	b ^= 0x10;
+	cr_assert_eq(pwrite(fd, &b, 1, off), 1);
+	struct timespec ts[2] = {st.st_atim, st.st_mtim};
+	cr_assert_eq(futimens(fd, ts), 0);
+	close(fd);
+}
+
+static size_t damaged(int i)
+{
+	json_t *bad = NULL;
+	char err[256] = "";
+	cr_assert_eq(mm_store_verify(nodes[i].store, "tiny", &bad, err, sizeof err), 0, "%s", err);
+	size_t n = json_array_size(bad);
+	json_decref(bad);
+	return n;
+}
+
+static json_t *only_repair(const char *node)
+{
+	json_t *rep = json_object_get(report_of(node), "repairs");
+	cr_assert_eq(json_array_size(rep), 1, "%s names one repair", node);
+	return json_array_get(rep, 0);
+}
+
+/* A relay whose copy rotted on disk (size and mtime unchanged, so it counts
+ * as held) finds out when it reads the chunk to forward it, gets it again from
+ * the node before it, mends its own copy and serves the node after it; with
+ * the node before it damaged too, that one asks the source in turn. */
+Test(relay, a_relay_with_a_damaged_copy_fetches_it_again)
+{
+	char err[256];
+	start_engines();
+	push("41", 0);
+	cr_assert_eq(nodes[0].status, 0);
+	rot(1, 3);
+	cr_assert_eq(damaged(1), 1, "n1's copy is damaged");
+	cr_assert_eq(mm_store_remove(nodes[2].store, "tiny", err, sizeof err), 0, "%s", err);
+	push("42", 0);
+	cr_assert_eq(nodes[0].status, 0, "complete everywhere");
+	json_t *x = only_repair("n1");
+	cr_assert_str_eq(json_string_value(json_object_get(x, "path")), "model-00001.safetensors");
+	cr_assert_eq(json_integer_value(json_object_get(x, "chunk")), 3);
+	cr_assert_str_eq(json_string_value(json_object_get(x, "problem")), "damaged on disk");
+	cr_assert_str_eq(json_string_value(json_object_get(x, "from")), "src");
+	cr_assert_eq(json_integer_value(json_object_get(report_of("n1"), "bytes_written")), 0);
+	cr_assert_eq(json_integer_value(json_object_get(report_of("n2"), "bytes_written")),
+		     (json_int_t)man->total_bytes);
+	for (int i = 1; i < NN; i++) {
+		same_content(i);
+		cr_assert_eq(damaged(i), 0, "%s verifies clean", ids[i]);
+	}
+	/* n1 and n2 both damaged at chunk 7, n3 lacks the model: n2 asks n1, n1 asks src */
+	rot(1, 7);
+	rot(2, 7);
+	cr_assert_eq(mm_store_remove(nodes[3].store, "tiny", err, sizeof err), 0, "%s", err);
+	push("43", 0);
+	cr_assert_eq(nodes[0].status, 0, "complete everywhere");
+	cr_assert_str_eq(json_string_value(json_object_get(only_repair("n1"), "from")), "src");
+	cr_assert_str_eq(json_string_value(json_object_get(only_repair("n2"), "from")), "n1");
+	cr_assert_eq(json_integer_value(json_object_get(only_repair("n2"), "chunk")), 7);
+	cr_assert_eq(json_array_size(json_object_get(report_of("n3"), "repairs")), 0);
+	for (int i = 1; i < NN; i++) {
+		same_content(i);
+		cr_assert_eq(damaged(i), 0, "%s verifies clean", ids[i]);
+	}
 	cleanup_push();
 }
 
