@@ -1134,11 +1134,9 @@ static void f_model_push_end(struct agent *a, const char *from, const json_t *ms
 		return;
 	struct svc_req r = {.reply = rp->reply, .id = rp->id};
 	json_t *d = json_object_get(msg, "data"), *e = json_object_get(msg, "error");
-	if (rp->gone)
-		;
-	else if (json_is_true(json_object_get(msg, "ok")) && json_is_object(d))
+	if (!rp->gone && json_is_true(json_object_get(msg, "ok")) && json_is_object(d))
 		svc_reply(&r, json_incref(d));
-	else
+	else if (!rp->gone)
 		svc_error(&r, proto_str(e, "code") ? proto_str(e, "code") : "failed", "%s: %s",
 			  rp->node_name, proto_str(e, "message") ? proto_str(e, "message")
 								 : "the push failed");
