@@ -560,6 +560,17 @@ Test(models, relay_repairs_its_copy_and_push_from_another_node)
 	cr_assert_eq(r.rc, 0, "%s", r.err);
 	cr_assert(strstr(r.out, "complete on every node"), "%s", r.out);
 	h_result_free(&r);
+	/* the head as the source, asked on a worker (the head's own node: its mailbox) */
+	r = h_ctl(c, 2, "model", "push", src, "--from", "node-1", "--nodes", "node-2", "--name",
+		  "fromhead", "-o", "json", NULL);
+	cr_assert_eq(r.rc, 0, "%s\n%s", r.out, r.err);
+	j = h_json(&r);
+	cr_assert(json_is_true(json_object_get(j, "complete")), "%s", r.out);
+	cr_assert_eq(json_integer_value(json_object_get(node_report(j, "node-2"), "bytes_written")),
+		     total);
+	json_decref(j);
+	h_result_free(&r);
+	same_files(s1, "fromhead");
 	/* bad input */
 	r = h_ctl(c, 2, "model", "push", "relative/dir", "--from", "node-2", "--nodes", "node-1",
 		  NULL);
