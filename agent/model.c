@@ -7,6 +7,9 @@
  *   model_push {dir, name, chain: [{id, host, port}]} (admin, streams)
  *        -> "stream" {event: "progress", node, bytes, total} ..., then
  *           {"name", "files", "bytes", "seconds", "nodes": [report]}
+ *   model_push_from {from, ...model_push} (admin, head, streams): the head
+ *        sends node FROM model_push_run, which answers with model_push_event
+ *        and model_push_end frames, passed on as model_push's stream and answer
  * verify re-hashes every chunk in a libuv worker thread, so the agent keeps
  * answering meanwhile; so does model_push for the manifest. A push is the
  * chain of data links of model_relay.c: once this node has an identity, it
