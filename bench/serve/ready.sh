@@ -14,7 +14,7 @@ set -euo pipefail
 export SPARK_BUILD_DIR=$1 SPARK_SOURCE_DIR
 SPARK_SOURCE_DIR=$(cd "$(dirname "$0")/../.." && pwd)
 RUNS=$2
-# shellcheck source=../../tests/integration/serve/serve_lib.sh
+# shellcheck source=tests/integration/serve/serve_lib.sh
 . "$SPARK_SOURCE_DIR/tests/integration/serve/serve_lib.sh"
 sl_init bench-ready
 now() { date +%s.%N; }

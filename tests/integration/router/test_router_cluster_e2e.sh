@@ -14,7 +14,7 @@
 #     /v1/models); `svc restart` brings it back once ready.
 set -euo pipefail
 S=${SPARK_SOURCE_DIR:?}
-# shellcheck source=../serve/serve_lib.sh
+# shellcheck source=tests/integration/serve/serve_lib.sh
 . "$S/tests/integration/serve/serve_lib.sh"
 sl_init router-e2e
 [ -x "$B/router/spark-router" ] || { echo "SKIP: spark-router is not built"; exit 77; }
@@ -40,7 +40,7 @@ EOF
 ip netns exec "$P-4" env SPARKCTL_SOCKET="/run/sparkctl-sim/$P/$P-4/sparkd.sock" \
   "$SPARKCTL" route serve --policy "$DIR/policy.yaml" --listen 127.0.0.1:0 2>"$DIR/router.log" &
 RPID=$!
-pids+=($RPID)
+pids+=("$RPID")
 grep_log() { grep -q "$1" "$DIR/router.log"; }
 for _ in $(seq 100); do grep_log 'msg=router_listen' && break; sleep 0.1; done
 RPORT=$(sed -n 's/.*msg=router_listen.* port=\([0-9]*\).*/\1/p' "$DIR/router.log")

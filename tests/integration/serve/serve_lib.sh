@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # serve_lib.sh: a simulated cluster with a real sparkd in every node, for the
 # tests that serve spark-decode on it (test_serve_decode.sh,
 # ../router/test_router_cluster_e2e.sh) and bench/serve/run.sh. Sourced by
@@ -16,6 +17,7 @@ sl_init() {
   [ "$(id -u)" = 0 ] || { echo "SKIP: needs root (network namespaces)"; exit 77; }
   command -v curl >/dev/null || { echo "SKIP: curl is not installed"; exit 77; }
   B=${SPARK_BUILD_DIR:?}
+  # shellcheck disable=SC2034 # S and pass are for the callers
   S=${SPARK_SOURCE_DIR:?}
   SPARKCTL=$B/cli/sparkctl
   DEC=$B/runtime/decode/spark-decode

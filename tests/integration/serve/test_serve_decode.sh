@@ -17,7 +17,7 @@
 #   - `svc stop`: `stopped`, and no spark-decode process is left on any node.
 set -euo pipefail
 S=${SPARK_SOURCE_DIR:?}
-# shellcheck source=serve_lib.sh
+# shellcheck source=tests/integration/serve/serve_lib.sh
 . "$S/tests/integration/serve/serve_lib.sh"
 sl_init serve-decode
 sl_cluster 4 ring
