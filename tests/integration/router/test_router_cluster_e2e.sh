@@ -42,12 +42,12 @@ ip netns exec "$P-4" env SPARKCTL_SOCKET="/run/sparkctl-sim/$P/$P-4/sparkd.sock"
 RPID=$!
 pids+=("$RPID")
 grep_log() { grep -q "$1" "$DIR/router.log"; }
-for _ in $(seq 100); do grep_log 'msg=router_listen' && break; sleep 0.1; done
+for _ in $(seq 300); do grep_log 'msg=router_listen' && break; sleep 0.1; done
 RPORT=$(sed -n 's/.*msg=router_listen.* port=\([0-9]*\).*/\1/p' "$DIR/router.log")
 [ -n "$RPORT" ] || die "spark-router did not start"
 U=http://127.0.0.1:$RPORT
 for t in big:dec-big small:dec-small; do
-  for _ in $(seq 100); do grep_log "msg=service_target_up target=${t%:*} service=${t#*:}" && break; sleep 0.1; done
+  for _ in $(seq 300); do grep_log "msg=service_target_up target=${t%:*} service=${t#*:}" && break; sleep 0.1; done
   grep_log "msg=service_target_up target=${t%:*} service=${t#*:}" || die "no service_target_up for $t"
 done
 ok "spark-router in node 4, on its sparkd's socket, sees both services ready"
@@ -81,7 +81,7 @@ models() { in_ns 4 curl -s -m 10 "$U/v1/models" | python3 -c "import json,sys; p
 ok "routes go to the ready services with the services' own text for the same seed (TP=1 and TP=2, by route and by service model, streamed); /v1/models: $(models)"
 
 ctl 1 svc stop dec-small >/dev/null || die "svc stop dec-small"
-for _ in $(seq 100); do grep_log 'msg=service_target_down target=small service=dec-small' && break; sleep 0.1; done
+for _ in $(seq 300); do grep_log 'msg=service_target_down target=small service=dec-small' && break; sleep 0.1; done
 grep_log 'msg=service_target_down target=small service=dec-small' || die "no service_target_down for small"
 code=$(post "$U" /v1/completions "$(body auto)")
 [ "$code" = 200 ] && [ "$(hdr x-spark-target)" = big ] && [ "$(text)" = "$want" ] ||
@@ -93,7 +93,9 @@ ok "svc stop dec-small: auto falls back to dec-big (the same text), smallonly 50
 
 ctl 1 svc restart dec-small >/dev/null || die "svc restart dec-small"
 wait_state dec-small ready 60 || die "dec-small after restart: $(svc_field dec-small 'd["state"], d["last_error"]')"
-for _ in $(seq 100); do [ "$(grep -c 'msg=service_target_up target=small' "$DIR/router.log")" -ge 2 ] && break; sleep 0.1; done
+ups() { grep -c 'msg=service_target_up target=small' "$DIR/router.log" || true; }
+for _ in $(seq 300); do [ "$(ups)" -ge 2 ] && break; sleep 0.1; done
+[ "$(ups)" -ge 2 ] || die "no second service_target_up for small after svc restart"
 code=$(post "$U" /v1/completions "$(body auto)")
 [ "$code" = 200 ] && [ "$(hdr x-spark-target)" = small ] && [ "$(text)" = "$want" ] ||
   die "auto after svc restart: $code $(hdr x-spark-target) $(cat "$DIR/body")"
