@@ -104,4 +104,5 @@ ok "svc restart dec-small: once ready, auto goes to it again and it is back in /
 kill -TERM "$RPID"
 wait "$RPID" || die "spark-router exited with status $? on SIGTERM"
 ok "spark-router exits 0 on SIGTERM"
+sl_no_sanitizer_report
 echo "all $pass checks passed"

@@ -11,6 +11,8 @@
 #   svc_field NAME EXPR   EXPR of d = `svc show NAME -o json` (Python), or ""
 #   wait_state NAME STATE SECS [EXPR]  until NAME is STATE (and EXPR holds)
 #   decode_pids K         the pids of spark-decode processes in node K
+#   sl_no_sanitizer_report   fails if a sanitizer wrote a report into an
+#                         agent's log or a job's log (in a sanitizer build)
 # On every exit the sim goes (its agents, and with them the services' ranks),
 # then the temp dir, and every pid in pids is killed first.
 sl_init() {
@@ -95,4 +97,9 @@ decode_pids() { # K: spark-decode processes in node K's namespace
     [ "$(cat "/proc/$p/comm" 2>/dev/null)" = spark-decode ] && echo "$p"
   done
   return 0
+}
+sl_no_sanitizer_report() {
+  local hits
+  hits=$(grep -rlE 'ERROR: (Address|Leak)Sanitizer|runtime error:' "/run/sparkctl-sim/$P" 2>/dev/null || true)
+  [ -z "$hits" ] || die "sanitizer reports in: $hits"
 }

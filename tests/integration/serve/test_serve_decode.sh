@@ -150,4 +150,5 @@ for k in 1 2 3 4; do
 done
 [ "$(req "$URL2" /health)" = 000 ] || die "tp2's endpoint still answers after svc stop"
 ok "svc stop: both stopped, no spark-decode process left on any of the 4 nodes"
+sl_no_sanitizer_report
 echo "$pass passed"
