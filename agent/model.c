@@ -7,6 +7,9 @@
  *   model_push {dir, name, chain: [{id, host, port}]} (admin, streams)
  *        -> "stream" {event: "progress", node, bytes, total} ..., then
  *           {"name", "files", "bytes", "seconds", "nodes": [report]}
+ *   model_push_from {from, ...model_push} (admin, head, streams): the head
+ *        sends node FROM model_push_run, which answers with model_push_event
+ *        and model_push_end frames, passed on as model_push's stream and answer
  * verify re-hashes every chunk in a libuv worker thread, so the agent keeps
  * answering meanwhile; so does model_push for the manifest. A push is the
  * chain of data links of model_relay.c: once this node has an identity, it
@@ -26,6 +29,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +48,21 @@ struct model_svc {
 	struct push_job *pushes;
 	unsigned seq;
 };
+
+/* model_push_from on the head: a push whose source is another node (--from). */
+struct remote_push {
+	struct remote_push *next;
+	conn *reply;
+	json_int_t id;
+	char node[40], node_name[64];
+	char push[65];
+	bool gone;
+};
+
+static struct remote_push *remote_running;
+
+static void remote_node_gone(const char *node_id);
+static void remote_free(struct remote_push *rp);
 
 static const char *node_name(struct agent *a)
 {
@@ -100,6 +119,8 @@ static void model_free(struct agent *a)
 		return;
 	while (a->model->pushes)
 		push_unlink(a, a->model->pushes);
+	while (remote_running)
+		remote_free(remote_running);
 	SSL_CTX_free(a->model->srv);
 	SSL_CTX_free(a->model->cli);
 	EVP_PKEY_free(a->model->ca_pub);
@@ -585,8 +606,21 @@ static void model_event(struct agent *a, enum svc_event ev, const struct svc_eve
 		engine_start(a);
 		return;
 	}
+	if (ev == SVC_EV_NODE_GONE && arg->node_id) {
+		remote_node_gone(arg->node_id);
+		return;
+	}
+	if (ev == SVC_EV_STREAM_CANCEL) {
+		for (struct remote_push *rp = remote_running; rp; rp = rp->next)
+			if (rp->reply == arg->c && rp->id == arg->id)
+				rp->gone = true;
+		return;
+	}
 	if (ev != SVC_EV_CONN_GONE)
 		return;
+	for (struct remote_push *rp = remote_running; rp; rp = rp->next)
+		if (rp->reply == arg->c)
+			rp->gone = true;
 	for (struct ls_all *j = ls_running; j; j = j->next)
 		if (j->reply == arg->c)
 			j->gone = true;
@@ -724,6 +758,7 @@ struct push_job {
 	conn *reply;
 	json_int_t id;
 	bool gone, started, dry_run;
+	bool via_head;  /* started by the head (model_push_run): answers go there */
 	char push_id[65];
 	char *ticket;
 	int64_t expires_at;
@@ -760,9 +795,53 @@ static void push_cli_gone(struct agent *a, conn *c)
 			j->gone = true; /* the push goes on; its answer goes nowhere */
 }
 
+/* The final answer of a push: to the CLI that asked here, or (started by the
+ * head for a CLI elsewhere: --from) to the head, which passes it on. */
+static void job_answer(struct push_job *j, json_t *data, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void job_answer(struct push_job *j, json_t *data, const char *code, const char *fmt, ...)
+{
+	char m[512] = "";
+	if (fmt) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(m, sizeof m, fmt, ap);
+		va_end(ap);
+	}
+	if (j->via_head) {
+		json_t *f = proto_msg("model_push_end", 0);
+		json_object_set_new(f, "push", json_string(j->push_id));
+		json_object_set_new(f, "ok", json_boolean(data != NULL));
+		if (data)
+			json_object_set_new(f, "data", data);
+		else
+			json_object_set_new(f, "error", json_pack("{s:s, s:s}", "code", code,
+								  "message", m));
+		peers_to_head(j->a, f);
+		return;
+	}
+	struct svc_req r = {.reply = j->reply, .id = j->id};
+	if (j->gone)
+		json_decref(data);
+	else if (data)
+		svc_reply(&r, data);
+	else
+		svc_error(&r, code, "%s", m);
+}
+
 static void on_push_progress(void *data, const char *node, uint64_t bytes, uint64_t total)
 {
 	struct push_job *j = data;
+	if (j->via_head) {
+		json_t *f = proto_msg("model_push_event", 0);
+		json_object_set_new(f, "push", json_string(j->push_id));
+		json_object_set_new(f, "node", json_string(node));
+		json_object_set_new(f, "bytes", json_integer((json_int_t)bytes));
+		json_object_set_new(f, "total", json_integer((json_int_t)total));
+		json_object_set_new(f, "ms", json_integer((json_int_t)(util_now_ms() - j->t0)));
+		peers_to_head(j->a, f);
+		return;
+	}
 	if (j->gone)
 		return;
 	json_t *f = proto_msg("stream", j->id);
@@ -780,13 +859,10 @@ static void on_push_done(void *data, int status, const json_t *report)
 	struct agent *a = j->a;
 	double secs = (double)(util_now_ms() - j->t0) / 1000.0;
 	log_info("model_push_done", "name=%s status=%d seconds=%.1f", j->name, status, secs);
-	if (!j->gone) {
-		struct svc_req r = {.reply = j->reply, .id = j->id};
-		svc_reply(&r, json_pack("{s:s, s:I, s:I, s:f, s:b, s:O}", "name", j->name, "files",
-					(json_int_t)j->m->nfiles, "bytes",
-					(json_int_t)j->m->total_bytes, "seconds", secs, "complete",
-					status == 0, "nodes", report));
-	}
+	job_answer(j, json_pack("{s:s, s:I, s:I, s:f, s:b, s:O}", "name", j->name, "files",
+				(json_int_t)j->m->nfiles, "bytes", (json_int_t)j->m->total_bytes,
+				"seconds", secs, "complete", status == 0, "nodes", report),
+		   NULL, NULL);
 	push_unlink(a, j);
 }
 
@@ -800,11 +876,9 @@ static void manifest_done(uv_work_t *w, int status)
 {
 	struct push_job *j = w->data;
 	struct agent *a = j->a;
-	struct svc_req r = {.reply = j->reply, .id = j->id};
 	if (status < 0 || j->rc < 0 || !a->model || !a->model->eng) {
-		if (!j->gone)
-			svc_error(&r, j->rc == -ENOENT || j->rc == -ENOTDIR ? "not_found" : "failed",
-				  "%s", j->rc < 0 ? j->err : "the data port of this node is not open");
+		job_answer(j, NULL, j->rc == -ENOENT || j->rc == -ENOTDIR ? "not_found" : "failed",
+			   "%s", j->rc < 0 ? j->err : "the data port of this node is not open");
 		push_unlink(a, j);
 		return;
 	}
@@ -814,13 +888,11 @@ static void manifest_done(uv_work_t *w, int status)
 			json_array_append_new(ch, json_pack("{s:s, s:s, s:i}", "id", j->chain[i].id,
 							    "host", j->chain[i].host, "port",
 							    j->chain[i].port));
-		if (!j->gone)
-			svc_reply(&r, json_pack("{s:s, s:I, s:I, s:I, s:b, s:o}", "name", j->name,
-						"files", (json_int_t)j->m->nfiles, "bytes",
-						(json_int_t)j->m->total_bytes, "chunks",
-						(json_int_t)j->m->nchunks, "dry_run", 1, "chain", ch));
-		else
-			json_decref(ch);
+		job_answer(j, json_pack("{s:s, s:I, s:I, s:I, s:b, s:o}", "name", j->name, "files",
+					(json_int_t)j->m->nfiles, "bytes",
+					(json_int_t)j->m->total_bytes, "chunks",
+					(json_int_t)j->m->nchunks, "dry_run", 1, "chain", ch),
+			   NULL, NULL);
 		push_unlink(a, j);
 		return;
 	}
@@ -831,8 +903,7 @@ static void manifest_done(uv_work_t *w, int status)
 	char err[256] = "";
 	j->t0 = util_now_ms();
 	if (mr_push_start(a->model->eng, &o, &cbs, j, err, sizeof err) < 0) {
-		if (!j->gone)
-			svc_error(&r, "failed", "%s", err);
+		job_answer(j, NULL, "failed", "%s", err);
 		push_unlink(a, j);
 		return;
 	}
@@ -840,99 +911,255 @@ static void manifest_done(uv_work_t *w, int status)
 		 j->m->nfiles, (unsigned long long)j->m->total_bytes, j->n - 1);
 }
 
-static void r_model_push(struct agent *a, const struct svc_req *r)
+/* A push job from a model_push request or a model_push_run frame (the same
+ * fields): NULL with *code and err for people when they do not hold. */
+static struct push_job *job_parse(struct agent *a, const json_t *msg, const char **code, char *err,
+				  size_t errlen)
 {
-	if (!ready(a, r))
-		return;
-	const char *dir = proto_str(r->msg, "dir"), *name = proto_str(r->msg, "name");
-	json_t *ch = json_object_get(r->msg, "chain");
+	const char *dir = proto_str(msg, "dir"), *name = proto_str(msg, "name");
+	const char *push = proto_str(msg, "push"), *ticket = proto_str(msg, "ticket");
+	json_t *ch = json_object_get(msg, "chain");
 	size_t n = json_array_size(ch);
+	*code = "bad_request";
 	if (!dir || dir[0] != '/' || strlen(dir) >= PATH_MAX) {
-		svc_error(r, "bad_request", "dir must be an absolute path");
-		return;
+		snprintf(err, errlen, "dir must be an absolute path");
+		return NULL;
 	}
 	if (!mm_valid_name(name)) {
-		svc_error(r, "bad_request", "'%s' is not a model name (1-%d of letters, digits, "
-			  "'.', '_', '-')", name, MM_NAME_MAX);
-		return;
+		snprintf(err, errlen, "'%s' is not a model name (1-%d of letters, digits, '.', '_', "
+			 "'-')", name ? name : "", MM_NAME_MAX);
+		return NULL;
 	}
 	if (n < 2 || n > 64) {
-		svc_error(r, "bad_request", "chain must list this node and 1-63 others");
-		return;
+		snprintf(err, errlen, "chain must list this node and 1-63 others");
+		return NULL;
+	}
+	if (!mr_valid_push_id(push)) {
+		snprintf(err, errlen, "push must be 1-64 lower-case hex digits");
+		return NULL;
 	}
 	if (!a->model->eng) {
-		svc_error(r, "failed", "this node's data port is not open (not in a cluster, or "
-			  "port %d taken: see sparkd's log)", a->opts.listen_port +
-			  MODEL_DATA_PORT_OFFSET);
-		return;
+		*code = "failed";
+		snprintf(err, errlen, "the data port of %s is not open (not in a cluster, or port %d "
+			 "taken: see sparkd's log)", node_name(a),
+			 a->opts.listen_port + MODEL_DATA_PORT_OFFSET);
+		return NULL;
 	}
 	struct push_job *j = calloc(1, sizeof *j);
 	struct mr_member *mem = calloc(n, sizeof *mem);
-	if (!j || !mem) {
+	if (!j || !mem || !(j->ticket = strdup(ticket ? ticket : ""))) {
 		free(j);
 		free(mem);
-		svc_error(r, "internal", "out of memory");
-		return;
+		*code = "internal";
+		snprintf(err, errlen, "out of memory");
+		return NULL;
 	}
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < n && !err[0]; i++) {
 		json_t *e = json_array_get(ch, i);
 		const char *id = proto_str(e, "id"), *host = proto_str(e, "host");
 		json_int_t port = proto_int(e, "port", -1);
 		if (!id || !host || !id[0] || strlen(id) >= sizeof mem[i].id || !host[0] ||
 		    strlen(host) >= sizeof mem[i].host || port < 1 || port > 65535) {
-			svc_error(r, "bad_request", "chain[%zu] needs id, host and port (1-65535)", i);
-			free(j);
-			free(mem);
-			return;
+			snprintf(err, errlen, "chain[%zu] needs id, host and port (1-65535)", i);
+			break;
 		}
 		for (size_t k = 0; k < i; k++)
-			if (!strcmp(mem[k].id, id)) {
-				svc_error(r, "bad_request", "node %s is twice in the chain", id);
-				free(j);
-				free(mem);
-				return;
-			}
+			if (!strcmp(mem[k].id, id))
+				snprintf(err, errlen, "node %s is twice in the chain", id);
 		util_strlcpy(mem[i].id, id, sizeof mem[i].id);
 		util_strlcpy(mem[i].host, host, sizeof mem[i].host);
 		mem[i].port = (int)port;
-		if (mr_member_lanes(json_object_get(e, "lanes"), &mem[i]) < 0) {
-			svc_error(r, "bad_request", "chain[%zu].lanes: at most %d fabric addresses", i,
-				  MR_LANES);
-			free(j);
-			free(mem);
-			return;
-		}
+		if (!err[0] && mr_member_lanes(json_object_get(e, "lanes"), &mem[i]) < 0)
+			snprintf(err, errlen, "chain[%zu].lanes: at most %d fabric addresses", i,
+				 MR_LANES);
 	}
-	if (strcmp(mem[0].id, a->id.node_id)) {
-		svc_error(r, "bad_request", "the chain must start at this node (%s)", node_name(a));
+	if (!err[0] && strcmp(mem[0].id, a->id.node_id))
+		snprintf(err, errlen, "the chain must start at this node (%s)", node_name(a));
+	if (err[0]) {
+		free(j->ticket);
 		free(j);
 		free(mem);
-		return;
+		return NULL;
 	}
 	j->a = a;
-	j->reply = r->reply;
-	j->id = r->id;
 	j->chain = mem;
 	j->n = n;
-	j->dry_run = json_is_true(json_object_get(r->msg, "dry_run"));
+	j->dry_run = json_is_true(json_object_get(msg, "dry_run"));
 	util_strlcpy(j->dir, dir, sizeof j->dir);
 	util_strlcpy(j->name, name, sizeof j->name);
-	const char *push = proto_str(r->msg, "push");
-	if (!mr_valid_push_id(push)) {
-		svc_error(r, "bad_request", "push must be 1-64 lower-case hex digits");
-		free(j);
-		free(mem);
-		return;
-	}
 	util_strlcpy(j->push_id, push, sizeof j->push_id);
-	j->ticket = strdup(proto_str(r->msg, "ticket"));
-	j->expires_at = proto_int(r->msg, "expires_at", 0);
+	j->expires_at = proto_int(msg, "expires_at", 0);
+	j->t0 = util_now_ms();
 	j->w.data = j;
+	return j;
+}
+
+static void job_go(struct agent *a, struct push_job *j)
+{
 	j->next = a->model->pushes;
 	a->model->pushes = j;
 	if (uv_queue_work(a->loop, &j->w, manifest_work, manifest_done) < 0) {
-		svc_error(r, "internal", "cannot start the manifest");
+		job_answer(j, NULL, "internal", "cannot start the manifest");
 		push_unlink(a, j);
+	}
+}
+
+static void r_model_push(struct agent *a, const struct svc_req *r)
+{
+	if (!ready(a, r))
+		return;
+	const char *code;
+	char err[512] = "";
+	struct push_job *j = job_parse(a, r->msg, &code, err, sizeof err);
+	if (!j) {
+		svc_error(r, code, "%s", err);
+		return;
+	}
+	j->reply = r->reply;
+	j->id = r->id;
+	job_go(a, j);
+}
+
+/* ---- model_push_from: the head starts a push on another node (--from) ----
+ * The head sends the source node model_push_run (the model_push fields); the
+ * node's progress comes back as model_push_event frames and its answer as
+ * model_push_end, which the head passes to the CLI as the stream and the
+ * result of a local model_push. */
+
+static void remote_free(struct remote_push *rp)
+{
+	struct remote_push **pp = &remote_running;
+	while (*pp && *pp != rp)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = rp->next;
+	free(rp);
+}
+
+static struct remote_push *remote_of(const char *from, const char *push)
+{
+	for (struct remote_push *rp = remote_running; rp; rp = rp->next)
+		if (!strcmp(rp->node, from) && push && !strcmp(rp->push, push))
+			return rp;
+	return NULL;
+}
+
+static void r_model_push_from(struct agent *a, const struct svc_req *r)
+{
+	const char *from = proto_str(r->msg, "from"), *push = proto_str(r->msg, "push");
+	json_t *ch = json_object_get(r->msg, "chain");
+	db_node nd;
+	if (!a->hd.db || (db_node_get_by_name(a->hd.db, from, &nd) < 0 &&
+			  db_node_get(a->hd.db, from, &nd) < 0)) {
+		svc_error(r, "not_found", "no node '%s' in the cluster; 'sparkctl node ls' lists them",
+			  from);
+		return;
+	}
+	const char *first = proto_str(json_array_get(ch, 0), "id");
+	if (!first || strcmp(first, nd.id) || !mr_valid_push_id(push)) {
+		svc_error(r, "bad_request", "the chain must start at node %s, the source, and push "
+			  "must be 1-64 hex digits", nd.name);
+		return;
+	}
+	if (remote_of(nd.id, push)) {
+		svc_error(r, "busy", "push %s already runs on %s", push, nd.name);
+		return;
+	}
+	struct remote_push *rp = calloc(1, sizeof *rp);
+	json_t *f = json_deep_copy(r->msg);
+	if (!rp || !f) {
+		free(rp);
+		json_decref(f);
+		svc_error(r, "internal", "out of memory");
+		return;
+	}
+	rp->reply = r->reply;
+	rp->id = r->id;
+	util_strlcpy(rp->node, nd.id, sizeof rp->node);
+	util_strlcpy(rp->node_name, nd.name, sizeof rp->node_name);
+	util_strlcpy(rp->push, push, sizeof rp->push);
+	static const char *const drop[] = {"from", "caller", "id", "type"};
+	for (size_t i = 0; i < sizeof drop / sizeof *drop; i++)
+		json_object_del(f, drop[i]);
+	json_object_set_new(f, "type", json_string("model_push_run"));
+	json_object_set_new(f, "id", json_integer(0));
+	if (peers_to_node(a, nd.id, f) < 0) {
+		free(rp);
+		svc_error(r, "unreachable", "node %s is not connected to the head; see 'sparkctl node "
+			  "ls'", nd.name);
+		return;
+	}
+	rp->next = remote_running;
+	remote_running = rp;
+	log_info("model_push_from", "push=%s node=%s", push, nd.name);
+}
+
+/* The head asks this node to be a push's source. */
+static void f_model_push_run(struct agent *a, const char *from, const json_t *msg)
+{
+	(void)from; /* the head: only it sends node frames */
+	const char *code = "internal";
+	char err[512] = "";
+	struct push_job *j = a->model ? job_parse(a, msg, &code, err, sizeof err) : NULL;
+	if (!j) {
+		json_t *f = proto_msg("model_push_end", 0);
+		json_object_set_new(f, "push", json_string(proto_str(msg, "push")));
+		json_object_set_new(f, "ok", json_false());
+		json_object_set_new(f, "error", json_pack("{s:s, s:s}", "code", code, "message",
+							  err[0] ? err : "no model service"));
+		peers_to_head(a, f);
+		return;
+	}
+	j->via_head = true;
+	log_info("model_push_asked", "push=%s name=%s", j->push_id, j->name);
+	job_go(a, j);
+}
+
+static void f_model_push_event(struct agent *a, const char *from, const json_t *msg)
+{
+	(void)a;
+	struct remote_push *rp = remote_of(from, proto_str(msg, "push"));
+	if (!rp || rp->gone)
+		return;
+	json_t *f = proto_msg("stream", rp->id);
+	json_object_set_new(f, "event", json_string("progress"));
+	static const char *const keys[] = {"node", "bytes", "total", "ms"};
+	for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+		json_object_set(f, keys[i], json_object_get(msg, keys[i]));
+	conn_send_new(rp->reply, f);
+}
+
+static void f_model_push_end(struct agent *a, const char *from, const json_t *msg)
+{
+	(void)a;
+	struct remote_push *rp = remote_of(from, proto_str(msg, "push"));
+	if (!rp)
+		return;
+	struct svc_req r = {.reply = rp->reply, .id = rp->id};
+	json_t *d = json_object_get(msg, "data"), *e = json_object_get(msg, "error");
+	if (!rp->gone && json_is_true(json_object_get(msg, "ok")) && json_is_object(d))
+		svc_reply(&r, json_incref(d));
+	else if (!rp->gone)
+		svc_error(&r, proto_str(e, "code") ? proto_str(e, "code") : "failed", "%s: %s",
+			  rp->node_name, proto_str(e, "message") ? proto_str(e, "message")
+								 : "the push failed");
+	remote_free(rp);
+}
+
+/* The source's session closed: its CLI hears so (the push may go on there). */
+static void remote_node_gone(const char *node_id)
+{
+	for (struct remote_push *rp = remote_running, *nx; rp; rp = nx) {
+		nx = rp->next;
+		if (strcmp(rp->node, node_id))
+			continue;
+		if (!rp->gone) {
+			struct svc_req r = {.reply = rp->reply, .id = rp->id};
+			svc_error(&r, "unreachable", "node %s, the source, left the head during the "
+				  "push; run it again once it is back: only what is missing moves",
+				  rp->node_name);
+		}
+		remote_free(rp);
 	}
 }
 
@@ -946,6 +1173,9 @@ static const struct svc_request requests[] = {
 	{"model_push", r_model_push, RIGHT_ADMIN, SVC_LOCAL, SVC_STREAMS,
 	 {{"dir", 's'}, {"name", 's'}, {"chain", 'a'}, {"push", 's'}, {"ticket", 's'},
 	  {"expires_at", 'i'}, {"dry_run", 'B'}, {NULL, 0}}},
+	{"model_push_from", r_model_push_from, RIGHT_ADMIN, SVC_HEAD, SVC_STREAMS,
+	 {{"from", 's'}, {"dir", 's'}, {"name", 's'}, {"chain", 'a'}, {"push", 's'},
+	  {"ticket", 's'}, {"expires_at", 'i'}, {"dry_run", 'B'}, {NULL, 0}}},
 	{"model_ticket", r_model_ticket, RIGHT_ADMIN, SVC_HEAD, 0,
 	 {{"push", 's'}, {"name", 's'}, {"chain", 'a'}, {NULL, 0}}},
 	{NULL},
@@ -954,6 +1184,13 @@ static const struct svc_request requests[] = {
 static const struct svc_frame frames[] = {
 	{"model_req", f_model_req, FRAME_TO_NODE, {{"op", 's'}, {"name", 'S'}, {NULL, 0}}},
 	{"model_reply", f_model_reply, FRAME_TO_HEAD, {{"ok", 'b'}, {NULL, 0}}},
+	{"model_push_run", f_model_push_run, FRAME_TO_NODE,
+	 {{"dir", 's'}, {"name", 's'}, {"chain", 'a'}, {"push", 's'}, {"ticket", 's'},
+	  {"expires_at", 'i'}, {"dry_run", 'B'}, {NULL, 0}}},
+	{"model_push_event", f_model_push_event, FRAME_TO_HEAD,
+	 {{"push", 's'}, {"node", 's'}, {"bytes", 'i'}, {"total", 'i'}, {"ms", 'i'}, {NULL, 0}}},
+	{"model_push_end", f_model_push_end, FRAME_TO_HEAD,
+	 {{"push", 's'}, {"ok", 'b'}, {"data", 'O'}, {"error", 'O'}, {NULL, 0}}},
 	{NULL},
 };
 

@@ -136,6 +136,11 @@ int mm_store_put(const char *root, const struct mm_manifest *m, size_t chunk, co
  * hash (a damaged disk), -ENOENT when neither file is there. */
 int mm_store_get(const char *root, const struct mm_manifest *m, size_t chunk, void *buf,
 		 uint32_t *len);
+/* Write a good copy of chunk i (checked against the manifest first: -EBADMSG)
+ * over a damaged one in its final file (else its .sparkpart), keeping the
+ * file's size and giving it back the manifest's mtime, then fsync. */
+int mm_store_repair(const char *root, const struct mm_manifest *m, size_t chunk, const void *data,
+		    size_t len);
 /* Every chunk of file f is in: fsync, mode and mtime from the manifest,
  * rename to the final name, record it complete in ROOT/.meta/NAME.json. */
 int mm_store_finish_file(const char *root, const struct mm_manifest *m, size_t file);

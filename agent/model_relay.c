@@ -41,6 +41,15 @@ struct mr_push {
 	uint64_t chunks_written, chunks_bad;
 	uint64_t by_lane[MR_LANES]; /* chunks written, per link of the hop they came over */
 	uint8_t *bad_count;       /* per chunk, from the current upstream */
+	uint8_t *bad_from;        /* per chunk: 1 + the chain place of who sent it bad */
+	/* chunks this node holds but whose copy failed its hash when read to be
+	 * forwarded (a damaged disk): asked again from the upstream (mp_want),
+	 * written back over the damaged copy and forwarded from memory */
+	uint64_t *want;
+	size_t wanting;
+	uint8_t *want_count;      /* per chunk: mp_want sent to the upstream */
+	uint8_t *asked;           /* per chunk: mp_want taken from the downstream */
+	json_t *repairs;          /* [{"path", "chunk", "problem", "bad_from"?, "from"}] */
 	bool up_ended;            /* no more chunks will come */
 	char up_msg[200];
 	struct mr_link *up;
@@ -231,11 +240,12 @@ static json_t *own_report(struct mr_push *p)
 	json_t *lanes = json_array();
 	for (int k = 0; k < MR_LANES; k++)
 		json_array_append_new(lanes, json_integer((json_int_t)p->by_lane[k]));
-	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:s, s:o}", "node", p->chain[p->self].id,
-			 "status", status, "bytes_written", (json_int_t)p->got_bytes,
-			 "chunks_written", (json_int_t)p->chunks_written, "chunks_bad",
-			 (json_int_t)p->chunks_bad, "message", p->missing ? p->up_msg : "",
-			 "chunks_by_link", lanes);
+	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:s, s:o, s:o}", "node",
+			 p->chain[p->self].id, "status", status, "bytes_written",
+			 (json_int_t)p->got_bytes, "chunks_written", (json_int_t)p->chunks_written,
+			 "chunks_bad", (json_int_t)p->chunks_bad, "message",
+			 p->missing ? p->up_msg : "", "chunks_by_link", lanes, "repairs",
+			 p->repairs ? json_incref(p->repairs) : json_array());
 }
 
 static void push_free(struct mr_push *p)
@@ -243,6 +253,11 @@ static void push_free(struct mr_push *p)
 	mm_have_free(&p->have);
 	free(p->file_left);
 	free(p->bad_count);
+	free(p->bad_from);
+	free(p->want);
+	free(p->want_count);
+	free(p->asked);
+	json_decref(p->repairs);
 	free(p->need_down);
 	free(p->sent);
 	free(p->rd_buf);
@@ -366,9 +381,25 @@ static void up_timeout(uv_timer_t *t)
 	push_check_end(p);
 }
 
+/* No upstream to ask any more: the chunks this node could not read are not
+ * sent (its downstream ends incomplete, naming them). */
+static void wants_drop(struct mr_push *p)
+{
+	for (size_t c = 0; p->wanting && c < p->m->nchunks; c++)
+		if (bit_get(p->want, c)) {
+			bit_set(p->want, c, false);
+			bit_set(p->sent, c, true);
+			p->wanting--;
+		}
+}
+
 static void up_lost(struct mr_push *p, const char *why)
 {
 	p->up = NULL;
+	if (p->want && p->wanting) {
+		wants_drop(p);
+		pump(p);
+	}
 	/* its lanes go with it: the next upstream sends what they did not bring */
 	for (struct mr_link *l = p->e->links; l; l = l->next)
 		if (l->p == p && l->dir == LINK_UP && l->lane) {
@@ -383,6 +414,25 @@ static void up_lost(struct mr_push *p, const char *why)
 	uv_timer_start(&p->up_timer, up_timeout, p->up_wait_ms, 0);
 }
 
+#define MR_REPAIRS_MAX 64 /* repairs named in a node's report (chunks_bad counts all) */
+
+/* A chunk this node lacked a good copy of came in verified: say which, why
+ * and from whom (the report, the log). */
+static void repair_note(struct mr_push *p, size_t c, const char *problem, const char *bad_from,
+			const char *from)
+{
+	const struct mm_file *f = mm_chunk_file(p->m, c, NULL, NULL);
+	log_warn("model_chunk_repaired", "push=%s chunk=%zu path=%s problem=%s bad_from=%s from=%s",
+		 p->id, c, log_q(f->path), log_q(problem), bad_from ? bad_from : "-", from);
+	if (json_array_size(p->repairs) >= MR_REPAIRS_MAX)
+		return;
+	json_t *r = json_pack("{s:s, s:I, s:s, s:s}", "path", f->path, "chunk",
+			      (json_int_t)(c - f->first_chunk), "problem", problem, "from", from);
+	if (r && bad_from)
+		json_object_set_new(r, "bad_from", json_string(bad_from));
+	json_array_append_new(p->repairs, r);
+}
+
 static void chunk_in(struct mr_push *p, struct mr_link *l)
 {
 	size_t c = l->asm_chunk;
@@ -394,6 +444,7 @@ static void chunk_in(struct mr_push *p, struct mr_link *l)
 		      : mm_check_chunk(p->m, c, l->asm_buf, l->asm_len);
 	if (r == -EBADMSG) {
 		p->chunks_bad++;
+		p->bad_from[c] = (uint8_t)(l->peer_idx + 1);
 		log_warn("model_chunk_bad", "push=%s chunk=%zu from=%s", p->id, c, l->peer_id);
 		if (++p->bad_count[c] >= MR_BAD_MAX) {
 			snprintf(p->up_msg, sizeof p->up_msg,
@@ -434,6 +485,23 @@ static void chunk_in(struct mr_push *p, struct mr_link *l)
 					   p->need_bytes);
 		if (p->done)
 			return; /* the callback stopped this node */
+	}
+	if (p->bad_from[c]) {
+		repair_note(p, c, "corrupted on receipt", p->chain[p->bad_from[c] - 1].id, l->peer_id);
+		p->bad_from[c] = 0;
+	}
+	if (bit_get(p->want, c)) {
+		/* this node's copy was damaged: the good one goes over it (same
+		 * size, the manifest's mtime) and on to the downstream */
+		bit_set(p->want, c, false);
+		p->wanting--;
+		int wr = mm_store_repair(p->root, p->m, c, l->asm_buf, l->asm_len);
+		if (wr < 0)
+			log_error("model_repair_failed", "push=%s chunk=%zu err=%d", p->id, c, wr);
+		repair_note(p, c, wr < 0 ? "damaged on disk (not rewritten)" : "damaged on disk", NULL,
+			    l->peer_id);
+		if (c < p->scan)
+			p->scan = c;
 	}
 	json_t *a = msg("mp_ack");
 	json_object_set_new(a, "chunk", json_integer((json_int_t)c));
@@ -703,6 +771,19 @@ static void send_chunk(struct mr_push *p, size_t c, struct mr_link *l)
 	} else {
 		r = mm_store_get(p->root, p->m, c, p->rd_buf, &len);
 	}
+	if (r < 0 && p->self > 0 && p->up && !p->prep && p->want_count[c] < MR_BAD_MAX) {
+		/* this node's copy no longer matches (a damaged disk): the node
+		 * before it verified that chunk, ask it again */
+		log_warn("model_copy_damaged", "push=%s chunk=%zu err=%d asking=%s", p->id, c, r,
+			 p->up->peer_id);
+		p->want_count[c]++;
+		bit_set(p->want, c, true);
+		p->wanting++;
+		json_t *f = msg("mp_want");
+		json_object_set_new(f, "chunk", json_integer((json_int_t)c));
+		conn_send_new(p->up->c, f);
+		return;
+	}
 	if (r < 0) {
 		/* the source changed, or this node's copy is damaged: not sent */
 		log_error("model_read_failed", "push=%s chunk=%zu err=%d", p->id, c, r);
@@ -787,6 +868,8 @@ static void pump(struct mr_push *p)
 	for (size_t c = p->scan; c < p->m->nchunks && !p->done && p->down && (l = pick_link(p));
 	     c++) {
 		bool todo = bit_get(p->need_down, c) && !bit_get(p->sent, c);
+		if (todo && bit_get(p->want, c))
+			continue; /* asked again from upstream: sent when it comes */
 		if (todo && mm_have_test(&p->have, c))
 			send_chunk(p, c, l);
 		else if (todo && !p->up_ended) {
@@ -799,7 +882,7 @@ static void pump(struct mr_push *p)
 	}
 	if (p->done || !p->down)
 		return;
-	if (p->inflight == 0 && p->up_ended && !p->end_sent) {
+	if (p->inflight == 0 && p->up_ended && !p->end_sent && p->wanting == 0) {
 		p->end_sent = true;
 		conn_send_new(p->down->c, msg("mp_end"));
 	}
@@ -881,6 +964,29 @@ static void on_down_frame(struct mr_link *l, const json_t *f)
 			if ((size_t)c < p->scan)
 				p->scan = (size_t)c;
 		}
+		pump(p);
+	} else if (!strcmp(t, "mp_want") && p->down_ready && c >= 0 && (uint64_t)c < p->m->nchunks) {
+		/* the downstream's own copy of c failed its hash: send it again (read
+		 * and checked here; a relay whose copy is damaged too asks its own
+		 * upstream) */
+		if (++p->asked[c] > MR_BAD_MAX) {
+			send_error(l->c, "bad_frame", "mp_want: chunk %lld asked more than %d times",
+				   (long long)c, MR_BAD_MAX);
+			return;
+		}
+		bool flying = false;
+		for (int k = 0; k < MR_LANES; k++) {
+			struct mr_link *x = k ? p->lane[k] : p->down;
+			for (size_t i = 0; x && i < x->nfly; i++)
+				flying = flying || x->fly[i] == (size_t)c;
+		}
+		if (flying)
+			return; /* on its way already */
+		bit_set(p->need_down, (size_t)c, true);
+		bit_set(p->sent, (size_t)c, false);
+		if ((size_t)c < p->scan)
+			p->scan = (size_t)c;
+		p->end_sent = false;
 		pump(p);
 	} else if (!strcmp(t, "mp_progress")) {
 		const char *node = proto_str(f, "node");
@@ -1311,6 +1417,11 @@ static int push_alloc(struct mr_push *p)
 	p->need_down = calloc(words, sizeof *p->need_down);
 	p->sent = calloc(words, sizeof *p->sent);
 	p->bad_count = calloc(m->nchunks ? m->nchunks : 1, 1);
+	p->bad_from = calloc(m->nchunks ? m->nchunks : 1, 1);
+	p->want = calloc(words, sizeof *p->want);
+	p->want_count = calloc(m->nchunks ? m->nchunks : 1, 1);
+	p->asked = calloc(m->nchunks ? m->nchunks : 1, 1);
+	p->repairs = json_array();
 	p->file_left = calloc(m->nfiles ? m->nfiles : 1, sizeof *p->file_left);
 	p->rd_buf = malloc(m->chunk_size);
 	if (!p->mtext) {
@@ -1320,7 +1431,7 @@ static int push_alloc(struct mr_push *p)
 		p->mtext_len = p->mtext ? strlen(p->mtext) : 0;
 	}
 	if (!p->need_down || !p->sent || !p->bad_count || !p->file_left || !p->rd_buf ||
-	    !p->mtext)
+	    !p->mtext || !p->bad_from || !p->want || !p->want_count || !p->asked || !p->repairs)
 		return -ENOMEM;
 	return 0;
 }

@@ -24,6 +24,10 @@
  *                                      upstream whose hello was taken
  *   D -> U  mp_ack {chunk} | mp_bad {chunk} (hash mismatch: U sends it again),
  *                                      on the link the chunk came over
+ *   D -> U  mp_want {chunk}            D's own copy failed its hash as D read it
+ *                                      for its downstream: U sends it again (its
+ *                                      copy checked as read, or asked of its own
+ *                                      upstream); D mends its copy and forwards it
  *   D -> U  mp_progress {node, bytes, total}   (relayed up to the source)
  *   U -> D  mp_end                     nothing more will come
  *   D -> U  mp_done {nodes:[report]}   D's and its downstream's reports

@@ -433,14 +433,36 @@ int mm_store_begin(const char *root, const struct mm_manifest *m, const struct m
 	return r;
 }
 
+/* All of data at offset off: 0 or -errno. */
+static int write_at(int fd, const void *data, size_t len, uint64_t off)
+{
+	size_t done = 0;
+	while (done < len) {
+		ssize_t k = pwrite(fd, (const uint8_t *)data + done, len - done, (off_t)(off + done));
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return -errno;
+		done += (size_t)k;
+	}
+	return 0;
+}
+
+/* Chunk i's file and offset, once data matches its hash (-EBADMSG). */
+static int checked_chunk(const struct mm_manifest *m, size_t chunk, const void *data, size_t len,
+			 const struct mm_file **f, uint64_t *off)
+{
+	if (!(*f = mm_chunk_file(m, chunk, off, NULL)))
+		return -EINVAL;
+	return mm_check_chunk(m, chunk, data, len);
+}
+
 int mm_store_put(const char *root, const struct mm_manifest *m, size_t chunk, const void *data,
 		 size_t len)
 {
 	uint64_t off;
-	const struct mm_file *f = mm_chunk_file(m, chunk, &off, NULL);
-	if (!f)
-		return -EINVAL;
-	int r = mm_check_chunk(m, chunk, data, len);
+	const struct mm_file *f;
+	int r = checked_chunk(m, chunk, data, len, &f, &off);
 	if (r < 0)
 		return r;
 	char part[PATH_MAX];
@@ -449,17 +471,41 @@ int mm_store_put(const char *root, const struct mm_manifest *m, size_t chunk, co
 	int fd = open(part, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return -errno;
-	size_t done = 0;
-	while (done < len) {
-		ssize_t k = pwrite(fd, (const uint8_t *)data + done, len - done, (off_t)(off + done));
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0) {
-			r = -errno;
-			break;
-		}
-		done += (size_t)k;
+	r = write_at(fd, data, len, off);
+	close(fd);
+	return r;
+}
+
+int mm_store_repair(const char *root, const struct mm_manifest *m, size_t chunk, const void *data,
+		    size_t len)
+{
+	uint64_t off;
+	const struct mm_file *f;
+	int r = checked_chunk(m, chunk, data, len, &f, &off);
+	if (r < 0)
+		return r;
+	char final[PATH_MAX], part[PATH_MAX];
+	if ((r = mm_store_paths(root, m, (size_t)(f - m->files), final, sizeof final, part,
+				sizeof part)) < 0)
+		return r;
+	bool is_final = true;
+	int fd = open(final, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0) {
+		is_final = false;
+		fd = open(part, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
 	}
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != f->size) {
+		close(fd);
+		return -EIO;
+	}
+	r = write_at(fd, data, len, off);
+	if (r == 0 && is_final)
+		r = settle_file(fd, f);
+	else if (r == 0 && fsync(fd) < 0)
+		r = -errno;
 	close(fd);
 	return r;
 }

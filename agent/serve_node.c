@@ -7,7 +7,10 @@
  * end of its run's job on this node (a->hooks.job_here). Every interval_ms a
  * check GETs url with libcurl, from this node, and, when that answered 2xx
  * and a models_url is given, GETs it and reads the model ids of OpenAI's list
- * shape {"data": [{"id": ...}]}. The node reports svc_health {service, run,
+ * shape {"data": [{"id": ...}]}. Until a run's first healthy answer the checks
+ * come every SN_STARTUP_POLL_MS when the interval is longer (a server that
+ * is up a moment after the first check need not wait a whole interval to be
+ * ready; a failed check is a refused connection or a 503, cheap). The node reports svc_health {service, run,
  * ok, code, models, error} to the head on the first check, whenever ok, the
  * class of the code or the models change, and again for every watch when the
  * head comes back (SVC_EV_HEAD_UP).
@@ -33,6 +36,7 @@
 #define SN_MAX_WATCHES 64
 #define SN_INFLIGHT 2
 #define SN_TICK_MS 100
+#define SN_STARTUP_POLL_MS 250 /* the checks' period until the first healthy one */
 #define SN_URL_MAX 512
 #define SN_MODELS_MAX 256 /* ids kept from one list */
 #define SN_ID_MAX 256     /* bytes of one id */
@@ -48,6 +52,7 @@ struct sn_watch {
 	uint64_t next_ms;          /* when the next check starts */
 	struct sn_check *inflight; /* a check running for it (its result comes back here) */
 	bool seen_job;             /* its job ran here once (a->hooks.job_here) */
+	bool was_ok;               /* a check passed once (then every interval_ms) */
 	/* what was last reported */
 	bool reported, ok;
 	int code;
@@ -205,6 +210,15 @@ static void report(struct agent *a, struct sn_watch *w)
 	peers_to_head(a, m);
 }
 
+/* The time to the watch's next check: its interval, or the start-up poll
+ * until a check passed. */
+static uint64_t period_ms(const struct sn_watch *w)
+{
+	if (!w->was_ok && w->interval_ms > SN_STARTUP_POLL_MS)
+		return SN_STARTUP_POLL_MS;
+	return (uint64_t)w->interval_ms;
+}
+
 static void check_done(uv_work_t *wk, int status)
 {
 	struct sn_check *c = wk->data;
@@ -213,7 +227,8 @@ static void check_done(uv_work_t *wk, int status)
 	S->inflight--;
 	if (w && status == 0 && !S->node_stopping) {
 		w->inflight = NULL;
-		w->next_ms = util_now_ms() + (uint64_t)w->interval_ms;
+		w->was_ok = w->was_ok || c->ok;
+		w->next_ms = util_now_ms() + period_ms(w);
 		bool change = !w->reported || w->ok != c->ok || w->code / 100 != c->code / 100 ||
 			      (w->models == NULL) != (c->models == NULL) ||
 			      (w->models && !json_equal(w->models, c->models));
@@ -319,7 +334,7 @@ static void node_tick(uv_timer_t *t)
 				due = w;
 		if (!due)
 			break;
-		due->next_ms = now + (uint64_t)due->interval_ms; /* also when it cannot start */
+		due->next_ms = now + period_ms(due); /* also when it cannot start */
 		start_check(a, due);
 	}
 	if (!S->checks)
@@ -383,7 +398,7 @@ void sn_health_watch(struct agent *a, const char *from, const json_t *msg)
 		 w->service, run, log_q(url), w->interval_ms, w->timeout_ms);
 	ensure_tick(S);
 	if (S->inflight < SN_INFLIGHT) {
-		w->next_ms += (uint64_t)w->interval_ms;
+		w->next_ms += period_ms(w);
 		start_check(a, w);
 	}
 }

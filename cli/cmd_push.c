@@ -240,7 +240,7 @@ static json_t *split_names(const char *s)
 }
 
 struct push_opts {
-	const char *group, *nodes, *name;
+	const char *group, *nodes, *name, *from;
 	bool dry;
 };
 
@@ -253,6 +253,8 @@ static void push_opt(int c, const char *v, void *arg)
 		o->nodes = v;
 	else if (c == 'N')
 		o->name = v;
+	else if (c == 'f')
+		o->from = v;
 	else if (c == 'd')
 		o->dry = true;
 }
@@ -262,6 +264,7 @@ int cmd_model_push(struct cli_ctx *ctx, int argc, char **argv)
 	static const struct option lo[] = {{"group", required_argument, NULL, 'g'},
 					   {"nodes", required_argument, NULL, 'n'},
 					   {"name", required_argument, NULL, 'N'},
+					   {"from", required_argument, NULL, 'f'},
 					   {"dry-run", no_argument, NULL, 'd'},
 					   CLI_OPT_END};
 	struct push_opts po = {0};
@@ -277,11 +280,21 @@ int cmd_model_push(struct cli_ctx *ctx, int argc, char **argv)
 		return cli_usage(ctx, "give exactly one of --group G or --nodes a,b,c");
 	char dir[PATH_MAX];
 	struct stat st;
-	if (!realpath(dirarg, dir) || stat(dir, &st) < 0)
+	if (po.from) {
+		/* a path on the source node: checked there */
+		if (dirarg[0] != '/' || strlen(dirarg) >= sizeof dir)
+			return cli_usage(ctx, "with --from, DIR is the model's folder on %s: give its "
+					 "absolute path", po.from);
+		util_strlcpy(dir, dirarg, sizeof dir);
+		size_t dl = strlen(dir);
+		while (dl > 1 && dir[dl - 1] == '/')
+			dir[--dl] = 0;
+	} else if (!realpath(dirarg, dir) || stat(dir, &st) < 0) {
 		return cli_fail("%s: %s; give the folder of the model's files", dirarg,
 				strerror(errno));
-	if (!S_ISDIR(st.st_mode))
+	} else if (!S_ISDIR(st.st_mode)) {
 		return cli_fail("%s: not a directory; give the folder of the model's files", dir);
+	}
 	if (!name) {
 		const char *b = strrchr(dir, '/');
 		name = b && b[1] ? b + 1 : dir;
@@ -292,7 +305,7 @@ int cmd_model_push(struct cli_ctx *ctx, int argc, char **argv)
 		json_decref(ver);
 		return 1;
 	}
-	const char *self = cli_jstr(ver, "node");
+	const char *self = po.from ? po.from : cli_jstr(ver, "node");
 	if (group) {
 		json_t *g = NULL;
 		if (cli_call(ctx, "group_show", json_pack("{s:s}", "name", group), &g, 0)) {
@@ -313,7 +326,7 @@ int cmd_model_push(struct cli_ctx *ctx, int argc, char **argv)
 	size_t i;
 	json_t *nd;
 	json_array_foreach(json_object_get(nl, "nodes"), i, nd)
-		if (!strcmp(cli_jstr(nd, "name"), self))
+		if (!strcmp(cli_jstr(nd, "name"), self) || (po.from && !strcmp(cli_jstr(nd, "id"), self)))
 			self_node = nd;
 	rc = 0;
 	json_t *order = json_array();
@@ -334,10 +347,12 @@ int cmd_model_push(struct cli_ctx *ctx, int argc, char **argv)
 		if (found != self_node)
 			json_array_append(order, found);
 	}
-	if (!rc && !self_node)
+	if (!rc && !self_node && po.from)
+		rc = cli_fail("no node '%s' in the cluster; 'sparkctl node ls' lists them", self);
+	else if (!rc && !self_node)
 		rc = cli_fail("this node (%s) is not in the cluster's node list", self);
 	if (!rc && json_array_size(order) < 2)
-		rc = cli_fail("nothing to push to: the only node named is this one");
+		rc = cli_fail("nothing to push to: the only node named is the source");
 	json_array_foreach(order, i, nd) {
 		if (rc)
 			break;
@@ -413,7 +428,10 @@ int cmd_model_push(struct cli_ctx *ctx, int argc, char **argv)
 	struct cli_stream cs = {.on_event = push_event, .arg = &v};
 	json_t *data = NULL;
 	char *code = NULL, *msg = NULL;
-	int r = cli_stream_raw(ctx, "model_push", args, &data, 0, &cs, &code, &msg);
+	if (po.from)
+		json_object_set_new(args, "from", json_string(cli_jstr(json_array_get(chain, 0), "id")));
+	int r = cli_stream_raw(ctx, po.from ? "model_push_from" : "model_push", args, &data, 0, &cs,
+			       &code, &msg);
 	cli_progress_clear(ctx);
 	if (r < 0) {
 		rc = cli_fail("%s", msg && *msg ? msg : "the push failed");
@@ -426,6 +444,16 @@ int cmd_model_push(struct cli_ctx *ctx, int argc, char **argv)
 			json_t *nm = json_object_get(names, cli_jstr(nd, "node"));
 			if (nm)
 				json_object_set(nd, "name", nm);
+			size_t k;
+			json_t *rp;
+			json_array_foreach(json_object_get(nd, "repairs"), k, rp) {
+				json_t *fr = json_object_get(names, cli_jstr(rp, "from"));
+				json_t *bf = json_object_get(names, cli_jstr(rp, "bad_from"));
+				json_object_set(rp, "from_name", fr ? fr : json_object_get(rp, "from"));
+				if (json_object_get(rp, "bad_from"))
+					json_object_set(rp, "bad_from_name",
+							bf ? bf : json_object_get(rp, "bad_from"));
+			}
 		}
 		json_decref(names);
 		/* which network carried it: fabric (every hop), mixed, agent_address;

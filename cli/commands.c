@@ -399,11 +399,14 @@ const struct cli_cmd cli_commands[] = {
 	 "Prints \"export NAME=value\" lines (a TaskProlog's format), or JSON with -o json.\n"
 	 "This node must be in the list. See docs/slurm.md.\n"},
 	{"model", "push", cmd_model_push, cli_text_model_push,
-	 "model push DIR (--group G | --nodes a,b,c) [--name NAME] [--dry-run] [-o table|json]",
+	 "model push DIR (--group G | --nodes a,b,c) [--from NODE] [--name NAME] [--dry-run]\n"
+	 "                  [-o table|json]",
 	 "copy a model directory from this node to other nodes: verified, resumable, relayed",
 	 "  DIR          the model's folder on this node (regular files; symlinks inside it)\n"
 	 "  --group G    every member of the group ('sparkctl group show G')\n"
 	 "  --nodes LIST names or ids\n"
+	 "  --from NODE  the source is that member (name or id), DIR an absolute path there;\n"
+	 "               the head starts the push there and passes its progress here\n"
 	 "  --name NAME  the name on the nodes (default: the folder's name)\n"
 	 "  --dry-run    print the chain and the model's size; move nothing\n"
 	 "Chunks of 4 MiB named by SHA-256 travel node to node (each forwards what it holds\n"
@@ -411,8 +414,9 @@ const struct cli_cmd cli_commands[] = {
 	 "orders the chain by the fabric (on a ring, the ring; else the order given) and each\n"
 	 "hop uses both twins of its cable; where two nodes share no fabric subnet the hop\n"
 	 "goes over the address the node joined with, and the output says so. Each chunk is\n"
-	 "checked before it is written, files\n"
-	 "appear under their name only when complete. A node that lacks room refuses before\n"
+	 "checked before it is written (a bad one is fetched again from a node before it that\n"
+	 "verified it, and the output names the repair); files appear under their name only\n"
+	 "when complete. A node that lacks room refuses before\n"
 	 "the first byte. Run it again after a failure: only missing chunks move. Exit 1 when\n"
 	 "a node is not complete. See docs/models.md.\n"},
 	{"model", "ls", cmd_model_ls, cli_text_model_ls, "model ls [--node N] [-o table|json]",

@@ -167,6 +167,21 @@ void cli_text_model_push(const struct cli_answer *a)
 	}
 	out_table_print(t, stdout);
 	out_table_free(t);
+	/* chunks that failed their hash and were fetched again */
+	json_array_foreach(json_object_get(a->data, "nodes"), i, n) {
+		const char *nm = json_is_string(json_object_get(n, "name")) ? cli_jstr(n, "name")
+									    : cli_jstr(n, "node");
+		size_t k;
+		json_t *r;
+		json_array_foreach(json_object_get(n, "repairs"), k, r) {
+			char bad[160] = "";
+			if (json_is_string(json_object_get(r, "bad_from_name")))
+				snprintf(bad, sizeof bad, " from %s", cli_jstr(r, "bad_from_name"));
+			printf("Repaired on %s: %s chunk %lld, %s%s; fetched again from %s.\n", nm,
+			       cli_jstr(r, "path"), cli_jnum(r, "chunk"), cli_jstr(r, "problem"), bad,
+			       cli_jstr(r, "from_name"));
+		}
+	}
 	double secs = json_real_value(json_object_get(a->data, "seconds"));
 	const char *net = cli_jstr(a->data, "network");
 	printf("%s: %lld files, %s, in %.1f s%s (%s).\n", cli_jstr(a->data, "name"),

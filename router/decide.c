@@ -3,6 +3,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -649,6 +650,77 @@ bool is_context_error(const char *body, size_t len)
 		if (strcasestr(buf, pats[i]))
 			return true;
 	return false;
+}
+
+static const char *skip_ws(const char *p, const char *end)
+{
+	while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
+		p++;
+	return p;
+}
+
+/* The object after the last "usage": when it closes the top-level object
+ * (one '}' and blanks after it), else NULL. In JSON a "usage" whose first
+ * quote is not escaped, followed by ':', is always a key named usage, never
+ * text inside a string. */
+static json_t *usage_at_end(const char *text, size_t len)
+{
+	const char *end = text + len, *k = NULL;
+	for (const char *p = text; p < end;) {
+		const char *q = memmem(p, (size_t)(end - p), "\"usage\"", 7);
+		if (!q)
+			break;
+		k = q;
+		p = q + 1;
+	}
+	size_t bs = 0; /* an escaped quote ("a\\"usage": ...) is inside a key */
+	while (k && k - bs > text && k[-1 - (ptrdiff_t)bs] == '\\')
+		bs++;
+	if (!k || bs % 2)
+		return NULL;
+	const char *p = skip_ws(k + 7, end);
+	if (p == end || *p != ':')
+		return NULL;
+	p = skip_ws(p + 1, end);
+	if (p == end || *p != '{')
+		return NULL;
+	json_error_t e;
+	json_t *u = json_loadb(p, (size_t)(end - p), JSON_DISABLE_EOF_CHECK, &e);
+	if (!u)
+		return NULL;
+	const char *q = skip_ws(p + e.position, end);
+	if (q < end && *q == '}')
+		q = skip_ws(q + 1, end);
+	if (q != end || p + e.position == end) {
+		json_decref(u);
+		return NULL;
+	}
+	return u;
+}
+
+static long long token_count(json_t *u, const char *key)
+{
+	json_int_t v = json_integer_value(json_object_get(u, key));
+	return v > 0 && v < (1LL << 40) ? (long long)v : 0;
+}
+
+int usage_read(const char *text, size_t len, long long *prompt, long long *completion)
+{
+	int rc = -ENOENT;
+	json_t *whole = NULL, *u = usage_at_end(text, len);
+	json_t *obj = u;
+	if (!u) {
+		whole = json_loadb(text, len, 0, NULL);
+		obj = json_object_get(whole, "usage");
+	}
+	if (json_is_object(obj)) {
+		*prompt = token_count(obj, "prompt_tokens");
+		*completion = token_count(obj, "completion_tokens");
+		rc = 0;
+	}
+	json_decref(u);
+	json_decref(whole);
+	return rc;
 }
 
 void decision_pin(const struct policy *p, const struct route *rt, int t, struct decision *d)

@@ -82,6 +82,14 @@ void decision_pin(const struct policy *p, const struct route *rt, int t, struct 
  * window (vLLM, SGLang, llama.cpp and OpenAI phrasings)? */
 bool is_context_error(const char *body, size_t len);
 
+/* The token counts of an upstream answer or stream chunk's top-level "usage"
+ * object ({"prompt_tokens": N, "completion_tokens": N}): 0 with both set (0
+ * for a count that is absent, not a positive integer or absurd: 2^40 or
+ * more), or -ENOENT (nothing set) when there is no such object. When the
+ * text ends with a "usage":{...} member (where OpenAI, vLLM, SGLang and
+ * llama.cpp put it) only that object is parsed; anything else is parsed whole. */
+int usage_read(const char *text, size_t len, long long *prompt, long long *completion);
+
 /* What a target is right now: a URL target always usable at its url:; a
  * service target (looked up in svcs, the last svc_watch snapshot, NULL when
  * the router follows none) usable only while its service is ready with an

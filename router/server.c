@@ -57,6 +57,7 @@ struct gen {
 	/* a request naming a model a service target serves (GET /v1/models lists
 	 * them) goes to that target: one passthrough route per service target */
 	struct route svc_route[POLICY_MAX_TARGETS];
+	char tlabel[POLICY_MAX_TARGETS][POLICY_NAME_MAX + 16]; /* target="NAME" (metrics) */
 };
 
 struct server {
@@ -69,6 +70,8 @@ struct server {
 	struct upstream *up;
 	struct metrics *m;
 	FILE *log;
+	char logbuf[65536];              /* its stdio buffer */
+	size_t log_pending;              /* bytes in it */
 	int port;
 	uint64_t next_id;
 	struct connrec conns;            /* list head */
@@ -77,6 +80,10 @@ struct server {
 	struct cluster *cl;              /* the svc_watch subscription, or NULL */
 	char *sock;                      /* its control socket */
 	bool usable[POLICY_MAX_TARGETS]; /* of the current policy's targets, last logged */
+	/* random bytes for request ids, drawn from RAND_bytes 1.5 KiB at a time
+	 * (a call per request cost 3% of the router's instructions) */
+	unsigned char rnd[1536];
+	size_t rnd_off;                  /* used up to here; sizeof rnd: draw again */
 };
 
 struct rq {
@@ -288,9 +295,12 @@ static void waiting_unlink(struct rq *r)
 /* Requests suspended for 200 ms get the watch; most answers come sooner, and
  * a uv_poll per request costs 10 to 25% of the throughput (docs/router.md). */
 #define WATCH_AFTER_MS 200
+#define WATCH_MS 100
+static void log_flush(struct server *s);
 static void on_watch(uv_timer_t *t)
 {
 	struct server *s = t->data;
+	log_flush(s);
 	uint64_t now = util_now_ms();
 	for (struct rq *r = s->waiting; r; r = r->wnext)
 		if (!r->dpoll && now - r->susp_ms >= WATCH_AFTER_MS)
@@ -328,8 +338,7 @@ static void resume(struct rq *r)
 
 static void target_gauges(struct server *s, struct gen *g, int t)
 {
-	char l[128];
-	snprintf(l, sizeof l, "target=\"%s\"", g->p->targets[t].name);
+	const char *l = g->tlabel[t];
 	metrics_set(s->m, "spark_router_inflight", l, g->ts[t].inflight);
 	metrics_set(s->m, "spark_router_queue_depth", l, g->ts[t].qlen);
 }
@@ -346,8 +355,7 @@ static void target_health(struct server *s, struct gen *g, int t, bool failed)
 {
 	struct tstate *ts = &g->ts[t];
 	const struct target *tg = &g->p->targets[t];
-	char l[128];
-	snprintf(l, sizeof l, "target=\"%s\"", tg->name);
+	const char *l = g->tlabel[t];
 	if (!failed) {
 		ts->fails = 0;
 		metrics_set(s->m, "spark_router_target_cooled", l, 0);
@@ -844,16 +852,7 @@ static void begin_attempt(struct rq *r)
 
 static void usage_tokens(struct rq *r, const char *b, size_t n)
 {
-	json_t *j = json_loadb(b, n, 0, NULL);
-	json_t *u = json_object_get(j, "usage");
-	if (json_is_object(u)) {
-		json_int_t pt = json_integer_value(json_object_get(u, "prompt_tokens"));
-		json_int_t ct = json_integer_value(json_object_get(u, "completion_tokens"));
-		/* bounded: a hostile upstream cannot make the counters absurd */
-		r->prompt_tokens = pt > 0 && pt < (1LL << 40) ? pt : 0;
-		r->completion_tokens = ct > 0 && ct < (1LL << 40) ? ct : 0;
-	}
-	json_decref(j);
+	usage_read(b, n, &r->prompt_tokens, &r->completion_tokens); /* kept when absent */
 }
 
 static void on_upstream_done(CURL *e, CURLcode rc, void *arg)
@@ -921,12 +920,17 @@ static void on_upstream_done(CURL *e, CURLcode rc, void *arg)
 	} else {
 		r->t_first = now_ns();
 		usage_tokens(r, r->rbuf + r->roff, r->rlen - r->roff);
-		char *b = malloc(r->rlen - r->roff + 1);
-		if (b) {
-			memcpy(b, r->rbuf + r->roff, r->rlen - r->roff);
-			answer(r, (unsigned)r->status, r->ctype[0] ? r->ctype : "application/json", b,
-			       r->rlen - r->roff);
+		size_t n = r->rlen - r->roff;
+		char *b;
+		if (r->roff == 0 && n) { /* the buffer itself becomes the answer's */
+			b = r->rbuf;
+			r->rbuf = NULL;
+			r->rlen = r->rcap = 0;
+		} else if ((b = malloc(n + 1))) {
+			memcpy(b, r->rbuf + r->roff, n);
 		}
+		if (b)
+			answer(r, (unsigned)r->status, r->ctype[0] ? r->ctype : "application/json", b, n);
 	}
 	resume(r);
 }
@@ -1187,8 +1191,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		if (valid_id(rid)) {
 			util_strlcpy(r->id, rid, sizeof r->id);
 		} else {
-			unsigned char rnd[6] = {0};
-			RAND_bytes(rnd, sizeof rnd);
+			if (s->rnd_off + 6 > sizeof s->rnd) {
+				if (RAND_bytes(s->rnd, sizeof s->rnd) != 1)
+					memset(s->rnd, 0, sizeof s->rnd);
+				s->rnd_off = 0;
+			}
+			const unsigned char *rnd = s->rnd + s->rnd_off;
+			s->rnd_off += 6;
 			snprintf(r->id, sizeof r->id, "req-%02x%02x%02x%02x%02x%02x-%llu", rnd[0], rnd[1],
 				 rnd[2], rnd[3], rnd[4], rnd[5], (unsigned long long)++s->next_id);
 		}
@@ -1311,6 +1320,17 @@ static void rq_maybe_free(struct rq *r)
 	free(r);
 }
 
+/* A routing log file is written from a 64 KiB buffer at whole lines, at the
+ * latest WATCH_MS after a line (on_watch) and when the router stops, not
+ * with a write(2) per request. */
+static void log_flush(struct server *s)
+{
+	if (s->log && s->log_pending) {
+		fflush(s->log);
+		s->log_pending = 0;
+	}
+}
+
 static void log_request(struct rq *r, enum MHD_RequestTerminationCode toe)
 {
 	struct server *s = r->s;
@@ -1354,8 +1374,13 @@ static void log_request(struct rq *r, enum MHD_RequestTerminationCode toe)
 	char *line = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
 	if (line) {
+		size_t n = strlen(line) + 1;
+		if (s->log_pending + n > sizeof s->logbuf) /* whole lines reach the file */
+			log_flush(s);
 		fprintf(s->log, "%s\n", line);
-		fflush(s->log);
+		s->log_pending += n;
+		if (s->log == stdout) /* a terminal or a pipe: line by line */
+			log_flush(s);
 		free(line);
 	}
 }
@@ -1489,6 +1514,7 @@ static struct gen *gen_new(struct policy *p)
 		util_strlcpy(rt->name, p->targets[i].name, sizeof rt->name);
 		rt->type = ROUTE_PASSTHROUGH;
 		rt->target = (int)i;
+		snprintf(g->tlabel[i], sizeof g->tlabel[i], "target=\"%s\"", p->targets[i].name);
 	}
 	for (size_t i = 0; i < p->n_routes; i++) {
 		uint64_t seed = p->routes[i].seed;
@@ -1649,6 +1675,7 @@ int server_start(uv_loop_t *loop, struct policy *p, const struct server_opts *o,
 		return -ENOMEM;
 	}
 	s->conns.next = s->conns.prev = &s->conns;
+	s->rnd_off = sizeof s->rnd;
 	s->idle_s = p->idle_timeout_s;
 	const char *lp = o->log_path ? o->log_path : p->log_path;
 	if (lp) {
@@ -1659,6 +1686,8 @@ int server_start(uv_loop_t *loop, struct policy *p, const struct server_opts *o,
 			free(s);
 			return -errno;
 		}
+		if (s->log != stdout)
+			setvbuf(s->log, s->logbuf, _IOFBF, sizeof s->logbuf);
 	}
 	s->m = metrics_new();
 	metrics_family(s->m, "spark_router_requests_total", METRIC_COUNTER,
@@ -1718,7 +1747,7 @@ int server_start(uv_loop_t *loop, struct policy *p, const struct server_opts *o,
 	uv_timer_start(&s->sweep, on_sweep, 1000, 1000);
 	uv_timer_init(loop, &s->watch);
 	s->watch.data = s;
-	uv_timer_start(&s->watch, on_watch, 100, 100);
+	uv_timer_start(&s->watch, on_watch, WATCH_MS, WATCH_MS);
 	s->sock = strdup(o->control_socket ? o->control_socket : SPARK_DEFAULT_SOCKET);
 	if (!s->sock || cluster_follow(s) < 0) {
 		snprintf(err, errlen, "cannot follow the cluster's services on %s: %s", s->sock ? s->sock : "", strerror(errno));
@@ -1748,6 +1777,7 @@ void server_stop(struct server *s)
 	MHD_quiesce_daemon(s->d);
 	cluster_free(s->cl);
 	s->cl = NULL;
+	log_flush(s);
 	if (s->log && s->log != stdout)
 		fclose(s->log);
 	s->log = NULL;

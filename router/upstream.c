@@ -1,6 +1,12 @@
 #include "upstream.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+struct sock;
 
 struct upstream {
 	uv_loop_t *loop;
@@ -10,12 +16,26 @@ struct upstream {
 	void *arg;
 	CURL *pool[256];
 	size_t npool;
+	/* the sockets libcurl opened for its connections, by fd: their uv_poll
+	 * lives as long as the connection, not one transfer */
+	struct sock **conn;
+	size_t nconn;
 };
 
+/* One socket libcurl asked us to watch. A connection's socket (opened by
+ * open_socket) keeps its uv_poll between the transfers that reuse it: libuv
+ * re-registers a poll handle with epoll on every uv_poll_init and
+ * uv_poll_start (6 epoll_ctl and an ioctl per request), so an idle one stays
+ * watched for reading, and on_poll stops it if the server closes it before
+ * libcurl reuses or closes the connection. */
 struct sock {
 	uv_poll_t poll;
 	curl_socket_t fd;
 	struct upstream *u;
+	bool conn;    /* in u->conn: closed by close_socket */
+	bool polling; /* poll initialised */
+	bool active;  /* in a transfer (between libcurl's watch and CURL_POLL_REMOVE) */
+	int events;   /* UV_READABLE/UV_WRITABLE of the running uv_poll, 0: stopped */
 };
 
 static void check_done(struct upstream *u)
@@ -32,9 +52,26 @@ static void check_done(struct upstream *u)
 	}
 }
 
+static void on_poll(uv_poll_t *h, int status, int events);
+
+static void sock_watch(struct sock *s, int ev)
+{
+	if (s->events == ev)
+		return;
+	if (ev)
+		uv_poll_start(&s->poll, ev, on_poll);
+	else
+		uv_poll_stop(&s->poll);
+	s->events = ev;
+}
+
 static void on_poll(uv_poll_t *h, int status, int events)
 {
 	struct sock *s = h->data;
+	if (!s->active) { /* idle in libcurl's cache: the server closed it, or sent junk */
+		sock_watch(s, 0);
+		return;
+	}
 	int flags = 0, running;
 	if (status < 0)
 		flags = CURL_CSELECT_ERR;
@@ -60,17 +97,77 @@ static void sock_closed(uv_handle_t *h)
 	free(h->data);
 }
 
+static void sock_free(struct sock *s)
+{
+	if (s->polling)
+		uv_close((uv_handle_t *)&s->poll, sock_closed);
+	else
+		free(s);
+}
+
+static struct sock *conn_sock(struct upstream *u, curl_socket_t fd)
+{
+	return fd >= 0 && (size_t)fd < u->nconn ? u->conn[fd] : NULL;
+}
+
+static curl_socket_t open_socket(void *clientp, curlsocktype purpose, struct curl_sockaddr *a)
+{
+	struct upstream *u = clientp;
+	if (purpose != CURLSOCKTYPE_IPCXN)
+		return CURL_SOCKET_BAD;
+	curl_socket_t fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+	if (fd < 0)
+		return CURL_SOCKET_BAD;
+	if ((size_t)fd >= u->nconn) {
+		size_t n = u->nconn ? u->nconn : 64;
+		while (n <= (size_t)fd)
+			n *= 2;
+		struct sock **nc = realloc(u->conn, n * sizeof *nc);
+		if (!nc) {
+			close(fd);
+			return CURL_SOCKET_BAD;
+		}
+		memset(nc + u->nconn, 0, (n - u->nconn) * sizeof *nc);
+		u->conn = nc;
+		u->nconn = n;
+	}
+	struct sock *s = calloc(1, sizeof *s);
+	if (!s) {
+		close(fd);
+		return CURL_SOCKET_BAD;
+	}
+	s->fd = fd;
+	s->u = u;
+	s->conn = true;
+	u->conn[fd] = s;
+	return fd;
+}
+
+static int close_socket(void *clientp, curl_socket_t fd)
+{
+	struct upstream *u = clientp;
+	struct sock *s = conn_sock(u, fd);
+	if (s) {
+		u->conn[fd] = NULL;
+		sock_free(s); /* uv_close: out of epoll before the fd is closed */
+	}
+	return close(fd);
+}
+
 static int on_socket(CURL *e, curl_socket_t fd, int what, void *userp, void *socketp)
 {
 	(void)e;
 	struct upstream *u = userp;
-	struct sock *s = socketp;
+	struct sock *s = socketp ? socketp : conn_sock(u, fd);
 	if (what == CURL_POLL_REMOVE) {
-		if (s) {
-			uv_poll_stop(&s->poll);
-			uv_close((uv_handle_t *)&s->poll, sock_closed);
-			curl_multi_assign(u->multi, fd, NULL);
-		}
+		if (!s)
+			return 0;
+		curl_multi_assign(u->multi, fd, NULL);
+		s->active = false;
+		if (s->conn) /* idle: kept watched for reading (see struct sock) */
+			sock_watch(s, s->polling ? UV_READABLE : 0);
+		else
+			sock_free(s);
 		return 0;
 	}
 	if (!s) {
@@ -79,11 +176,18 @@ static int on_socket(CURL *e, curl_socket_t fd, int what, void *userp, void *soc
 			return -1;
 		s->fd = fd;
 		s->u = u;
+	}
+	if (!s->polling) {
 		if (uv_poll_init_socket(u->loop, &s->poll, fd) < 0) {
-			free(s);
+			if (!s->conn)
+				free(s);
 			return -1;
 		}
 		s->poll.data = s;
+		s->polling = true;
+	}
+	if (!s->active) {
+		s->active = true;
 		curl_multi_assign(u->multi, fd, s);
 	}
 	int ev = 0;
@@ -91,7 +195,7 @@ static int on_socket(CURL *e, curl_socket_t fd, int what, void *userp, void *soc
 		ev |= UV_READABLE;
 	if (what & CURL_POLL_OUT)
 		ev |= UV_WRITABLE;
-	uv_poll_start(&s->poll, ev, on_poll);
+	sock_watch(s, ev);
 	return 0;
 }
 
@@ -148,15 +252,21 @@ void upstream_free(struct upstream *u)
 		return;
 	while (u->npool)
 		curl_easy_cleanup(u->pool[--u->npool]);
-	curl_multi_cleanup(u->multi);
+	curl_multi_cleanup(u->multi); /* closes the connections: close_socket */
+	free(u->conn);
 	uv_close((uv_handle_t *)&u->timer, sock_closed); /* frees timer.data, u */
 }
 
 CURL *upstream_get(struct upstream *u)
 {
-	if (u->npool)
-		return u->pool[--u->npool];
-	return curl_easy_init();
+	CURL *e = u->npool ? u->pool[--u->npool] : curl_easy_init();
+	if (e) {
+		curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+		curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, u);
+		curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, close_socket);
+		curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, u);
+	}
+	return e;
 }
 
 void upstream_put(struct upstream *u, CURL *easy)

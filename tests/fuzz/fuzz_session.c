@@ -572,7 +572,7 @@ static const char *const cluster_types[] = {
     "status",       "node_ls",  "node_show",    "node_drain", "node_undrain",   "node_rm",
     "token_create", "token_ls", "token_revoke", "topo_show",  "topo_validate",  "topo_addresses",
     "init",         "join",     "leave",        "version",    "group_create",   "job_run",
-    "debug_memory", "model_ls_all", "model_rm_nodes", "model_ticket", "nosuch"};
+    "debug_memory", "model_ls_all", "model_rm_nodes", "model_ticket", "model_push_from", "nosuch"};
 static const char *const jobs_types[] = {"group_create", "group_ls", "group_show", "group_rm",
 					 "job_run",      "job_ls",   "job_show",   "job_logs",
 					 "job_cancel",   "exec",     "status",     "token_create"};
@@ -757,8 +757,9 @@ static bool next_frame(struct in *in)
 		break;
 	case OP_TOPO_OTHER: {
 		static const char *const t[] = {"topo_req",      "topo_show",      "topo_",
-						"topo_validate", "model_reply",   "model_req"};
-		unsigned ti = u8(in) % 6;
+						"topo_validate", "model_reply",   "model_req",
+						"model_push_event", "model_push_end"};
+		unsigned ti = u8(in) % 8;
 		m = proto_msg(t[ti], ti == 4 && u8(in) % 2 ? seen_pick(&s_topo, u8(in)) : id);
 		put(m, "op", json_string("state"));
 		if (ti == 5)
@@ -768,6 +769,15 @@ static bool next_frame(struct in *in)
 			put(m, "ok", gbool(in));
 			put(m, "dir", u8(in) % 2 ? json_string("/m") : fuzz_text(in, 8));
 			put(m, "models", u8(in) % 2 ? json_array() : json_integer(3));
+		}
+		if (ti >= 6) { /* a push's progress or end from a node: pushes it did not run */
+			put(m, "push", u8(in) % 2 ? json_string("ab") : fuzz_text(in, 6));
+			put(m, "node", u8(in) % 2 ? json_string("n") : json_integer(1));
+			put(m, "bytes", gint(in, NULL));
+			put(m, "total", gint(in, NULL));
+			put(m, "ms", u8(in) % 2 ? gint(in, NULL) : fuzz_text(in, 2));
+			put(m, "data", u8(in) % 2 ? json_object() : fuzz_text(in, 4));
+			put(m, "error", u8(in) % 2 ? json_pack("{s:s}", "code", "x") : json_integer(2));
 		}
 		break;
 	}

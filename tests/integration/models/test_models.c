@@ -477,6 +477,116 @@ Test(models, push_to_two_workers_then_nothing_moves)
 	h_result_free(&r);
 }
 
+/* A relay whose copy rotted on disk (one byte, size and mtime kept: it counts
+ * as held and is not re-read when the push begins) finds out when it reads
+ * the chunk for the node after it, fetches it again from the node before it,
+ * mends its copy and serves the next: both verify clean and the output names
+ * the repair. Then a push whose source is another worker (--from), asked on a
+ * third node: the head starts it there and the CLI gets its progress and
+ * report as if local. */
+Test(models, relay_repairs_its_copy_and_push_from_another_node)
+{
+	start_three(NULL);
+	char s0[600], s1[600], s2[600];
+	snprintf(s0, sizeof s0, "%s/models", c->nodes[0].dir);
+	snprintf(s1, sizeof s1, "%s/models", c->nodes[1].dir);
+	snprintf(s2, sizeof s2, "%s/models", c->nodes[2].dir);
+	struct h_result r = h_ctl(c, 0, "model", "push", src, "--nodes", "node-2,node-3", "--name",
+				  "tiny", NULL);
+	cr_assert_eq(r.rc, 0, "%s\n%s", r.out, r.err);
+	cr_assert_null(strstr(r.out, "Repaired"), "nothing to repair: %s", r.out);
+	h_result_free(&r);
+	/* node-2's copy rots */
+	char p[700];
+	snprintf(p, sizeof p, "%s/tiny/model.safetensors", s1);
+	struct stat st;
+	cr_assert_eq(stat(p, &st), 0);
+	int fd = open(p, O_RDWR);
+	cr_assert_geq(fd, 0);
+	unsigned char b;
+	cr_assert_eq(pread(fd, &b, 1, 1000), 1);
+	b ^= 0x01;
+	cr_assert_eq(pwrite(fd, &b, 1, 1000), 1);
+	struct timespec ts[2] = {st.st_atim, st.st_mtim};
+	cr_assert_eq(futimens(fd, ts), 0);
+	close(fd);
+	r = h_ctl(c, 1, "model", "verify", "tiny", NULL);
+	cr_assert_eq(r.rc, 1, "node-2's copy is damaged");
+	h_result_free(&r);
+	r = h_ctl(c, 0, "model", "rm", "tiny", "--nodes", "node-3", NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.err);
+	h_result_free(&r);
+	r = h_ctl(c, 0, "model", "push", src, "--nodes", "node-2,node-3", "--name", "tiny", NULL);
+	cr_assert_eq(r.rc, 0, "complete everywhere: %s\n%s", r.out, r.err);
+	cr_assert(strstr(r.out, "Repaired on node-2: model.safetensors chunk 0, damaged on disk; "
+				"fetched again from node-1."), "%s", r.out);
+	h_result_free(&r);
+	for (int i = 1; i < 3; i++) {
+		r = h_ctl(c, i, "model", "verify", "tiny", NULL);
+		cr_assert_eq(r.rc, 0, "node-%d verifies clean: %s", i + 1, r.out);
+		h_result_free(&r);
+	}
+	same_files(s1, "tiny");
+	same_files(s2, "tiny");
+
+	/* --from: asked on node-3, node-2 is the source, node-1 and node-3 receive */
+	r = h_ctl(c, 2, "model", "push", src, "--from", "node-2", "--nodes", "node-1,node-3",
+		  "--name", "fromtwo", "--dry-run", NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.err);
+	cr_assert(strstr(r.out, "0. node-2  source"), "%s", r.out);
+	h_result_free(&r);
+	r = h_ctl(c, 2, "model", "push", src, "--from", "node-2", "--nodes", "node-1,node-3",
+		  "--name", "fromtwo", "-o", "json", NULL);
+	cr_assert_eq(r.rc, 0, "%s\n%s", r.out, r.err);
+	json_t *j = h_json(&r);
+	cr_assert(json_is_true(json_object_get(j, "complete")), "%s", r.out);
+	json_int_t total = json_integer_value(json_object_get(j, "bytes"));
+	cr_assert_str_eq(json_string_value(json_object_get(
+			     json_array_get(json_object_get(j, "route"), 0), "name")), "node-2");
+	cr_assert_eq(json_array_size(json_object_get(j, "nodes")), 2, "%s", r.out);
+	cr_assert_eq(json_integer_value(json_object_get(node_report(j, "node-1"), "bytes_written")),
+		     total);
+	cr_assert_eq(json_integer_value(json_object_get(node_report(j, "node-3"), "bytes_written")),
+		     total);
+	json_decref(j);
+	h_result_free(&r);
+	same_files(s0, "fromtwo");
+	same_files(s2, "fromtwo");
+	snprintf(p, sizeof p, "%s/fromtwo", s1);
+	cr_assert_neq(access(p, F_OK), 0, "the source keeps no copy in its store");
+	/* the text output, asked on the head: again, nothing moves */
+	r = h_ctl(c, 0, "model", "push", src, "--from", "node-2", "--nodes", "node-1,node-3",
+		  "--name", "fromtwo", NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.err);
+	cr_assert(strstr(r.out, "complete on every node"), "%s", r.out);
+	h_result_free(&r);
+	/* the head as the source, asked on a worker (the head's own node: its mailbox) */
+	r = h_ctl(c, 2, "model", "push", src, "--from", "node-1", "--nodes", "node-2", "--name",
+		  "fromhead", "-o", "json", NULL);
+	cr_assert_eq(r.rc, 0, "%s\n%s", r.out, r.err);
+	j = h_json(&r);
+	cr_assert(json_is_true(json_object_get(j, "complete")), "%s", r.out);
+	cr_assert_eq(json_integer_value(json_object_get(node_report(j, "node-2"), "bytes_written")),
+		     total);
+	json_decref(j);
+	h_result_free(&r);
+	same_files(s1, "fromhead");
+	/* bad input */
+	r = h_ctl(c, 2, "model", "push", "relative/dir", "--from", "node-2", "--nodes", "node-1",
+		  NULL);
+	cr_assert_eq(r.rc, 2, "a relative DIR with --from");
+	h_result_free(&r);
+	r = h_ctl(c, 2, "model", "push", src, "--from", "node-9", "--nodes", "node-1", NULL);
+	cr_assert_eq(r.rc, 1);
+	cr_assert(strstr(r.err, "node-9"), "%s", r.err);
+	h_result_free(&r);
+	r = h_ctl(c, 2, "model", "push", "/nonexistent/model", "--from", "node-2", "--nodes",
+		  "node-1", NULL);
+	cr_assert_eq(r.rc, 1, "a folder missing on the source");
+	cr_assert(strstr(r.err, "node-2") && strstr(r.err, "/nonexistent/model"), "%s", r.err);
+	h_result_free(&r);
+}
+
 Test(models, push_refused_up_front_when_a_node_lacks_room)
 {
 	/* node-3's store is a 1 MiB tmpfs: the model (~197 KiB x 2 + ...) is made bigger */

@@ -4,7 +4,9 @@
  * second push moves 0 bytes; once fabric addresses are applied, a push to
  * the nodes named out of order follows the ring (on a switch, the order
  * asked) over both twins of each hop; a stranger on a data port gets nothing; a chunk
- * damaged on a relay's disk is found and moved again; a target whose agent
+ * damaged on a relay's disk is found and moved again (when its mtime changed,
+ * at the push's start; when it did not, once the relay reads it for the next
+ * node: fetched again from the node before it); a push --from another node; a target whose agent
  * is killed half-way is named while the others finish, and after its restart
  * the next push moves only what it lacked. Root only (skips otherwise). */
 #include "sim_harness.h"
@@ -238,6 +240,7 @@ Test(push_sim, stranger_damage_and_a_killed_agent, .timeout = 170)
 	json_decref(v);
 
 	/* a flipped byte in node 2's copy (a relay): found and moved again */
+	char cmd0[1200];
 	char d2[512], p[700];
 	store_of(&s, 2, d2, sizeof d2);
 	snprintf(p, sizeof p, "%s/m/model-00002.safetensors", d2);
@@ -254,6 +257,65 @@ Test(push_sim, stranger_damage_and_a_killed_agent, .timeout = 170)
 	cr_assert_eq(written(j, &s, 3), 0);
 	json_decref(j);
 	same_everywhere(&s, 4);
+
+	/* node 2's copy rots keeping its size and mtime (so it counts as held and
+	 * is not read when the push begins) and node 3 loses its copy: node 2
+	 * finds out reading that chunk for node 3, fetches it again from node 1,
+	 * mends its own copy and serves node 3 */
+	fd = open(p, O_RDWR);
+	cr_assert_geq(fd, 0, "%s", p);
+	struct stat st;
+	cr_assert_eq(fstat(fd, &st), 0);
+	cr_assert_eq(pread(fd, &b, 1, 9 << 20), 1);
+	b ^= 0x04;
+	cr_assert_eq(pwrite(fd, &b, 1, 9 << 20), 1);
+	struct timespec ts[2] = {st.st_atim, st.st_mtim};
+	cr_assert_eq(futimens(fd, ts), 0);
+	close(fd);
+	char nodes3[64];
+	snprintf(nodes3, sizeof nodes3, "%s", sh_ns(&s, 3));
+	cr_assert_eq(sh_ctl(&s, 1, NULL, "model", "rm", "m", "--nodes", nodes3, NULL), 0);
+	j = push(&s, &rc);
+	cr_assert_eq(rc, 0, "complete on every node");
+	cr_assert_eq(written(j, &s, 3), json_integer_value(json_object_get(j, "bytes")));
+	cr_assert_eq(written(j, &s, 2), 0);
+	json_t *rep = NULL;
+	size_t ri;
+	json_t *rn;
+	json_array_foreach(json_object_get(j, "nodes"), ri, rn)
+		if (!strcmp(json_string_value(json_object_get(rn, "name")), sh_ns(&s, 2)))
+			rep = json_object_get(rn, "repairs");
+	cr_assert_eq(json_array_size(rep), 1, "node 2 names its repair");
+	json_t *x = json_array_get(rep, 0);
+	cr_assert_str_eq(json_string_value(json_object_get(x, "path")), "model-00002.safetensors");
+	cr_assert_eq(json_integer_value(json_object_get(x, "chunk")), 2, "9 MiB: its third chunk");
+	cr_assert_str_eq(json_string_value(json_object_get(x, "from_name")), sh_ns(&s, 1));
+	json_decref(j);
+	same_everywhere(&s, 4);
+	for (int k = 2; k <= 3; k++)
+		cr_assert_eq(sh_ctl(&s, k, NULL, "model", "verify", "m", NULL), 0,
+			     "node %d verifies clean", k);
+
+	/* --from: asked on node 1, node 3 is the source of a copy to nodes 2 and 4 */
+	char to[160];
+	snprintf(to, sizeof to, "%s,%s", sh_ns(&s, 2), sh_ns(&s, 4));
+	char *fo = NULL;
+	rc = sh_ctl(&s, 1, &fo, "model", "push", src, "--from", nodes3, "--nodes", to, "--name",
+		    "m3", "-o", "json", NULL);
+	cr_assert_eq(rc, 0, "push --from: %s", fo ? fo : "");
+	j = fo ? json_loads(fo, 0, NULL) : NULL;
+	free(fo);
+	cr_assert(j && json_is_true(json_object_get(j, "complete")));
+	cr_assert_str_eq(json_string_value(json_object_get(
+			     json_array_get(json_object_get(j, "route"), 0), "name")), nodes3);
+	for (int k = 2; k <= 4; k += 2)
+		cr_assert_eq(written(j, &s, k), json_integer_value(json_object_get(j, "bytes")),
+			     "node %d", k);
+	json_decref(j);
+	char d4[512];
+	store_of(&s, 4, d4, sizeof d4);
+	snprintf(cmd0, sizeof cmd0, "diff -r %s %s/m3 >/dev/null", src, d4);
+	cr_assert_eq(system(cmd0), 0, "node 4 holds the source's bytes under m3");
 
 	/* a new version of two shards; node 3's agent is killed half-way */
 	char cmd[600];

@@ -8,6 +8,7 @@
 //   judge-p: {"p_solve":0.9} when the prompt holds easy, else {"p_solve":0.2};
 //   judge-garbage: words, no JSON; judge-slow: like judge after 1.5 s.
 // Streams (stream:true) send 5 chunks 100 ms apart, then [DONE].
+// FAKE_KEEPALIVE_MS: how long an idle keep-alive connection stays open (5000).
 // GET /stats -> {"requests":N,"closed_early":N,"last_auth":"...","last_model":"..."}
 'use strict';
 const http = require('http');
@@ -108,7 +109,7 @@ const server = http.createServer((req, res) => {
     if (body.model === 'slow') setTimeout(answer, 1500); else answer();
   });
 });
-server.keepAliveTimeout = 5000;
+server.keepAliveTimeout = Number(process.env.FAKE_KEEPALIVE_MS || 5000);
 server.listen(0, '127.0.0.1', () => {
   process.stdout.write(`PORT ${server.address().port}\n`);
 });

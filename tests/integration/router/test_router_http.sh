@@ -309,7 +309,11 @@ code=$(curl -sS -o "$DIR/body" -w '%{http_code}' "$U/v1/chat/completions" -d '{"
 code=$(chat nosuchmodel hi)
 [ "$code" = 404 ] && grep -q '"code":"model_not_found"' "$DIR/body" || die "unknown model: $code"
 head -c 200000 /dev/zero | tr '\0' 'a' >"$DIR/huge"
-code=$(curl -sS -o "$DIR/body" -w '%{http_code}' "$U/v1/chat/completions" --data-binary @"$DIR/huge")
+# A declared length over the limit is answered before the body is read, and the
+# connection closed: a client that sends the body regardless may see that close as a
+# reset before it reads the 413 (a race in the test, not the router's answer), so this
+# client asks first, as clients of big uploads do (Expect: 100-continue).
+code=$(curl -sS -o "$DIR/body" -w '%{http_code}' -H 'Expect: 100-continue' "$U/v1/chat/completions" --data-binary @"$DIR/huge")
 [ "$code" = 413 ] || die "huge body: $code"
 code=$(curl -sS -o "$DIR/body" -w '%{http_code}' "$U/v1/chat/completions" -H 'Transfer-Encoding: chunked' --data-binary @"$DIR/huge")
 [ "$code" = 413 ] || die "huge chunked body: $code"
@@ -362,7 +366,51 @@ socks = [socket.create_connection(("127.0.0.1", int(sys.argv[1]))) for _ in rang
 r = urllib.request.urlopen("http://127.0.0.1:%s/health" % sys.argv[1], timeout=5)
 assert r.read() == b'{"status":"ok"}'
 PY
-ok "slowloris cut off within the header deadline; 500 idle connections and the router still answers"
+# 10,000 idle connections on a router whose policy allows 12,000 (max_connections):
+# it holds them all (no request, no memory beyond each connection's pool) and still
+# answers a client that comes after them at once
+MAIN_RPORT=$RPORT MAIN_RPID=$RPID
+sed -e 's/^max_connections: 600$/max_connections: 12000/' -e 's/^idle_timeout_s: 2$/idle_timeout_s: 60/' \
+  -e "s|^log: .*|log: $DIR/routing-many.jsonl|" "$DIR/policy.yaml" >"$DIR/many.yaml"
+start_router "$DIR/many.yaml" many
+python3 - "$RPORT" "$RPID" <<'PY' || die "10,000 idle connections"
+import errno, resource, select, socket, sys, time, urllib.request
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 20000), hard))
+port, pid = int(sys.argv[1]), sys.argv[2]
+socks = []
+ep = select.epoll()
+for _ in range(10000):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setblocking(False)
+    e = s.connect_ex(("127.0.0.1", port))
+    assert e in (0, errno.EINPROGRESS), e
+    socks.append(s)
+    ep.register(s.fileno(), select.EPOLLOUT)
+left, deadline = len(socks), time.time() + 30
+while left:
+    ev = ep.poll(max(0.0, deadline - time.time()))
+    assert ev, "%d connects did not complete" % left
+    for fd, _ in ev:
+        ep.unregister(fd)
+        left -= 1
+# the router has accepted them (its open descriptors), none was closed on us
+t0 = time.time()
+while True:
+    n = len(__import__("os").listdir("/proc/%s/fd" % pid))
+    if n >= 10000 or time.time() - t0 > 20:
+        break
+    time.sleep(0.2)
+assert n >= 10000, "the router holds %d descriptors, not the 10,000 connections" % n
+t0 = time.time()
+r = urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=5)
+assert r.read() == b'{"status":"ok"}'
+print("health answered in %.0f ms beside 10,000 idle connections" % ((time.time() - t0) * 1000), file=sys.stderr)
+PY
+kill -0 "$RPID" || die "the router died under 10,000 idle connections"
+kill "$RPID"; wait "$RPID" 2>/dev/null
+RPORT=$MAIN_RPORT RPID=$MAIN_RPID
+ok "slowloris cut off within the header deadline; 500 idle connections and the router still answers; 10,000 idle connections held and the router answers beside them"
 kill -0 "$RPID" || die "the router died"
 
 # metrics
@@ -464,4 +512,43 @@ set -e
 [ "$rc" = 2 ] && grep -q 'without api_keys' "$DIR/open.err" || die "listening on 0.0.0.0 without keys: rc $rc"
 ok "API keys: 401 without or with a wrong key, 200 with it, not forwarded; 0.0.0.0 without keys refused (exit 2)"
 kill "$RPID"
+
+# an upstream that closes idle keep-alive connections (after 300 ms): the
+# router's kept connection to it dies while idle, the router does not spin on
+# it, and the next request is answered on a new connection
+FAKE_KEEPALIVE_MS=300 start_fake k
+cat >"$DIR/keep.yaml" <<EOF
+log: $DIR/keep.jsonl
+targets:
+  k: {url: 'http://127.0.0.1:$PORT_k/v1'}
+routes:
+  auto: {type: passthrough, target: k}
+EOF
+start_router "$DIR/keep.yaml" keep
+U=http://127.0.0.1:$RPORT
+ticks() { awk '{print $14 + $15}' "/proc/$RPID/stat"; }
+for round in 1 2; do
+  [ "$(chat auto "round $round")" = 200 ] || die "keep-alive round $round: $(cat "$DIR/body")"
+  t0=$(ticks)
+  sleep 1.5
+  t1=$(ticks)
+  # CPU time, not a timing: idle, the router uses none (0 ticks measured); a
+  # loop woken by the dead socket over and over used 19 ticks of 1.5 s on a
+  # busy 2-core machine
+  [ $((t1 - t0)) -le $(($(getconf CLK_TCK) / 20)) ] || die "the router used $((t1 - t0)) ticks while idle"
+done
+[ "$(chat auto after)" = 200 ] && grep -q 'from k: after' "$DIR/body" || die "after the upstream closed: $(cat "$DIR/body")"
+n=$(curl -sS "http://127.0.0.1:$PORT_k/stats" | sed -n 's/.*"requests":\([0-9]*\).*/\1/p')
+[ "$n" = 3 ] || die "the upstream saw $n requests, not 3"
+ok "an upstream closing idle connections: no spinning while idle, the next request answered (3 of 3)"
+# the routing log is buffered: whole lines, all of them written when the router stops
+kill "$RPID"
+wait "$RPID" 2>/dev/null || true
+python3 - "$DIR/keep.jsonl" <<'PY' || die "routing log after SIGTERM: $(cat "$DIR/keep.jsonl")"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["status"] for r in rows] == [200, 200, 200], rows
+assert open(sys.argv[1]).read().endswith("\n")
+PY
+ok "the routing log holds every request, whole lines, once the router stopped"
 echo "router_http: $pass checks passed"

@@ -989,6 +989,8 @@ Test(security, job_user_may_run_but_not_administer, .timeout = 90)
 		"{\"v\":1,\"type\":\"model_rm_nodes\",\"id\":1,\"name\":\"m\",\"nodes\":[\"node-2\"]}",
 		"{\"v\":1,\"type\":\"model_ticket\",\"id\":1,\"push\":\"ab\",\"name\":\"m\","
 		"\"chain\":[\"x\",\"y\"]}",
+		"{\"v\":1,\"type\":\"model_push_from\",\"id\":1,\"from\":\"node-2\",\"dir\":\"/tmp\","
+		"\"name\":\"m\",\"push\":\"ab\",\"ticket\":\"AAAA\",\"expires_at\":1,\"chain\":[]}",
 		"{\"v\":1,\"type\":\"node_rm\",\"id\":1,\"node\":\"node-2\"}",
 		"{\"v\":1,\"type\":\"leave\",\"id\":1}",
 		NULL};

@@ -14,6 +14,7 @@
 #include "util.h"
 
 #include <criterion/criterion.h>
+#include <openssl/evp.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -389,8 +390,100 @@ Test(relay, corruption_on_the_wire_is_caught_and_repaired)
 	cr_assert_eq(json_integer_value(json_object_get(r2, "chunks_bad")), 1,
 		     "n2 saw one bad chunk");
 	cr_assert_eq(json_integer_value(json_object_get(report_of("n1"), "chunks_bad")), 0);
+	/* the report names the repair: chunk 5 is chunk 4 of the second file */
+	json_t *rep = json_object_get(r2, "repairs");
+	cr_assert_eq(json_array_size(rep), 1, "n2 names one repair");
+	json_t *x = json_array_get(rep, 0);
+	cr_assert_str_eq(json_string_value(json_object_get(x, "path")), "model-00001.safetensors");
+	cr_assert_eq(json_integer_value(json_object_get(x, "chunk")), 4);
+	cr_assert_str_eq(json_string_value(json_object_get(x, "problem")), "corrupted on receipt");
+	cr_assert_str_eq(json_string_value(json_object_get(x, "bad_from")), "n1");
+	cr_assert_str_eq(json_string_value(json_object_get(x, "from")), "n1",
+			 "sent again by n1, which verified it");
+	cr_assert_eq(json_array_size(json_object_get(report_of("n3"), "repairs")), 0);
 	for (int i = 1; i < NN; i++)
 		same_content(i);
+	cleanup_push();
+}
+
+/* Flip one byte of the second file's chunk K in node i's copy, keeping its
+ * size and mtime (a disk that rots under a file recorded complete). */
+static void rot(int i, size_t k)
+{
+	char p[600];
+	snprintf(p, sizeof p, "%s/tiny/model-00001.safetensors", nodes[i].store);
+	struct stat st;
+	cr_assert_eq(stat(p, &st), 0);
+	int fd = open(p, O_RDWR);
+	cr_assert_geq(fd, 0);
+	uint8_t b;
+	off_t off = (off_t)(k * CS + 100);
+	cr_assert_eq(pread(fd, &b, 1, off), 1);
+	b ^= 0x10;
+	cr_assert_eq(pwrite(fd, &b, 1, off), 1);
+	struct timespec ts[2] = {st.st_atim, st.st_mtim};
+	cr_assert_eq(futimens(fd, ts), 0);
+	close(fd);
+}
+
+static size_t damaged(int i)
+{
+	json_t *bad = NULL;
+	char err[256] = "";
+	cr_assert_eq(mm_store_verify(nodes[i].store, "tiny", &bad, err, sizeof err), 0, "%s", err);
+	size_t n = json_array_size(bad);
+	json_decref(bad);
+	return n;
+}
+
+static json_t *only_repair(const char *node)
+{
+	json_t *rep = json_object_get(report_of(node), "repairs");
+	cr_assert_eq(json_array_size(rep), 1, "%s names one repair", node);
+	return json_array_get(rep, 0);
+}
+
+/* A relay whose copy rotted on disk (size and mtime unchanged, so it counts
+ * as held) finds out when it reads the chunk to forward it, gets it again from
+ * the node before it, mends its own copy and serves the node after it; with
+ * the node before it damaged too, that one asks the source in turn. */
+Test(relay, a_relay_with_a_damaged_copy_fetches_it_again)
+{
+	char err[256];
+	start_engines();
+	push("41", 0);
+	cr_assert_eq(nodes[0].status, 0);
+	rot(1, 3);
+	cr_assert_eq(damaged(1), 1, "n1's copy is damaged");
+	cr_assert_eq(mm_store_remove(nodes[2].store, "tiny", err, sizeof err), 0, "%s", err);
+	push("42", 0);
+	cr_assert_eq(nodes[0].status, 0, "complete everywhere");
+	json_t *x = only_repair("n1");
+	cr_assert_str_eq(json_string_value(json_object_get(x, "path")), "model-00001.safetensors");
+	cr_assert_eq(json_integer_value(json_object_get(x, "chunk")), 3);
+	cr_assert_str_eq(json_string_value(json_object_get(x, "problem")), "damaged on disk");
+	cr_assert_str_eq(json_string_value(json_object_get(x, "from")), "src");
+	cr_assert_eq(json_integer_value(json_object_get(report_of("n1"), "bytes_written")), 0);
+	cr_assert_eq(json_integer_value(json_object_get(report_of("n2"), "bytes_written")),
+		     (json_int_t)man->total_bytes);
+	for (int i = 1; i < NN; i++) {
+		same_content(i);
+		cr_assert_eq(damaged(i), 0, "%s verifies clean", ids[i]);
+	}
+	/* n1 and n2 both damaged at chunk 7, n3 lacks the model: n2 asks n1, n1 asks src */
+	rot(1, 7);
+	rot(2, 7);
+	cr_assert_eq(mm_store_remove(nodes[3].store, "tiny", err, sizeof err), 0, "%s", err);
+	push("43", 0);
+	cr_assert_eq(nodes[0].status, 0, "complete everywhere");
+	cr_assert_str_eq(json_string_value(json_object_get(only_repair("n1"), "from")), "src");
+	cr_assert_str_eq(json_string_value(json_object_get(only_repair("n2"), "from")), "n1");
+	cr_assert_eq(json_integer_value(json_object_get(only_repair("n2"), "chunk")), 7);
+	cr_assert_eq(json_array_size(json_object_get(report_of("n3"), "repairs")), 0);
+	for (int i = 1; i < NN; i++) {
+		same_content(i);
+		cr_assert_eq(damaged(i), 0, "%s verifies clean", ids[i]);
+	}
 	cleanup_push();
 }
 
@@ -803,5 +896,120 @@ Test(relay, a_member_without_permission_sends_binary_pieces_and_writes_nothing)
 			cr_assert_neq(stat(final, &st), 0, "%s: no final file %s", cases[i].why, final);
 		}
 	}
+	cleanup_push();
+}
+
+/* ---- a downstream member that keeps asking for a chunk again ---- */
+
+struct greedy {
+	uv_tcp_t lst;
+	conn *c;
+	int copies;      /* chunk 0 received */
+	char code[64];
+	bool closed;
+};
+
+static void gr_want(conn *c)
+{
+	json_t *w = proto_msg("mp_want", 0);
+	json_object_set_new(w, "chunk", json_integer(0));
+	conn_send_new(c, w);
+}
+
+static void gr_frame(conn *c, json_t *f)
+{
+	struct greedy *g = conn_data(c);
+	const char *t = proto_type(f);
+	if (!strcmp(t, "mp_hello")) {
+		conn_set_max_frame(c, 0);
+		conn_set_binary(c, MR_PIECE);
+		/* it needs nothing, then asks for chunk 0 "again" */
+		size_t nb = (man->nchunks + 7) / 8;
+		char *zeros = calloc(nb + 3, 1), *b = malloc(4 * (nb + 2) / 3 + 8);
+		EVP_EncodeBlock((unsigned char *)b, (unsigned char *)zeros, (int)nb);
+		json_t *n = proto_msg("mp_need", 0);
+		json_object_set_new(n, "node", json_string("n1"));
+		json_object_set_new(n, "bits", json_string(b));
+		conn_send_new(c, n);
+		free(zeros);
+		free(b);
+		gr_want(c);
+	} else if (!strcmp(t, "error")) {
+		util_strlcpy(g->code, proto_str(f, "code") ? proto_str(f, "code") : "", sizeof g->code);
+	}
+	json_decref(f);
+}
+
+static void gr_bin(conn *c, json_t *f, const uint8_t *data, size_t len)
+{
+	(void)data;
+	(void)len;
+	struct greedy *g = conn_data(c);
+	if (!strcmp(proto_type(f), "mp_piece") && proto_int(f, "chunk", -1) == 0) {
+		g->copies++;
+		json_t *a = proto_msg("mp_ack", 0);
+		json_object_set_new(a, "chunk", json_integer(0));
+		conn_send_new(c, a);
+		gr_want(c);
+	}
+	json_decref(f);
+}
+
+static void gr_close(conn *c, int err)
+{
+	(void)err;
+	struct greedy *g = conn_data(c);
+	g->closed = true;
+}
+
+static void gr_ready(conn *c, int status)
+{
+	(void)c;
+	(void)status;
+}
+
+static const struct conn_cbs gr_cbs = {.on_ready = gr_ready, .on_frame = gr_frame,
+				       .on_close = gr_close, .on_bin = gr_bin};
+
+static void gr_accept(uv_stream_t *server, int status)
+{
+	struct greedy *g = server->data;
+	if (status == 0 && !g->c)
+		g->c = conn_accept(server, srv[1], &gr_cbs, g);
+}
+
+/* n1 (its real certificate) answers the source's hello, needs nothing, and
+ * asks for chunk 0 again and again: it gets it MR_BAD_MAX times, then
+ * bad_frame and the link closes; the source's push ends. */
+Test(relay, a_downstream_asking_again_and_again_is_cut_off)
+{
+	start_engines();
+	char err[256] = "";
+	cr_assert_eq(mm_build(src, "tiny", CS, &man, err, sizeof err), 0, "%s", err);
+	static struct greedy g;
+	memset(&g, 0, sizeof g);
+	uv_tcp_init(&loop, &g.lst);
+	g.lst.data = &g;
+	struct sockaddr_in sa;
+	uv_ip4_addr("127.0.0.1", 0, &sa);
+	cr_assert_eq(uv_tcp_bind(&g.lst, (struct sockaddr *)&sa, 0), 0);
+	cr_assert_eq(uv_listen((uv_stream_t *)&g.lst, 4, gr_accept), 0);
+	struct sockaddr_storage ss;
+	int sl = sizeof ss;
+	uv_tcp_getsockname(&g.lst, (struct sockaddr *)&ss, &sl);
+	struct mr_member two[2] = {chain[0], chain[1]};
+	two[1].port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	nodes[0].done = false;
+	struct mr_push_opts o = {.push_id = "51", .m = man, .chain = two, .nchain = 2, .self = 0,
+				 .src_dir = src};
+	cr_assert_eq(mr_push_start(nodes[0].e, &o, &cbs, &nodes[0], err, sizeof err), 0, "%s", err);
+	for (int i = 0; i < 200000 && !(nodes[0].done && g.closed); i++)
+		uv_run(&loop, UV_RUN_ONCE);
+	cr_assert(g.closed, "the link was closed");
+	cr_assert_eq(g.copies, MR_BAD_MAX, "chunk 0 sent %d times", g.copies);
+	cr_assert_str_eq(g.code, "bad_frame");
+	cr_assert(nodes[0].done, "the source's push ended");
+	cr_assert_neq(nodes[0].status, 0, "not complete");
+	uv_close((uv_handle_t *)&g.lst, NULL);
 	cleanup_push();
 }

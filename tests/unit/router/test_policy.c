@@ -499,6 +499,56 @@ Test(decide, context_length_errors_are_recognised)
 		cr_assert(!is_context_error(no[i], strlen(no[i])), "%s", no[i]);
 }
 
+/* Token counts from upstream answers: the fast path (usage as the last
+ * member) and the whole parse agree on what a user's metrics show. */
+Test(decide, usage_is_read_from_answers_and_chunks)
+{
+	static const struct {
+		const char *text;
+		int rc;
+		long long pt, ct;
+	} cases[] = {
+		/* usage last, as OpenAI and vLLM send it */
+		{"{\"id\":\"c\",\"choices\":[{\"message\":{\"content\":\"hi\"}}],"
+		 "\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3,\"total_tokens\":10}}", 0, 7, 3},
+		/* a stream chunk, blanks and a CR after it */
+		{" {\"choices\":[], \"usage\" : { \"prompt_tokens\": 11, \"completion_tokens\": 5 } } \r", 0, 11, 5},
+		/* usage first: read by the whole parse */
+		{"{\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":4},\"id\":\"x\"}", 0, 2, 4},
+		/* only a nested "usage": not the answer's */
+		{"{\"choices\":[{\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":9}}]}", -ENOENT, 0, 0},
+		{"{\"a\":{\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":9}}}", -ENOENT, 0, 0},
+		/* a nested one last, the answer's own first */
+		{"{\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2},"
+		 "\"x\":{\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":9}}}", 0, 1, 2},
+		/* "usage" inside the text of a message */
+		{"{\"choices\":[{\"message\":{\"content\":\"\\\"usage\\\":{\\\"prompt_tokens\\\":9}}\"}}]}",
+		 -ENOENT, 0, 0},
+		/* a key that ends in "usage" (an escaped quote before it) */
+		{"{\"a\\\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":5}}", -ENOENT, 0, 0},
+		/* OpenAI's chunks before the last carry "usage":null */
+		{"{\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"usage\":null}", -ENOENT, 0, 0},
+		/* bounded and positive counts only */
+		{"{\"usage\":{\"prompt_tokens\":-3,\"completion_tokens\":1099511627776}}", 0, 0, 0},
+		{"{\"usage\":{\"prompt_tokens\":\"7\"}}", 0, 0, 0},
+		/* not JSON, cut short, empty */
+		{"{\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3}", -ENOENT, 0, 0},
+		{"\"usage\":{\"prompt_tokens\":7}", -ENOENT, 0, 0},
+		{"", -ENOENT, 0, 0},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		long long pt = -1, ct = -1;
+		int rc = usage_read(cases[i].text, strlen(cases[i].text), &pt, &ct);
+		cr_assert_eq(rc, cases[i].rc, "%s: rc %d", cases[i].text, rc);
+		if (rc == 0) {
+			cr_assert_eq(pt, cases[i].pt, "%s: prompt %lld", cases[i].text, pt);
+			cr_assert_eq(ct, cases[i].ct, "%s: completion %lld", cases[i].text, ct);
+		} else {
+			cr_assert(pt == -1 && ct == -1, "%s: counts changed", cases[i].text);
+		}
+	}
+}
+
 #include "session.h"
 
 Test(session, pins_expire_and_stay_bounded)
