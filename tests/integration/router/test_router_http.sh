@@ -88,8 +88,10 @@ export SPARKCTL_SOCKET=$DIR/no-sparkd.sock # no sparkd here: service targets sta
 grep -q "valid: 15 targets, 19 routes" "$DIR/check.out" || die "check summary: $(cat "$DIR/check.out")"
 grep -q "service targets follow the cluster's services through sparkd on $DIR/no-sparkd.sock" "$DIR/check.out" ||
   die "--check does not say how service targets are resolved: $(cat "$DIR/check.out")"
-"$ROUTER" --policy "$S/dist/router.yaml" --check >/dev/null || die "the shipped example dist/router.yaml is not valid"
-ok "--check accepts the policy (and the shipped dist/router.yaml) and says where service targets come from"
+for f in router.yaml router-demo.yaml; do
+  "$ROUTER" --policy "$S/dist/$f" --check >/dev/null || die "the shipped example dist/$f is not valid"
+done
+ok "--check accepts the policy (and the shipped dist/router.yaml, dist/router-demo.yaml) and says where service targets come from"
 
 start_router "$DIR/policy.yaml" main
 for _ in $(seq 50); do grep -q 'msg=sparkd_watch_lost' "$DIR/router-main.log" && break; sleep 0.05; done
