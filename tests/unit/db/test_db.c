@@ -18,30 +18,18 @@
 #include <sqlite3.h>
 
 #include "db.h"
+#include "db_tmp.h"
 
-static char dir[64];
-static char path[128];
 static db *D;
-
-static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-	(void)st; (void)flag; (void)f;
-	return remove(p);
-}
 
 static void setup(void)
 {
-	strcpy(dir, "/tmp/sparkdb-test-XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
-	snprintf(path, sizeof path, "%s/cluster.db", dir);
-	D = NULL;
+	db_tmp_setup(&D, false);
 }
 
 static void teardown(void)
 {
-	db_close(D);
-	D = NULL;
-	nftw(dir, rm_cb, 8, FTW_DEPTH | FTW_PHYS);
+	db_tmp_teardown(&D);
 }
 
 TestSuite(db, .init = setup, .fini = teardown, .timeout = 50);

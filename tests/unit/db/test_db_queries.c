@@ -18,19 +18,11 @@
 #include <sqlite3.h>
 
 #include "db.h"
+#include "db_tmp.h"
 
 #define NOW ((int64_t)1790000000)
 
-static char dir[64], path[128];
 static db *D;
-
-static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-	(void)st;
-	(void)flag;
-	(void)f;
-	return remove(p);
-}
 
 /* A worker that joined with its own token and, unless pending, connected. */
 static void add_worker(const char *id, const char *name, bool connect)
@@ -51,10 +43,7 @@ static void add_worker(const char *id, const char *name, bool connect)
 
 static void setup(void)
 {
-	strcpy(dir, "/tmp/sparkdb-q-XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
-	snprintf(path, sizeof path, "%s/cluster.db", dir);
-	cr_assert_eq(db_open(path, &D), 0);
+	db_tmp_setup(&D, true);
 	db_cluster c = {.created_at = NOW};
 	strcpy(c.id, "c1");
 	strcpy(c.name, "lab");
@@ -69,9 +58,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-	db_close(D);
-	D = NULL;
-	nftw(dir, rm_cb, 8, FTW_DEPTH | FTW_PHYS);
+	db_tmp_teardown(&D);
 }
 
 TestSuite(db_queries, .init = setup, .fini = teardown, .timeout = 50);

@@ -14,33 +14,20 @@
 #include <unistd.h>
 
 #include "db.h"
+#include "db_tmp.h"
 
 #define NOW ((int64_t)1790000000)
 
-static char dir[64], path[128];
 static db *D;
-
-static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-	(void)st;
-	(void)flag;
-	(void)f;
-	return remove(p);
-}
 
 static void setup(void)
 {
-	strcpy(dir, "/tmp/sparkdb-s-XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
-	snprintf(path, sizeof path, "%s/cluster.db", dir);
-	cr_assert_eq(db_open(path, &D), 0);
+	db_tmp_setup(&D, true);
 }
 
 static void teardown(void)
 {
-	db_close(D);
-	D = NULL;
-	nftw(dir, rm_cb, 8, FTW_DEPTH | FTW_PHYS);
+	db_tmp_teardown(&D);
 }
 
 TestSuite(db_services, .init = setup, .fini = teardown);
