@@ -343,15 +343,7 @@ static void node_tick(uv_timer_t *t)
 
 static bool url_ok(const char *u)
 {
-	size_t n = strlen(u);
-	if (n < 8 || n >= SN_URL_MAX)
-		return false;
-	if (strncmp(u, "http://", 7) != 0 && strncmp(u, "https://", 8) != 0)
-		return false;
-	for (const char *p = u; *p; p++)
-		if ((unsigned char)*p <= ' ' || *p == 0x7f)
-			return false;
-	return true;
+	return strlen(u) < SN_URL_MAX && util_http_url(u, true);
 }
 
 void sn_health_watch(struct agent *a, const char *from, const json_t *msg)

@@ -364,3 +364,14 @@ bool util_valid_name(const char *s)
 			return false;
 	return true;
 }
+
+bool util_http_url(const char *u, bool https)
+{
+	size_t skip = strncmp(u, "http://", 7) == 0 ? 7 : https && strncmp(u, "https://", 8) == 0 ? 8 : 0;
+	if (!skip || !u[skip] || u[skip] == '/')
+		return false;
+	for (const char *q = u; *q; q++)
+		if ((unsigned char)*q <= ' ' || *q == 0x7f)
+			return false;
+	return true;
+}

@@ -37,5 +37,8 @@ int util_check_hostport(const char *s, int default_port, char *err, size_t errle
 size_t util_strlcpy(char *dst, const char *src, size_t size);
 /* Node/cluster names: 1-63 chars of [a-z0-9-], starting with a letter or digit. */
 bool util_valid_name(const char *s);
+/* An absolute http:// (or, with https, https://) URL with a host, and no
+ * space or control character anywhere. */
+bool util_http_url(const char *u, bool https);
 
 #endif

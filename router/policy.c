@@ -195,18 +195,6 @@ static int target_ref(struct pctx *c, json_t *v, const char *key, int *out)
 	return 0;
 }
 
-static bool url_ok(const char *u)
-{
-	if (strncmp(u, "http://", 7) && strncmp(u, "https://", 8))
-		return false;
-	const char *h = u + (u[4] == 's' ? 8 : 7);
-	if (!*h || *h == '/')
-		return false;
-	for (const char *q = u; *q; q++)
-		if ((unsigned char)*q <= ' ' || *q == 0x7f)
-			return false;
-	return true;
-}
 
 /* network: fabric (default) or management: which endpoint URL of a service. */
 static int get_network(struct pctx *c, json_t *obj, bool *management)
@@ -267,7 +255,7 @@ static int parse_target(struct pctx *c, const char *name, json_t *t)
 	if (!!tg->url == !!tg->service)
 		return fail(c, NULL, "a target has exactly one of url: and service:");
 	tg->kind = tg->service ? TARGET_SERVICE : TARGET_URL;
-	if (tg->url && !url_ok(tg->url))
+	if (tg->url && !util_http_url(tg->url, true))
 		return fail(c, "url", "expected an http:// or https:// URL without spaces");
 	if (tg->service && !valid_name(tg->service))
 		return fail(c, "service", "not a valid service name");

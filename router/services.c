@@ -25,12 +25,7 @@ static bool word_ok(const char *s, size_t max, const char *extra)
 /* http://HOST:PORT with no path, spaces or control characters. */
 static bool url_ok(const char *u)
 {
-	if (strlen(u) >= SVC_URL_MAX - 8 || strncmp(u, "http://", 7) || !u[7] || u[7] == '/')
-		return false;
-	for (const char *q = u; *q; q++)
-		if ((unsigned char)*q <= ' ' || *q == 0x7f || *q == '?' || *q == '#')
-			return false;
-	return true;
+	return strlen(u) < SVC_URL_MAX - 8 && util_http_url(u, false) && !strpbrk(u, "?#");
 }
 
 /* A string field that is absent or null: "" (ok); else it must pass check. */

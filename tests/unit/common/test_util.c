@@ -226,3 +226,17 @@ Test(util, mkdirs)
 	rmdir(path);
 	rmdir(dir);
 }
+
+Test(util, http_urls)
+{
+	cr_expect(util_http_url("http://169.254.1.1:8000/v1", false));
+	cr_expect(util_http_url("https://h/x", true));
+	cr_expect(!util_http_url("https://h/x", false), "https only when asked for");
+	cr_expect(!util_http_url("http://", true), "no host");
+	cr_expect(!util_http_url("https://", true), "no host");
+	cr_expect(!util_http_url("http:///x", true), "no host");
+	cr_expect(!util_http_url("ftp://h/", true));
+	cr_expect(!util_http_url("http://h/a b", true), "a space");
+	cr_expect(!util_http_url("http://h/\x7f", true), "a control character");
+	cr_expect(!util_http_url("HTTP://h/", true), "the scheme as the others write it");
+}
