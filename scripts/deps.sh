@@ -9,7 +9,7 @@ BUILD_PKGS="gcc meson ninja-build pkg-config libuv1-dev libsqlite3-dev libssl-de
 TEST_PKGS="clang libclang-rt-14-dev valgrind openssh-server openmpi-bin libopenmpi-dev
  python3-numpy python3-torch netplan.io
  gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user-static debhelper lintian debootstrap
- fakeroot file slurm-wlm munge prometheus nodejs curl openssl"
+ fakeroot file slurm-wlm munge prometheus nodejs curl openssl iputils-ping"
 
 want="$BUILD_PKGS"
 case "${1:-}" in

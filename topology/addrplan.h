@@ -19,7 +19,11 @@
  *   plan: adds missing addresses, removes addresses INSIDE THE POOL that the
  *   plan does not give that netdev (sparkctl owns the pool), leaves every other
  *   address alone. Re-running with unchanged cabling changes nothing and says
- *   so ("changed":false). Needs CAP_NET_ADMIN in the node's namespace.
+ *   so ("changed":false). It also sets arp_ignore=1 and arp_announce=2 on
+ *   every planned netdev (/proc/sys/net/ipv4/conf/DEV): both twins of a port
+ *   hear the same ARP broadcasts, and with Linux's defaults peers learn both
+ *   twins' addresses at one twin's MAC, halving the port (addrplan.c). Needs
+ *   CAP_NET_ADMIN in the node's namespace.
  * - topo_addrplan_netplan() renders /etc/netplan/40-sparkctl.yaml for one node
  *   without applying it; topo_addrplan_write_netplan() writes it mode 0600.
  * - Members' own networks (verdict "host_addresses", see topo_host_addresses)
@@ -35,7 +39,8 @@
  *   "avoided":[{"node","netdev","address","blocked":"10.77.5.0/24"|null,
  *               "contains_pool":bool}]}
  * APPLY REPORT: {"node","changed":bool,"dry_run":bool,"added":[{"netdev","address"}],
- *   "removed":[...],"kept":[...],"missing_netdevs":[...],"message"}
+ *   "removed":[...],"kept":[...],"missing_netdevs":[...],
+ *   "sysctls":[{"netdev","name":"arp_ignore"|"arp_announce","value","was"}],"message"}
  */
 #ifndef SPARK_TOPO_ADDRPLAN_H
 #define SPARK_TOPO_ADDRPLAN_H

@@ -510,5 +510,39 @@ Test(topo, topo_switch8, .timeout = 180)
 	cr_expect_eq(json_array_size(json_object_get(r.v, "probes")), 16, "each node with the next, 2 rails");
 	fprintf(stderr, "topo_validate switch8_quick_ms=%.0f\n", run_ms(r.v));
 	vres_free(&r);
+
+	/* Addresses applied: node 1 then reaches each of node 2's twins at that
+	 * twin's own MAC (both twins hear every ARP broadcast on the switch;
+	 * without the ARP settings one twin answered for both). */
+	char *out = NULL;
+	cr_assert_eq(CTL(&s, 1, &out, "topo", "addresses", "--apply", "-o", "json"), 0, "%s", out);
+	json_t *ad = parse_out(out);
+	cr_assert(ad, "%s", out);
+	free(out);
+	json_t *mine = json_object_get(json_object_get(json_object_get(ad, "plan"), "nodes"),
+				       sh_ns(&s, 2));
+	cr_assert_eq(json_array_size(mine), 2, "node 2's twins in the plan");
+	for (size_t t = 0; t < 2; t++) {
+		json_t *e = json_array_get(mine, t);
+		char addr[48], cmd[256];
+		snprintf(addr, sizeof addr, "%s", vstr(e, "address"));
+		*strchr(addr, '/') = '\0';
+		snprintf(cmd, sizeof cmd, "cat /sys/class/net/%s/address", vstr(e, "netdev"));
+		char *const mac_sh[] = {"/bin/sh", "-c", cmd, NULL};
+		char *mac = NULL, *seen = NULL;
+		cr_assert_eq(sh_exec(&s, 2, mac_sh, &mac), 0, "%s", mac);
+		mac[strcspn(mac, "\n")] = '\0';
+		snprintf(cmd, sizeof cmd,
+			 "ping -c 1 -W 2 %s >/dev/null && ip neigh show %s | awk '{print $5}'", addr,
+			 addr);
+		char *const arp_sh[] = {"/bin/sh", "-c", cmd, NULL};
+		cr_assert_eq(sh_exec(&s, 1, arp_sh, &seen), 0, "%s", seen);
+		seen[strcspn(seen, "\n")] = '\0';
+		cr_expect_str_eq(seen, mac, "node 1 reaches %s (node 2's %s) at %s, not at its MAC %s",
+				 addr, vstr(e, "netdev"), seen, mac);
+		free(mac);
+		free(seen);
+	}
+	json_decref(ad);
 	sh_down(&s);
 }

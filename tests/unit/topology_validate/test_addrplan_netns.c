@@ -27,6 +27,24 @@ static json_t *ip_addrs(void)
 	return a;
 }
 
+/* "NETDEV arp_ignore arp_announce" for the fabric netdevs and c0. */
+static json_t *arp_values(void)
+{
+	json_t *a = json_array();
+	FILE *f = popen("for d in enp1s0f0np0 enP2p1s0f0np0 enp1s0f1np1 enP2p1s0f1np1 c0; do "
+			"echo $d $(cat /proc/sys/net/ipv4/conf/$d/arp_ignore) "
+			"$(cat /proc/sys/net/ipv4/conf/$d/arp_announce); done",
+			"r");
+	char line[256];
+	while (f && fgets(line, sizeof line, f)) {
+		line[strcspn(line, "\n")] = '\0';
+		json_array_append_new(a, json_string(line));
+	}
+	if (f)
+		pclose(f);
+	return a;
+}
+
 static json_t *apply_run(void *arg)
 {
 	(void)arg;
@@ -40,11 +58,13 @@ static json_t *apply_run(void *arg)
 	json_object_set_new(out, "dry_rc", json_integer(rc));
 	json_object_set_new(out, "dry", r ? r : json_string(err));
 	json_object_set_new(out, "after_dry", ip_addrs());
+	json_object_set_new(out, "arp_after_dry", arp_values());
 	o.dry_run = false;
 	rc = topo_addrplan_apply(g_plan, &o, &r, err, sizeof err);
 	json_object_set_new(out, "rc1", json_integer(rc));
 	json_object_set_new(out, "first", r ? r : json_string(err));
 	json_object_set_new(out, "after_first", ip_addrs());
+	json_object_set_new(out, "arp_after_first", arp_values());
 	rc = topo_addrplan_apply(g_plan, &o, &r, err, sizeof err);
 	json_object_set_new(out, "rc2", json_integer(rc));
 	json_object_set_new(out, "second", r ? r : json_string(err));
@@ -115,6 +135,9 @@ Test(addrplan_netns, apply_is_idempotent, .timeout = 60)
 	cr_assert_eq(json_array_size(json_object_get(dry, "added")), 4, "%s", dump);
 	cr_assert_eq(json_array_size(json_object_get(dry, "removed")), 1);
 	cr_assert(has(json_object_get(r, "after_dry"), "enp1s0f0np0 169.254.100.1/24"));
+	/* ARP: 2 settings on each of the 4 planned netdevs would change; none did */
+	cr_assert_eq(json_array_size(json_object_get(dry, "sysctls")), 8, "%s", dump);
+	cr_assert(has(json_object_get(r, "arp_after_dry"), "enp1s0f0np0 0 0"), "%s", dump);
 
 	/* First run: 4 added, the stale one removed, the rest left alone. */
 	cr_assert_eq(json_integer_value(json_object_get(r, "rc1")), 0, "%s", dump);
@@ -133,6 +156,17 @@ Test(addrplan_netns, apply_is_idempotent, .timeout = 60)
 	cr_assert(has(after, "enp1s0f0np0 169.254.200.1/24"), "%s", dump);
 	cr_assert(has(after, "enp1s0f1np1 fd00::1/64"), "%s", dump);
 	cr_assert(has(after, "c0 169.254.101.1/24"), "%s", dump);
+	/* ARP answered and announced per netdev on the fabric; c0 left alone */
+	json_t *arp = json_object_get(r, "arp_after_first");
+	for (int i = 0; i < 4; i++) {
+		char line[128];
+		snprintf(line, sizeof line, "%s 1 2", devs[i]);
+		cr_assert(has(arp, line), "missing '%s': %s", line, dump);
+	}
+	cr_assert(has(arp, "c0 0 0"), "%s", dump);
+	json_t *sc = json_array_get(json_object_get(first, "sysctls"), 0);
+	cr_assert_eq(json_array_size(json_object_get(first, "sysctls")), 8, "%s", dump);
+	cr_assert_eq(json_integer_value(json_object_get(sc, "was")), 0, "%s", dump);
 
 	/* Second run: nothing to do, and it says so. */
 	cr_assert_eq(json_integer_value(json_object_get(r, "rc2")), 0);
@@ -141,8 +175,9 @@ Test(addrplan_netns, apply_is_idempotent, .timeout = 60)
 	cr_assert_eq(json_array_size(json_object_get(second, "added")), 0);
 	cr_assert_eq(json_array_size(json_object_get(second, "removed")), 0);
 	cr_assert_eq(json_array_size(json_object_get(second, "kept")), 4);
+	cr_assert_eq(json_array_size(json_object_get(second, "sysctls")), 0, "%s", dump);
 	cr_assert_str_eq(json_string_value(json_object_get(second, "message")),
-			 "addresses already match the plan: nothing changed");
+			 "addresses and ARP settings already match the plan: nothing changed");
 	cr_assert(json_equal(json_object_get(r, "after_first"), json_object_get(r, "after_second")));
 	free(dump);
 	json_decref(res);
