@@ -380,7 +380,9 @@ Test(push_sim, stranger_damage_and_a_killed_agent, .timeout = 170)
 	cr_assert(j);
 	cr_assert_str_eq(status_of(j, &s, 3), "down");
 	cr_assert_str_eq(status_of(j, &s, 2), "complete");
-	cr_assert_str_eq(status_of(j, &s, 4), "complete", "node 2 served node 4 itself");
+	char *dump = json_dumps(j, JSON_COMPACT);
+	cr_assert_str_eq(status_of(j, &s, 4), "complete", "node 2 served node 4 itself: %s", dump);
+	free(dump);
 	json_decref(j);
 	cr_assert_eq(sim_fault("start", 1, args, NULL, err, sizeof err), 0, "%s", err);
 	sh_wait_reports(&s, 4, true);
