@@ -9,7 +9,9 @@
  *           {"name", "files", "bytes", "seconds", "nodes": [report]}
  *   model_push_from {from, ...model_push} (admin, head, streams): the head
  *        sends node FROM model_push_run, which answers with model_push_event
- *        and model_push_end frames, passed on as model_push's stream and answer
+ *        and model_push_end frames, passed on as model_push's stream and answer;
+ *        when the CLI that asked goes away (its stream ends), the head sends
+ *        the node model_push_cancel {push}, which stops the push there
  * verify re-hashes every chunk in a libuv worker thread, so the agent keeps
  * answering meanwhile; so does model_push for the manifest. A push is the
  * chain of data links of model_relay.c: once this node has an identity, it
@@ -63,6 +65,7 @@ static struct remote_push *remote_running;
 
 static void remote_node_gone(const char *node_id);
 static void remote_free(struct remote_push *rp);
+static void remote_caller_gone(struct agent *a, struct remote_push *rp);
 
 static const char *node_name(struct agent *a)
 {
@@ -613,14 +616,14 @@ static void model_event(struct agent *a, enum svc_event ev, const struct svc_eve
 	if (ev == SVC_EV_STREAM_CANCEL) {
 		for (struct remote_push *rp = remote_running; rp; rp = rp->next)
 			if (rp->reply == arg->c && rp->id == arg->id)
-				rp->gone = true;
+				remote_caller_gone(a, rp);
 		return;
 	}
 	if (ev != SVC_EV_CONN_GONE)
 		return;
 	for (struct remote_push *rp = remote_running; rp; rp = rp->next)
 		if (rp->reply == arg->c)
-			rp->gone = true;
+			remote_caller_gone(a, rp);
 	for (struct ls_all *j = ls_running; j; j = j->next)
 		if (j->reply == arg->c)
 			j->gone = true;
@@ -759,6 +762,7 @@ struct push_job {
 	json_int_t id;
 	bool gone, started, dry_run;
 	bool via_head;  /* started by the head (model_push_run): answers go there */
+	bool cancelled; /* model_push_cancel came while the manifest was being built */
 	char push_id[65];
 	char *ticket;
 	int64_t expires_at;
@@ -859,6 +863,12 @@ static void on_push_done(void *data, int status, const json_t *report)
 	struct agent *a = j->a;
 	double secs = (double)(util_now_ms() - j->t0) / 1000.0;
 	log_info("model_push_done", "name=%s status=%d seconds=%.1f", j->name, status, secs);
+	if (status == -ECANCELED) {
+		job_answer(j, NULL, "cancelled", "push %s was cancelled: its caller went away",
+			   j->push_id);
+		push_unlink(a, j);
+		return;
+	}
 	job_answer(j, json_pack("{s:s, s:I, s:I, s:f, s:b, s:O}", "name", j->name, "files",
 				(json_int_t)j->m->nfiles, "bytes", (json_int_t)j->m->total_bytes,
 				"seconds", secs, "complete", status == 0, "nodes", report),
@@ -876,6 +886,14 @@ static void manifest_done(uv_work_t *w, int status)
 {
 	struct push_job *j = w->data;
 	struct agent *a = j->a;
+	if (j->cancelled) {
+		log_info("model_push_cancelled", "push=%s name=%s stage=manifest", j->push_id,
+			 j->name);
+		job_answer(j, NULL, "cancelled", "push %s was cancelled: its caller went away",
+			   j->push_id);
+		push_unlink(a, j);
+		return;
+	}
 	if (status < 0 || j->rc < 0 || !a->model || !a->model->eng) {
 		job_answer(j, NULL, j->rc == -ENOENT || j->rc == -ENOTDIR ? "not_found" : "failed",
 			   "%s", j->rc < 0 ? j->err : "the data port of this node is not open");
@@ -907,6 +925,7 @@ static void manifest_done(uv_work_t *w, int status)
 		push_unlink(a, j);
 		return;
 	}
+	j->started = true;
 	log_info("model_push_start", "name=%s files=%zu bytes=%llu nodes=%zu", j->name,
 		 j->m->nfiles, (unsigned long long)j->m->total_bytes, j->n - 1);
 }
@@ -1115,6 +1134,27 @@ static void f_model_push_run(struct agent *a, const char *from, const json_t *ms
 	job_go(a, j);
 }
 
+/* The head: the CLI that asked for push (--from) went away; stop it here.
+ * Only pushes the head started (model_push_run) are stopped this way. */
+static void f_model_push_cancel(struct agent *a, const char *from, const json_t *msg)
+{
+	(void)from; /* the head: only it sends node frames */
+	const char *push = proto_str(msg, "push");
+	struct push_job *j = a->model ? a->model->pushes : NULL;
+	while (j && (!j->via_head || strcmp(j->push_id, push)))
+		j = j->next;
+	if (!j) {
+		log_debug("model_push_cancel_unknown", "push=%s", log_q(push));
+		return;
+	}
+	log_info("model_push_cancelled", "push=%s name=%s stage=%s", j->push_id, j->name,
+		 j->started ? "relay" : "manifest");
+	if (!j->started)
+		j->cancelled = true; /* manifest_done answers */
+	else if (a->model->eng)
+		mr_push_cancel(a->model->eng, j->push_id); /* on_push_done answers */
+}
+
 static void f_model_push_event(struct agent *a, const char *from, const json_t *msg)
 {
 	(void)a;
@@ -1144,6 +1184,21 @@ static void f_model_push_end(struct agent *a, const char *from, const json_t *ms
 			  rp->node_name, proto_str(e, "message") ? proto_str(e, "message")
 								 : "the push failed");
 	remote_free(rp);
+}
+
+/* The CLI that asked for a --from push went away (its connection closed, or
+ * the worker it asked on sent stream_cancel): the source stops the push
+ * (model_push_cancel); its model_push_end, when it comes, ends the entry. */
+static void remote_caller_gone(struct agent *a, struct remote_push *rp)
+{
+	if (rp->gone)
+		return;
+	rp->gone = true;
+	json_t *f = proto_msg("model_push_cancel", 0);
+	json_object_set_new(f, "push", json_string(rp->push));
+	int r = peers_to_node(a, rp->node, f);
+	log_info("model_push_from_cancel", "push=%s node=%s sent=%s", rp->push, rp->node_name,
+		 r < 0 ? "no" : "yes");
 }
 
 /* The source's session closed: its CLI hears so (the push may go on there). */
@@ -1187,6 +1242,7 @@ static const struct svc_frame frames[] = {
 	{"model_push_run", f_model_push_run, FRAME_TO_NODE,
 	 {{"dir", 's'}, {"name", 's'}, {"chain", 'a'}, {"push", 's'}, {"ticket", 's'},
 	  {"expires_at", 'i'}, {"dry_run", 'B'}, {NULL, 0}}},
+	{"model_push_cancel", f_model_push_cancel, FRAME_TO_NODE, {{"push", 's'}, {NULL, 0}}},
 	{"model_push_event", f_model_push_event, FRAME_TO_HEAD,
 	 {{"push", 's'}, {"node", 's'}, {"bytes", 'i'}, {"total", 'i'}, {"ms", 'i'}, {NULL, 0}}},
 	{"model_push_end", f_model_push_end, FRAME_TO_HEAD,
