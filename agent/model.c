@@ -219,6 +219,17 @@ static void engine_start(struct agent *a)
 		return;
 	}
 	mr_engine_accept(m->eng, m->root, &in_cbs, a);
+	/* Tests only (tests/integration/models): a lying relay, which corrupts
+	 * chunk N (from 0) every time it sends it */
+	const char *tc = getenv("SPARKD_TEST_CORRUPT_CHUNK");
+	if (tc && *tc) {
+		char *end;
+		unsigned long k = strtoul(tc, &end, 10);
+		if (!*end && k < (1ul << 31)) {
+			mr_engine_test_corrupt(m->eng, (size_t)k + 1);
+			log_warn("model_test_corrupt", "chunk=%lu", k);
+		}
+	}
 	X509 *cax = NULL;
 	if (pki_read_cert(ca, &cax) == 0) {
 		m->ca_pub = X509_get_pubkey(cax);
@@ -775,6 +786,9 @@ struct push_job {
 	char err[512];
 	uint64_t t0;
 	uv_work_t w;
+	/* the repair round (one): the first round's report, while it runs */
+	json_t *first;
+	json_t *repair_nodes, *repair_bad_from; /* [ids] */
 };
 
 static void push_unlink(struct agent *a, struct push_job *j)
@@ -787,6 +801,9 @@ static void push_unlink(struct agent *a, struct push_job *j)
 	mm_free(j->m);
 	free(j->chain);
 	free(j->ticket);
+	json_decref(j->first);
+	json_decref(j->repair_nodes);
+	json_decref(j->repair_bad_from);
 	free(j);
 }
 
@@ -857,22 +874,173 @@ static void on_push_progress(void *data, const char *node, uint64_t bytes, uint6
 	conn_send_new(j->reply, f);
 }
 
+static bool in_ids(const json_t *ids, const char *id)
+{
+	size_t i;
+	json_t *v;
+	json_array_foreach(ids, i, v)
+		if (id && !strcmp(json_string_value(v), id))
+			return true;
+	return false;
+}
+
+static void on_push_done(void *data, int status, const json_t *report);
+
+/* Nodes ended incomplete and some report names who sent them bad copies:
+ * one repair round, the same push (id, ticket, manifest) from this node to
+ * those nodes only, the culprits and everyone else passed over (skip), so
+ * that only what they lack moves, from the source. true when it started. */
+static bool repair_start(struct push_job *j, const json_t *report)
+{
+	struct agent *a = j->a;
+	json_t *bad = json_array(), *targets = json_array();
+	size_t i;
+	json_t *r;
+	json_array_foreach(report, i, r) {
+		const char *bf = json_string_value(json_object_get(r, "bad_from"));
+		if (bf && !strcmp(json_string_value(json_object_get(r, "status")), "incomplete") &&
+		    strcmp(bf, j->chain[0].id) && !in_ids(bad, bf))
+			json_array_append_new(bad, json_string(bf));
+	}
+	json_array_foreach(report, i, r) {
+		const char *id = json_string_value(json_object_get(r, "node"));
+		if (json_array_size(bad) && id && !in_ids(bad, id) &&
+		    !strcmp(json_string_value(json_object_get(r, "status")), "incomplete"))
+			json_array_append_new(targets, json_string(id));
+	}
+	struct mr_member *ch = json_array_size(targets) ? malloc(j->n * sizeof *ch) : NULL;
+	if (!ch || !a->model || !a->model->eng) {
+		free(ch);
+		json_decref(bad);
+		json_decref(targets);
+		return false;
+	}
+	memcpy(ch, j->chain, j->n * sizeof *ch);
+	for (size_t k = 1; k < j->n; k++)
+		ch[k].skip = !in_ids(targets, ch[k].id);
+	j->first = json_deep_copy(report);
+	j->repair_nodes = targets;
+	j->repair_bad_from = bad;
+	char *tl = json_dumps(targets, JSON_COMPACT), *bl = json_dumps(bad, JSON_COMPACT);
+	log_warn("model_push_repair", "push=%s name=%s nodes=%s bad_from=%s", j->push_id, j->name,
+		 tl ? tl : "", bl ? bl : "");
+	free(tl);
+	free(bl);
+	struct mr_push_opts o = {.push_id = j->push_id, .m = j->m, .chain = ch, .nchain = j->n,
+				 .self = 0, .src_dir = j->dir, .ticket = j->ticket,
+				 .expires_at = j->expires_at};
+	static const struct mr_cbs cbs = {.on_progress = on_push_progress,
+					  .on_done = on_push_done};
+	char err[256] = "";
+	int rc = mr_push_start(a->model->eng, &o, &cbs, j, err, sizeof err);
+	free(ch);
+	if (rc < 0) {
+		log_error("model_push_repair_failed", "push=%s err=%s", j->push_id, log_q(err));
+		json_decref(j->first);
+		j->first = NULL;
+		return false;
+	}
+	return true;
+}
+
+/* The repair round's reports merged into the first round's: a node it made
+ * complete is complete, with the bytes of both rounds, and each chunk it had
+ * given up on is a repair from the source naming the culprit. */
+static json_t *repair_merge(struct push_job *j, const json_t *second)
+{
+	json_t *out = json_deep_copy(j->first);
+	const char *src = j->chain[0].id;
+	size_t i, k;
+	json_t *r, *r2;
+	json_array_foreach(out, i, r) {
+		const char *id = json_string_value(json_object_get(r, "node"));
+		if (!in_ids(j->repair_nodes, id))
+			continue;
+		json_t *got = NULL;
+		json_array_foreach(second, k, r2)
+			if (!got && id && !strcmp(json_string_value(json_object_get(r2, "node")) ?: "", id))
+				got = r2;
+		const char *st2 = got ? json_string_value(json_object_get(got, "status")) : NULL;
+		static const char *const sums[] = {"bytes_written", "chunks_written", "chunks_bad"};
+		for (size_t s = 0; got && s < sizeof sums / sizeof *sums; s++) {
+			json_int_t v1 = json_integer_value(json_object_get(r, sums[s]));
+			json_int_t v2 = json_integer_value(json_object_get(got, sums[s]));
+			if (v1 >= 0 && v2 >= 0)
+				json_object_set_new(r, sums[s], json_integer(v1 + v2));
+		}
+		json_t *reps = json_object_get(r, "repairs");
+		if (!json_is_array(reps)) {
+			reps = json_array();
+			json_object_set_new(r, "repairs", reps);
+		}
+		if (got && json_is_array(json_object_get(got, "repairs")))
+			json_array_extend(reps, json_object_get(got, "repairs"));
+		const char *bf = json_string_value(json_object_get(r, "bad_from"));
+		char m[400];
+		if (st2 && !strcmp(st2, "complete")) {
+			json_t *c;
+			json_array_foreach(json_object_get(r, "corrupt_chunks"), k, c) {
+				json_t *e = json_pack("{s:O, s:O, s:s, s:s}", "path",
+						      json_object_get(c, "path"), "chunk",
+						      json_object_get(c, "chunk"), "problem",
+						      "corrupted on receipt", "from", src);
+				if (e && bf)
+					json_object_set_new(e, "bad_from", json_string(bf));
+				json_array_append_new(reps, e);
+			}
+			snprintf(m, sizeof m, "completed by a repair round from %s (%s sent corrupted "
+				 "copies)", src, bf ? bf : json_string_value(json_array_get(
+							     j->repair_bad_from, 0)));
+			json_object_set_new(r, "status", json_string("complete"));
+		} else {
+			snprintf(m, sizeof m, "%s; the repair round from %s: %s",
+				 json_string_value(json_object_get(r, "message")) ?: "", src,
+				 got ? json_string_value(json_object_get(got, "message")) ?: st2
+				     : "no report");
+		}
+		json_object_set_new(r, "message", json_string(m));
+		json_object_set_new(r, "repaired_from", json_string(src));
+	}
+	return out;
+}
+
 static void on_push_done(void *data, int status, const json_t *report)
 {
 	struct push_job *j = data;
 	struct agent *a = j->a;
-	double secs = (double)(util_now_ms() - j->t0) / 1000.0;
-	log_info("model_push_done", "name=%s status=%d seconds=%.1f", j->name, status, secs);
+	if (status != 0 && status != -ECANCELED && !j->first && !j->repair_nodes &&
+	    repair_start(j, report))
+		return; /* answered when the repair round ends */
 	if (status == -ECANCELED) {
+		log_info("model_push_done", "name=%s status=%d", j->name, status);
 		job_answer(j, NULL, "cancelled", "push %s was cancelled: its caller went away",
 			   j->push_id);
 		push_unlink(a, j);
 		return;
 	}
-	job_answer(j, json_pack("{s:s, s:I, s:I, s:f, s:b, s:O}", "name", j->name, "files",
+	json_t *merged = j->first ? repair_merge(j, report) : NULL;
+	if (merged) {
+		const json_t *all = merged;
+		size_t i;
+		json_t *r;
+		status = 0;
+		json_array_foreach(all, i, r)
+			if (strcmp(json_string_value(json_object_get(r, "status")) ?: "", "complete"))
+				status = -EIO;
+		report = merged;
+	}
+	double secs = (double)(util_now_ms() - j->t0) / 1000.0;
+	log_info("model_push_done", "name=%s status=%d seconds=%.1f", j->name, status, secs);
+	json_t *ans = json_pack("{s:s, s:I, s:I, s:f, s:b, s:O}", "name", j->name, "files",
 				(json_int_t)j->m->nfiles, "bytes", (json_int_t)j->m->total_bytes,
-				"seconds", secs, "complete", status == 0, "nodes", report),
-		   NULL, NULL);
+				"seconds", secs, "complete", status == 0, "nodes", report);
+	if (ans && j->first)
+		json_object_set_new(ans, "repair_round",
+				    json_pack("{s:O, s:O, s:s, s:b}", "nodes", j->repair_nodes,
+					      "bad_from", j->repair_bad_from, "from", j->chain[0].id,
+					      "complete", status == 0));
+	json_decref(merged);
+	job_answer(j, ans, NULL, NULL);
 	push_unlink(a, j);
 }
 

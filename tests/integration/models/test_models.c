@@ -277,13 +277,21 @@ Test(models, hostile_requests_refused)
 
 /* ---- model push between real agents (a head and two workers on loopback) ---- */
 
+/* When set: node-2's sparkd corrupts that chunk (from 0) whenever it sends it
+ * (SPARKD_TEST_CORRUPT_CHUNK, read by the model service in tests only). */
+static const char *liar_chunk;
+
 static void start_three(const char *cfg2)
 {
 	h_cluster_free(c);
 	c = h_cluster_new(3);
-	for (int i = 0; i < 3; i++)
-		cr_assert_eq(i == 2 && cfg2 ? h_start_cfg(c, i, cfg2) : h_start(c, i), 0,
-			     "sparkd %d", i);
+	for (int i = 0; i < 3; i++) {
+		if (i == 1 && liar_chunk)
+			setenv("SPARKD_TEST_CORRUPT_CHUNK", liar_chunk, 1);
+		int r = i == 2 && cfg2 ? h_start_cfg(c, i, cfg2) : h_start(c, i);
+		unsetenv("SPARKD_TEST_CORRUPT_CHUNK");
+		cr_assert_eq(r, 0, "sparkd %d", i);
+	}
 	char *tok = h_init(c);
 	for (int i = 1; i < 3; i++) {
 		struct h_result r = h_ctl(c, i, "join", h_addr(c, 0), "--token", tok, "--timeout",
@@ -812,6 +820,69 @@ Test(models, a_members_model_push_cancel_is_refused, .timeout = 90)
 		fclose(o);
 	cr_assert(j && json_is_true(json_object_get(j, "complete")), "complete on node-1");
 	json_decref(j);
+}
+
+/* A lying relay: node-2 corrupts chunk 1 (model.safetensors' first) every
+ * time it sends it. node-3, after it, gives up on that chunk after 3 bad
+ * copies and ends incomplete naming node-2; the source runs one repair round
+ * to node-3 alone (node-2 passed over), which moves that one chunk: the answer
+ * says complete, names the culprit and the source, and node-3's copy
+ * verifies clean. */
+Test(models, a_lying_relay_is_passed_over_by_a_repair_round)
+{
+	liar_chunk = "1";
+	start_three(NULL);
+	liar_chunk = NULL;
+	char s2[600];
+	snprintf(s2, sizeof s2, "%s/models", c->nodes[2].dir);
+	struct h_result r = h_ctl(c, 0, "model", "push", src, "--nodes", "node-2,node-3", "--name",
+				  "lied", NULL);
+	cr_assert_eq(r.rc, 0, "complete after the repair round: %s\n%s", r.out, r.err);
+	cr_assert(strstr(r.out, "Repaired on node-3: model.safetensors chunk 0, corrupted on receipt "
+				"from node-2; fetched again from node-1."), "%s", r.out);
+	cr_assert(strstr(r.out, "complete on every node"), "%s", r.out);
+	cr_log_info("%s", r.out);
+	h_result_free(&r);
+	cr_assert(log_has(2, "model_chunk_given_up"), "node-3 gave up on node-2's copies");
+	cr_assert(log_has(1, "model_chunk_refused_down"), "node-2 was told to stop sending it");
+	cr_assert(log_has(0, "model_push_repair"), "the source ran a repair round");
+	r = h_ctl(c, 2, "model", "verify", "lied", NULL);
+	cr_assert_eq(r.rc, 0, "node-3's copy verifies: %s", r.out);
+	h_result_free(&r);
+	same_files(s2, "lied");
+
+	/* the JSON answer, for another name */
+	r = h_ctl(c, 0, "model", "push", src, "--nodes", "node-2,node-3", "--name", "lied2", "-o",
+		  "json", NULL);
+	cr_assert_eq(r.rc, 0, "%s\n%s", r.out, r.err);
+	json_t *j = h_json(&r);
+	cr_assert(json_is_true(json_object_get(j, "complete")), "%s", r.out);
+	json_t *n3 = node_report(j, "node-3"), *n2 = node_report(j, "node-2");
+	cr_assert_str_eq(json_string_value(json_object_get(n3, "status")), "complete");
+	cr_assert_str_eq(json_string_value(json_object_get(n2, "status")), "complete");
+	cr_assert_eq(json_integer_value(json_object_get(n3, "bytes_written")),
+		     json_integer_value(json_object_get(j, "bytes")),
+		     "both rounds together wrote the model once on node-3");
+	cr_assert_geq(json_integer_value(json_object_get(n3, "chunks_bad")), 3);
+	const char *n2id = json_string_value(json_object_get(n2, "node"));
+	const char *n1id = json_string_value(json_object_get(json_array_get(json_object_get(j,
+									     "route"), 0), "node"));
+	cr_assert_str_eq(json_string_value(json_object_get(n3, "bad_from")), n2id);
+	cr_assert_str_eq(json_string_value(json_object_get(n3, "repaired_from")), n1id);
+	cr_assert(strstr(json_string_value(json_object_get(n3, "message")), n2id), "%s", r.out);
+	json_t *rp = json_array_get(json_object_get(n3, "repairs"), 0);
+	cr_assert_str_eq(json_string_value(json_object_get(rp, "bad_from_name")), "node-2");
+	cr_assert_str_eq(json_string_value(json_object_get(rp, "from_name")), "node-1");
+	cr_assert_str_eq(json_string_value(json_object_get(rp, "path")), "model.safetensors");
+	json_t *rr = json_object_get(j, "repair_round");
+	cr_assert(json_is_true(json_object_get(rr, "complete")), "%s", r.out);
+	cr_assert_eq(json_array_size(json_object_get(rr, "nodes")), 1, "node-3 only: %s", r.out);
+	cr_assert_str_eq(json_string_value(json_array_get(json_object_get(rr, "bad_from"), 0)), n2id);
+	json_decref(j);
+	h_result_free(&r);
+	r = h_ctl(c, 2, "model", "verify", "lied2", NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.out);
+	h_result_free(&r);
 }
 
 Test(models, push_refused_up_front_when_a_node_lacks_room)
