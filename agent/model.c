@@ -6,7 +6,11 @@
  *   model_verify {name}      -> {"node", "name", "files", "bytes", "ok", "problems": [...]}
  *   model_push {dir, name, chain: [{id, host, port}]} (admin, streams)
  *        -> "stream" {event: "progress", node, bytes, total} ..., then
- *           {"name", "files", "bytes", "seconds", "nodes": [report]}
+ *           {"name", "files", "bytes", "seconds", "nodes": [report]}; nodes
+ *           that ended incomplete because an upstream kept corrupting a chunk
+ *           (their report names it: bad_from) get one repair round from this
+ *           node (the same push, the others passed over), merged into the
+ *           answer (and "repair_round")
  *   model_push_from {from, ...model_push} (admin, head, streams): the head
  *        sends node FROM model_push_run, which answers with model_push_event
  *        and model_push_end frames, passed on as model_push's stream and answer;
@@ -923,7 +927,7 @@ static bool repair_start(struct push_job *j, const json_t *report)
 	j->repair_bad_from = bad;
 	char *tl = json_dumps(targets, JSON_COMPACT), *bl = json_dumps(bad, JSON_COMPACT);
 	log_warn("model_push_repair", "push=%s name=%s nodes=%s bad_from=%s", j->push_id, j->name,
-		 tl ? tl : "", bl ? bl : "");
+		 log_q(tl ? tl : ""), log_q(bl ? bl : ""));
 	free(tl);
 	free(bl);
 	struct mr_push_opts o = {.push_id = j->push_id, .m = j->m, .chain = ch, .nchain = j->n,
