@@ -6,10 +6,16 @@
  *   model_verify {name}      -> {"node", "name", "files", "bytes", "ok", "problems": [...]}
  *   model_push {dir, name, chain: [{id, host, port}]} (admin, streams)
  *        -> "stream" {event: "progress", node, bytes, total} ..., then
- *           {"name", "files", "bytes", "seconds", "nodes": [report]}
+ *           {"name", "files", "bytes", "seconds", "nodes": [report]}; nodes
+ *           that ended incomplete because an upstream kept corrupting a chunk
+ *           (their report names it: bad_from) get one repair round from this
+ *           node (the same push, the others passed over), merged into the
+ *           answer (and "repair_round")
  *   model_push_from {from, ...model_push} (admin, head, streams): the head
  *        sends node FROM model_push_run, which answers with model_push_event
- *        and model_push_end frames, passed on as model_push's stream and answer
+ *        and model_push_end frames, passed on as model_push's stream and answer;
+ *        when the CLI that asked goes away (its stream ends), the head sends
+ *        the node model_push_cancel {push}, which stops the push there
  * verify re-hashes every chunk in a libuv worker thread, so the agent keeps
  * answering meanwhile; so does model_push for the manifest. A push is the
  * chain of data links of model_relay.c: once this node has an identity, it
@@ -63,6 +69,7 @@ static struct remote_push *remote_running;
 
 static void remote_node_gone(const char *node_id);
 static void remote_free(struct remote_push *rp);
+static void remote_caller_gone(struct agent *a, struct remote_push *rp);
 
 static const char *node_name(struct agent *a)
 {
@@ -216,6 +223,17 @@ static void engine_start(struct agent *a)
 		return;
 	}
 	mr_engine_accept(m->eng, m->root, &in_cbs, a);
+	/* Tests only (tests/integration/models): a lying relay, which corrupts
+	 * chunk N (from 0) every time it sends it */
+	const char *tc = getenv("SPARKD_TEST_CORRUPT_CHUNK");
+	if (tc && *tc) {
+		char *end;
+		unsigned long k = strtoul(tc, &end, 10);
+		if (!*end && k < (1ul << 31)) {
+			mr_engine_test_corrupt(m->eng, (size_t)k + 1);
+			log_warn("model_test_corrupt", "chunk=%lu", k);
+		}
+	}
 	X509 *cax = NULL;
 	if (pki_read_cert(ca, &cax) == 0) {
 		m->ca_pub = X509_get_pubkey(cax);
@@ -613,14 +631,14 @@ static void model_event(struct agent *a, enum svc_event ev, const struct svc_eve
 	if (ev == SVC_EV_STREAM_CANCEL) {
 		for (struct remote_push *rp = remote_running; rp; rp = rp->next)
 			if (rp->reply == arg->c && rp->id == arg->id)
-				rp->gone = true;
+				remote_caller_gone(a, rp);
 		return;
 	}
 	if (ev != SVC_EV_CONN_GONE)
 		return;
 	for (struct remote_push *rp = remote_running; rp; rp = rp->next)
 		if (rp->reply == arg->c)
-			rp->gone = true;
+			remote_caller_gone(a, rp);
 	for (struct ls_all *j = ls_running; j; j = j->next)
 		if (j->reply == arg->c)
 			j->gone = true;
@@ -759,6 +777,7 @@ struct push_job {
 	json_int_t id;
 	bool gone, started, dry_run;
 	bool via_head;  /* started by the head (model_push_run): answers go there */
+	bool cancelled; /* model_push_cancel came while the manifest was being built */
 	char push_id[65];
 	char *ticket;
 	int64_t expires_at;
@@ -771,6 +790,9 @@ struct push_job {
 	char err[512];
 	uint64_t t0;
 	uv_work_t w;
+	/* the repair round (one): the first round's report, while it runs */
+	json_t *first;
+	json_t *repair_nodes, *repair_bad_from; /* [ids] */
 };
 
 static void push_unlink(struct agent *a, struct push_job *j)
@@ -783,6 +805,9 @@ static void push_unlink(struct agent *a, struct push_job *j)
 	mm_free(j->m);
 	free(j->chain);
 	free(j->ticket);
+	json_decref(j->first);
+	json_decref(j->repair_nodes);
+	json_decref(j->repair_bad_from);
 	free(j);
 }
 
@@ -853,16 +878,173 @@ static void on_push_progress(void *data, const char *node, uint64_t bytes, uint6
 	conn_send_new(j->reply, f);
 }
 
+static bool in_ids(const json_t *ids, const char *id)
+{
+	size_t i;
+	json_t *v;
+	json_array_foreach(ids, i, v)
+		if (id && !strcmp(json_string_value(v), id))
+			return true;
+	return false;
+}
+
+static void on_push_done(void *data, int status, const json_t *report);
+
+/* Nodes ended incomplete and some report names who sent them bad copies:
+ * one repair round, the same push (id, ticket, manifest) from this node to
+ * those nodes only, the culprits and everyone else passed over (skip), so
+ * that only what they lack moves, from the source. true when it started. */
+static bool repair_start(struct push_job *j, const json_t *report)
+{
+	struct agent *a = j->a;
+	json_t *bad = json_array(), *targets = json_array();
+	size_t i;
+	json_t *r;
+	json_array_foreach(report, i, r) {
+		const char *bf = json_string_value(json_object_get(r, "bad_from"));
+		if (bf && !strcmp(json_string_value(json_object_get(r, "status")), "incomplete") &&
+		    strcmp(bf, j->chain[0].id) && !in_ids(bad, bf))
+			json_array_append_new(bad, json_string(bf));
+	}
+	json_array_foreach(report, i, r) {
+		const char *id = json_string_value(json_object_get(r, "node"));
+		if (json_array_size(bad) && id && !in_ids(bad, id) &&
+		    !strcmp(json_string_value(json_object_get(r, "status")), "incomplete"))
+			json_array_append_new(targets, json_string(id));
+	}
+	struct mr_member *ch = json_array_size(targets) ? malloc(j->n * sizeof *ch) : NULL;
+	if (!ch || !a->model || !a->model->eng) {
+		free(ch);
+		json_decref(bad);
+		json_decref(targets);
+		return false;
+	}
+	memcpy(ch, j->chain, j->n * sizeof *ch);
+	for (size_t k = 1; k < j->n; k++)
+		ch[k].skip = !in_ids(targets, ch[k].id);
+	j->first = json_deep_copy(report);
+	j->repair_nodes = targets;
+	j->repair_bad_from = bad;
+	char *tl = json_dumps(targets, JSON_COMPACT), *bl = json_dumps(bad, JSON_COMPACT);
+	log_warn("model_push_repair", "push=%s name=%s nodes=%s bad_from=%s", j->push_id, j->name,
+		 log_q(tl ? tl : ""), log_q(bl ? bl : ""));
+	free(tl);
+	free(bl);
+	struct mr_push_opts o = {.push_id = j->push_id, .m = j->m, .chain = ch, .nchain = j->n,
+				 .self = 0, .src_dir = j->dir, .ticket = j->ticket,
+				 .expires_at = j->expires_at};
+	static const struct mr_cbs cbs = {.on_progress = on_push_progress,
+					  .on_done = on_push_done};
+	char err[256] = "";
+	int rc = mr_push_start(a->model->eng, &o, &cbs, j, err, sizeof err);
+	free(ch);
+	if (rc < 0) {
+		log_error("model_push_repair_failed", "push=%s err=%s", j->push_id, log_q(err));
+		json_decref(j->first);
+		j->first = NULL;
+		return false;
+	}
+	return true;
+}
+
+/* The repair round's reports merged into the first round's: a node it made
+ * complete is complete, with the bytes of both rounds, and each chunk it had
+ * given up on is a repair from the source naming the culprit. */
+static json_t *repair_merge(struct push_job *j, const json_t *second)
+{
+	json_t *out = json_deep_copy(j->first);
+	const char *src = j->chain[0].id;
+	size_t i, k;
+	json_t *r, *r2;
+	json_array_foreach(out, i, r) {
+		const char *id = json_string_value(json_object_get(r, "node"));
+		if (!in_ids(j->repair_nodes, id))
+			continue;
+		json_t *got = NULL;
+		json_array_foreach(second, k, r2)
+			if (!got && id && !strcmp(json_string_value(json_object_get(r2, "node")) ?: "", id))
+				got = r2;
+		const char *st2 = got ? json_string_value(json_object_get(got, "status")) : NULL;
+		static const char *const sums[] = {"bytes_written", "chunks_written", "chunks_bad"};
+		for (size_t s = 0; got && s < sizeof sums / sizeof *sums; s++) {
+			json_int_t v1 = json_integer_value(json_object_get(r, sums[s]));
+			json_int_t v2 = json_integer_value(json_object_get(got, sums[s]));
+			if (v1 >= 0 && v2 >= 0)
+				json_object_set_new(r, sums[s], json_integer(v1 + v2));
+		}
+		json_t *reps = json_object_get(r, "repairs");
+		if (!json_is_array(reps)) {
+			reps = json_array();
+			json_object_set_new(r, "repairs", reps);
+		}
+		if (got && json_is_array(json_object_get(got, "repairs")))
+			json_array_extend(reps, json_object_get(got, "repairs"));
+		const char *bf = json_string_value(json_object_get(r, "bad_from"));
+		char m[400];
+		if (st2 && !strcmp(st2, "complete")) {
+			json_t *c;
+			json_array_foreach(json_object_get(r, "corrupt_chunks"), k, c) {
+				json_t *e = json_pack("{s:O, s:O, s:s, s:s}", "path",
+						      json_object_get(c, "path"), "chunk",
+						      json_object_get(c, "chunk"), "problem",
+						      "corrupted on receipt", "from", src);
+				if (e && bf)
+					json_object_set_new(e, "bad_from", json_string(bf));
+				json_array_append_new(reps, e);
+			}
+			snprintf(m, sizeof m, "completed by a repair round from %s (%s sent corrupted "
+				 "copies)", src, bf ? bf : json_string_value(json_array_get(
+							     j->repair_bad_from, 0)));
+			json_object_set_new(r, "status", json_string("complete"));
+		} else {
+			snprintf(m, sizeof m, "%s; the repair round from %s: %s",
+				 json_string_value(json_object_get(r, "message")) ?: "", src,
+				 got ? json_string_value(json_object_get(got, "message")) ?: st2
+				     : "no report");
+		}
+		json_object_set_new(r, "message", json_string(m));
+		json_object_set_new(r, "repaired_from", json_string(src));
+	}
+	return out;
+}
+
 static void on_push_done(void *data, int status, const json_t *report)
 {
 	struct push_job *j = data;
 	struct agent *a = j->a;
+	if (status != 0 && status != -ECANCELED && !j->first && !j->repair_nodes &&
+	    repair_start(j, report))
+		return; /* answered when the repair round ends */
+	if (status == -ECANCELED) {
+		log_info("model_push_done", "name=%s status=%d", j->name, status);
+		job_answer(j, NULL, "cancelled", "push %s was cancelled: its caller went away",
+			   j->push_id);
+		push_unlink(a, j);
+		return;
+	}
+	json_t *merged = j->first ? repair_merge(j, report) : NULL;
+	if (merged) {
+		const json_t *all = merged;
+		size_t i;
+		json_t *r;
+		status = 0;
+		json_array_foreach(all, i, r)
+			if (strcmp(json_string_value(json_object_get(r, "status")) ?: "", "complete"))
+				status = -EIO;
+		report = merged;
+	}
 	double secs = (double)(util_now_ms() - j->t0) / 1000.0;
 	log_info("model_push_done", "name=%s status=%d seconds=%.1f", j->name, status, secs);
-	job_answer(j, json_pack("{s:s, s:I, s:I, s:f, s:b, s:O}", "name", j->name, "files",
+	json_t *ans = json_pack("{s:s, s:I, s:I, s:f, s:b, s:O}", "name", j->name, "files",
 				(json_int_t)j->m->nfiles, "bytes", (json_int_t)j->m->total_bytes,
-				"seconds", secs, "complete", status == 0, "nodes", report),
-		   NULL, NULL);
+				"seconds", secs, "complete", status == 0, "nodes", report);
+	if (ans && j->first)
+		json_object_set_new(ans, "repair_round",
+				    json_pack("{s:O, s:O, s:s, s:b}", "nodes", j->repair_nodes,
+					      "bad_from", j->repair_bad_from, "from", j->chain[0].id,
+					      "complete", status == 0));
+	json_decref(merged);
+	job_answer(j, ans, NULL, NULL);
 	push_unlink(a, j);
 }
 
@@ -876,6 +1058,14 @@ static void manifest_done(uv_work_t *w, int status)
 {
 	struct push_job *j = w->data;
 	struct agent *a = j->a;
+	if (j->cancelled) {
+		log_info("model_push_cancelled", "push=%s name=%s stage=manifest", j->push_id,
+			 j->name);
+		job_answer(j, NULL, "cancelled", "push %s was cancelled: its caller went away",
+			   j->push_id);
+		push_unlink(a, j);
+		return;
+	}
 	if (status < 0 || j->rc < 0 || !a->model || !a->model->eng) {
 		job_answer(j, NULL, j->rc == -ENOENT || j->rc == -ENOTDIR ? "not_found" : "failed",
 			   "%s", j->rc < 0 ? j->err : "the data port of this node is not open");
@@ -907,6 +1097,7 @@ static void manifest_done(uv_work_t *w, int status)
 		push_unlink(a, j);
 		return;
 	}
+	j->started = true;
 	log_info("model_push_start", "name=%s files=%zu bytes=%llu nodes=%zu", j->name,
 		 j->m->nfiles, (unsigned long long)j->m->total_bytes, j->n - 1);
 }
@@ -1115,6 +1306,27 @@ static void f_model_push_run(struct agent *a, const char *from, const json_t *ms
 	job_go(a, j);
 }
 
+/* The head: the CLI that asked for push (--from) went away; stop it here.
+ * Only pushes the head started (model_push_run) are stopped this way. */
+static void f_model_push_cancel(struct agent *a, const char *from, const json_t *msg)
+{
+	(void)from; /* the head: only it sends node frames */
+	const char *push = proto_str(msg, "push");
+	struct push_job *j = a->model ? a->model->pushes : NULL;
+	while (j && (!j->via_head || strcmp(j->push_id, push)))
+		j = j->next;
+	if (!j) {
+		log_debug("model_push_cancel_unknown", "push=%s", log_q(push));
+		return;
+	}
+	log_info("model_push_cancelled", "push=%s name=%s stage=%s", j->push_id, j->name,
+		 j->started ? "relay" : "manifest");
+	if (!j->started)
+		j->cancelled = true; /* manifest_done answers */
+	else if (a->model->eng)
+		mr_push_cancel(a->model->eng, j->push_id); /* on_push_done answers */
+}
+
 static void f_model_push_event(struct agent *a, const char *from, const json_t *msg)
 {
 	(void)a;
@@ -1144,6 +1356,21 @@ static void f_model_push_end(struct agent *a, const char *from, const json_t *ms
 			  rp->node_name, proto_str(e, "message") ? proto_str(e, "message")
 								 : "the push failed");
 	remote_free(rp);
+}
+
+/* The CLI that asked for a --from push went away (its connection closed, or
+ * the worker it asked on sent stream_cancel): the source stops the push
+ * (model_push_cancel); its model_push_end, when it comes, ends the entry. */
+static void remote_caller_gone(struct agent *a, struct remote_push *rp)
+{
+	if (rp->gone)
+		return;
+	rp->gone = true;
+	json_t *f = proto_msg("model_push_cancel", 0);
+	json_object_set_new(f, "push", json_string(rp->push));
+	int r = peers_to_node(a, rp->node, f);
+	log_info("model_push_from_cancel", "push=%s node=%s sent=%s", rp->push, rp->node_name,
+		 r < 0 ? "no" : "yes");
 }
 
 /* The source's session closed: its CLI hears so (the push may go on there). */
@@ -1187,6 +1414,7 @@ static const struct svc_frame frames[] = {
 	{"model_push_run", f_model_push_run, FRAME_TO_NODE,
 	 {{"dir", 's'}, {"name", 's'}, {"chain", 'a'}, {"push", 's'}, {"ticket", 's'},
 	  {"expires_at", 'i'}, {"dry_run", 'B'}, {NULL, 0}}},
+	{"model_push_cancel", f_model_push_cancel, FRAME_TO_NODE, {{"push", 's'}, {NULL, 0}}},
 	{"model_push_event", f_model_push_event, FRAME_TO_HEAD,
 	 {{"push", 's'}, {"node", 's'}, {"bytes", 'i'}, {"total", 'i'}, {"ms", 'i'}, {NULL, 0}}},
 	{"model_push_end", f_model_push_end, FRAME_TO_HEAD,

@@ -43,6 +43,11 @@ struct mr_push {
 	uint64_t by_lane[MR_LANES]; /* chunks written, per link of the hop they came over */
 	uint8_t *bad_count;       /* per chunk, from the current upstream */
 	uint8_t *bad_from;        /* per chunk: 1 + the chain place of who sent it bad */
+	/* chunks given up on: the upstream sent MR_BAD_MAX bad copies of each
+	 * (mp_bad give_up); this node ends without them, naming that upstream */
+	uint64_t *gave_up;
+	char culprit[40];         /* the first upstream that did so */
+	json_t *corrupt;          /* [{"path", "chunk"}]: those chunks (at most MR_REPAIRS_MAX) */
 	/* chunks this node holds but whose copy failed its hash when read to be
 	 * forwarded (a damaged disk): asked again from the upstream (mp_want),
 	 * written back over the damaged copy and forwarded from memory */
@@ -158,6 +163,7 @@ struct mr_engine {
 	struct mr_cbs inc_cbs;
 	void *inc_data;
 	uint64_t test_avail;      /* tests: free bytes this node claims (0: statvfs) */
+	size_t test_corrupt;      /* tests: chunk test_corrupt - 1 is always sent corrupted */
 	mr_verify_fn verify;
 	void *verify_data;
 	unsigned handles; /* listener, links, timers still open */
@@ -268,12 +274,19 @@ static json_t *own_report(struct mr_push *p)
 	json_t *lanes = json_array();
 	for (int k = 0; k < MR_LANES; k++)
 		json_array_append_new(lanes, json_integer((json_int_t)p->by_lane[k]));
-	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:s, s:o, s:o}", "node",
-			 p->chain[p->self].id, "status", status, "bytes_written",
-			 (json_int_t)p->got_bytes, "chunks_written", (json_int_t)p->chunks_written,
-			 "chunks_bad", (json_int_t)p->chunks_bad, "message",
-			 p->missing ? p->up_msg : "", "chunks_by_link", lanes, "repairs",
-			 p->repairs ? json_incref(p->repairs) : json_array());
+	json_t *r = json_pack("{s:s, s:s, s:I, s:I, s:I, s:s, s:o, s:o}", "node",
+			      p->chain[p->self].id, "status", status, "bytes_written",
+			      (json_int_t)p->got_bytes, "chunks_written",
+			      (json_int_t)p->chunks_written, "chunks_bad",
+			      (json_int_t)p->chunks_bad, "message", p->missing ? p->up_msg : "",
+			      "chunks_by_link", lanes, "repairs",
+			      p->repairs ? json_incref(p->repairs) : json_array());
+	if (r && p->culprit[0] && p->missing) {
+		/* the upstream that sent bad copies of what this node still lacks */
+		json_object_set_new(r, "bad_from", json_string(p->culprit));
+		json_object_set(r, "corrupt_chunks", p->corrupt);
+	}
+	return r;
 }
 
 static void push_free(struct mr_push *p)
@@ -282,6 +295,8 @@ static void push_free(struct mr_push *p)
 	free(p->file_left);
 	free(p->bad_count);
 	free(p->bad_from);
+	free(p->gave_up);
+	json_decref(p->corrupt);
 	free(p->want);
 	free(p->want_count);
 	free(p->asked);
@@ -362,6 +377,7 @@ static void push_finish_now(struct mr_push *p, int status)
 		json_object_set(d, "nodes", all);
 		conn_send_new(p->up->c, d);
 	}
+	p->freed = true; /* not found any more: on_done may start a push of the same id */
 	if (p->cbs.on_done && !p->e->closing)
 		p->cbs.on_done(p->data, st, all);
 	json_decref(all);
@@ -519,14 +535,35 @@ static void chunk_checked(struct mr_push *p, struct mr_link *l, struct mr_check 
 		p->chunks_bad++;
 		p->bad_from[c] = (uint8_t)(l->peer_idx + 1);
 		log_warn("model_chunk_bad", "push=%s chunk=%zu from=%s", p->id, c, l->peer_id);
-		if (++p->bad_count[c] >= MR_BAD_MAX) {
-			snprintf(p->up_msg, sizeof p->up_msg,
-				 "node %s sent chunk %zu corrupted %d times", l->peer_id, c, MR_BAD_MAX);
-			send_error(l->c, "corrupt", "%s", p->up_msg);
-			return;
-		}
 		json_t *f = msg("mp_bad");
 		json_object_set_new(f, "chunk", json_integer((json_int_t)c));
+		if (p->bad_count[c] < UINT8_MAX)
+			p->bad_count[c]++;
+		if (p->bad_count[c] >= MR_BAD_MAX && bit_get(p->gave_up, c)) {
+			json_object_set_new(f, "give_up", json_true()); /* again: not heard */
+		} else if (p->bad_count[c] >= MR_BAD_MAX) {
+			/* no good copy from this upstream: the rest still comes, this
+			 * node ends without that chunk and names who sent it */
+			bit_set(p->gave_up, c, true);
+			const struct mm_file *bf = mm_chunk_file(p->m, c, NULL, NULL);
+			if (!p->culprit[0]) {
+				util_strlcpy(p->culprit, l->peer_id, sizeof p->culprit);
+				snprintf(p->up_msg, sizeof p->up_msg,
+					 "node %s sent chunk %zu corrupted %d times", l->peer_id, c,
+					 MR_BAD_MAX);
+			}
+			if (json_array_size(p->corrupt) < MR_REPAIRS_MAX)
+				json_array_append_new(p->corrupt,
+						      json_pack("{s:s, s:I}", "path", bf->path, "chunk",
+								(json_int_t)(c - bf->first_chunk)));
+			log_warn("model_chunk_given_up", "push=%s chunk=%zu path=%s from=%s bad=%d",
+				 p->id, c, log_q(bf->path), l->peer_id, MR_BAD_MAX);
+			json_object_set_new(f, "give_up", json_true());
+			conn_send_new(l->c, f);
+			if (p->down_ready)
+				pump(p); /* the downstream goes on without it */
+			return;
+		}
 		conn_send_new(l->c, f);
 		return;
 	}
@@ -538,6 +575,16 @@ static void chunk_checked(struct mr_push *p, struct mr_link *l, struct mr_check 
 				send_error(l->c, "store", "%s", p->up_msg);
 			p->up_ended = true;
 			return;
+		}
+		if (bit_get(p->gave_up, c)) {
+			/* given up on from one upstream, sent good by another: it
+			 * goes on to the downstream after all */
+			bit_set(p->gave_up, c, false);
+			if (p->down_ready && !p->end_sent) {
+				bit_set(p->sent, c, false);
+				if (c < p->scan)
+					p->scan = c;
+			}
 		}
 		p->have.bits[c / 64] |= 1ull << (c % 64);
 		p->have.count++;
@@ -803,6 +850,12 @@ static void auto_hello(struct mr_link *l, const json_t *f)
 				   i, MR_LANES);
 			return;
 		}
+		json_t *sk = json_object_get(m, "skip");
+		if (sk && !json_is_boolean(sk)) {
+			send_error(l->c, "bad_frame", "mp_hello: chain[%zu].skip must be a boolean", i);
+			return;
+		}
+		mem[i].skip = json_is_true(sk);
 		if (!strcmp(id, e->self_id))
 			self = i;
 		if (!strcmp(id, l->peer_id))
@@ -948,6 +1001,8 @@ static void send_pieces(struct mr_push *p, struct mr_link *l, size_t c, uint8_t 
 		p->test_corrupt = 0;
 		buf[len / 2] ^= 0x40;
 	}
+	if (p->e->test_corrupt == c + 1)
+		buf[len / 3] ^= 0x20;
 	uint32_t off = 0;
 	do {
 		uint32_t k = len - off < MR_PIECE ? len - off : MR_PIECE;
@@ -1138,6 +1193,10 @@ static void pump(struct mr_push *p)
 		bool todo = bit_get(p->need_down, c) && !bit_get(p->sent, c);
 		if (todo && bit_get(p->want, c))
 			continue; /* asked again from upstream: sent when it comes */
+		if (todo && bit_get(p->gave_up, c)) {
+			bit_set(p->sent, c, true); /* never came good: the downstream lacks it too */
+			todo = false;
+		}
 		/* from the upstream, or in a worker thread being checked */
 		bool coming = !p->up_ended || p->chk[c];
 		if (todo && mm_have_test(&p->have, c))
@@ -1229,7 +1288,11 @@ static void on_down_frame(struct mr_link *l, const json_t *f)
 		   (uint64_t)c < p->m->nchunks && bit_get(p->sent, (size_t)c) && p->inflight > 0 &&
 		   fly_remove(l, (size_t)c)) {
 		p->inflight--;
-		if (!strcmp(t, "mp_bad")) {
+		if (!strcmp(t, "mp_bad") && json_is_true(json_object_get(f, "give_up"))) {
+			/* the downstream takes no more copies of it from this node */
+			log_warn("model_chunk_refused_down", "push=%s chunk=%lld node=%s", p->id,
+				 (long long)c, l->peer_id);
+		} else if (!strcmp(t, "mp_bad")) {
 			bit_set(p->sent, (size_t)c, false); /* sent again by the pump */
 			if ((size_t)c < p->scan)
 				p->scan = (size_t)c;
@@ -1384,9 +1447,12 @@ static void link_ready(conn *c, int status)
 			json_t *lanes = json_array();
 			for (unsigned k = 0; k < p->chain[i].nlanes; k++)
 				json_array_append_new(lanes, json_string(p->chain[i].lanes[k]));
-			json_array_append_new(ch, json_pack("{s:s, s:s, s:i, s:o}", "id", p->chain[i].id,
-							    "host", p->chain[i].host, "port",
-							    p->chain[i].port, "lanes", lanes));
+			json_t *mj = json_pack("{s:s, s:s, s:i, s:o}", "id", p->chain[i].id, "host",
+					       p->chain[i].host, "port", p->chain[i].port, "lanes",
+					       lanes);
+			if (mj && p->chain[i].skip)
+				json_object_set_new(mj, "skip", json_true());
+			json_array_append_new(ch, mj);
 		}
 		json_object_set_new(h, "chain", ch);
 		json_object_set_new(h, "manifest_bytes", json_integer((json_int_t)p->mtext_len));
@@ -1544,6 +1610,10 @@ static void down_connect(struct mr_push *p)
 	struct mr_engine *e = p->e;
 	while (p->down_idx < p->n) {
 		const struct mr_member *d = &p->chain[p->down_idx];
+		if (d->skip) { /* passed over by this push (a repair round) */
+			p->down_idx++;
+			continue;
+		}
 		struct mr_link *l = link_new(e);
 		if (!l)
 			break;
@@ -1694,6 +1764,8 @@ static int push_alloc(struct mr_push *p)
 	p->want_count = calloc(m->nchunks ? m->nchunks : 1, 1);
 	p->asked = calloc(m->nchunks ? m->nchunks : 1, 1);
 	p->repairs = json_array();
+	p->gave_up = calloc(words, sizeof *p->gave_up);
+	p->corrupt = json_array();
 	p->file_left = calloc(m->nfiles ? m->nfiles : 1, sizeof *p->file_left);
 	p->chk = calloc(m->nchunks ? m->nchunks : 1, 1);
 	if (!p->mtext) {
@@ -1704,7 +1776,7 @@ static int push_alloc(struct mr_push *p)
 	}
 	if (!p->need_down || !p->sent || !p->bad_count || !p->file_left ||
 	    !p->mtext || !p->bad_from || !p->want || !p->want_count || !p->asked || !p->repairs ||
-	    !p->chk)
+	    !p->chk || !p->gave_up || !p->corrupt)
 		return -ENOMEM;
 	return 0;
 }
@@ -1934,6 +2006,11 @@ void mr_engine_accept(struct mr_engine *e, const char *store_root, const struct 
 	util_strlcpy(e->store_root, store_root, sizeof e->store_root);
 	e->inc_cbs = *cbs;
 	e->inc_data = data;
+}
+
+void mr_engine_test_corrupt(struct mr_engine *e, size_t chunk_plus_1)
+{
+	e->test_corrupt = chunk_plus_1;
 }
 
 void mr_engine_verify(struct mr_engine *e, mr_verify_fn verify, void *data)

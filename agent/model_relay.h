@@ -23,7 +23,11 @@
  *                                      the JSON header; accepted only from an
  *                                      upstream whose hello was taken
  *   D -> U  mp_ack {chunk} | mp_bad {chunk} (hash mismatch: U sends it again),
- *                                      on the link the chunk came over
+ *                                      on the link the chunk came over; the
+ *                                      MR_BAD_MAX-th bad copy of one chunk is
+ *                                      answered mp_bad {chunk, give_up: true}: U
+ *                                      sends it no more, D ends without it and its
+ *                                      report names U (bad_from)
  *   D -> U  mp_want {chunk}            D's own copy failed its hash as D read it
  *                                      for its downstream: U sends it again (its
  *                                      copy checked as read, or asked of its own
@@ -31,6 +35,8 @@
  *   D -> U  mp_progress {node, bytes, total}   (relayed up to the source)
  *   U -> D  mp_end                     nothing more will come
  *   D -> U  mp_done {nodes:[report]}   D's and its downstream's reports
+ * A chain member with skip set is passed over: nobody dials it (a repair
+ * round: the same chain and ticket, only some members taking part).
  * A node whose downstream goes away serves the next member of the chain; a
  * node whose upstream goes away waits up_wait_ms for another upstream (the one
  * before it reconnects there), then ends with what it has. */
@@ -48,7 +54,7 @@
 #define MR_WINDOW 6           /* chunks sent and not acknowledged, per link, */
 #define MR_WINDOW_BYTES (24u << 20) /* and at most this many bytes of them (conn.c
 				     * drops a peer with more than 32 MiB queued) */
-#define MR_BAD_MAX 3          /* one chunk corrupted this often ends the link */
+#define MR_BAD_MAX 3          /* one chunk corrupted this often: given up on */
 #define MR_UP_WAIT_MS 10000
 
 #define MR_LANES 2 /* data links per hop: the two twins of the cabled port */
@@ -63,6 +69,7 @@ struct mr_member {
 	 * member that serves it in place of a member gone away uses host. */
 	char lanes[MR_LANES][48];
 	unsigned nlanes;
+	bool skip; /* not part of this push: passed over (carried in mp_hello) */
 };
 
 struct mr_engine;
@@ -74,7 +81,10 @@ struct mr_cbs {
 	/* Every node, once: its part has ended. status 0 when this node (and, on
 	 * the source, every node) is complete; report is an array of
 	 * {"node", "status": complete|incomplete|down|failed, "bytes_written",
-	 * "chunks_written", "chunks_bad", "message"} (borrowed). */
+	 * "chunks_written", "chunks_bad", "message", and for a node that gave up
+	 * on chunks its upstream kept corrupting: "bad_from" (that upstream's id)
+	 * and "corrupt_chunks" [{"path", "chunk"}]} (borrowed). The push is no
+	 * longer found by its id when this runs: a push of the same id may start. */
 	void (*on_done)(void *data, int status, const json_t *report);
 };
 
@@ -133,6 +143,9 @@ char *mr_ticket_text(const char *push_id, const char *name, int64_t expires_at,
 		     const struct mr_member *chain, size_t n);
 /* Tests only: the free bytes this node claims for the room check. */
 void mr_engine_test_avail(struct mr_engine *e, uint64_t bytes);
+/* Tests only: every push this node sends, it flips one byte of chunk
+ * chunk_plus_1 - 1 every time it sends it (a lying relay). 0: off. */
+void mr_engine_test_corrupt(struct mr_engine *e, size_t chunk_plus_1);
 /* Stop a push: its links close, on_done is called with -ECANCELED. */
 void mr_push_cancel(struct mr_engine *e, const char *push_id);
 /* Tests only (tests/fuzz/fuzz_model_relay.c): accept the connection pending

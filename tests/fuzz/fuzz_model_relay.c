@@ -9,7 +9,10 @@
  * offset and bytes, binary frames with fuzzed length words or other types,
  * pieces in the old JSON form (base64, raw strings), mp_end, more
  * hellos (some announcing another push with its chain, lanes of every
- * kind, and the manifest's text, whole or cut; some a lane's hello), frames of the other direction, unknown types and raw bytes. The
+ * kind, members passed over (skip, or a skip that is not a boolean), and
+ * the manifest's text, whole or cut; some a lane's hello), frames of the
+ * other direction (mp_bad with give_up among them), unknown types and raw
+ * bytes. The
  * loop runs after each; then the peer closes and the engine is closed.
  * Invariants (abort): ASan/UBSan clean; no file stands under its final name
  * in the store unless it has exactly the source's bytes; every handle closes
@@ -330,6 +333,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			else if (c & 32)
 				json_object_set_new(m1, "lanes", c & 64 ? json_pack("[i]", 5)
 									: json_string("x"));
+			size_t sk = take(&in); /* a member passed over (a repair round), or a bad flag */
+			if (sk & 1)
+				json_object_set_new(json_array_get(json_object_get(h, "chain"), sk >> 1 & 1),
+						    "skip", sk & 4 ? json_true() : json_string("yes"));
 			send_json(h);
 			json_t *mf = proto_msg("mp_manifest", 0);
 			json_object_set_new(mf, "off", json_integer(0));
@@ -345,6 +352,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			json_t *f = proto_msg(types[c % 6], 0);
 			json_object_set_new(f, "chunk", json_integer((json_int_t)c));
 			json_object_set_new(f, "bits", json_string("AA=="));
+			if (c & 1)
+				json_object_set_new(f, "give_up", json_true());
 			send_json(f);
 			break;
 		}

@@ -4,6 +4,7 @@
  * do); rm removes it; a relative models.dir is refused at start. The store is
  * seeded with the store library (a push's receiving side does the same). */
 #include "harness.h"
+#include "hostile.h"
 #include "model_manifest.h"
 
 #include <criterion/criterion.h>
@@ -16,6 +17,8 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -274,13 +277,21 @@ Test(models, hostile_requests_refused)
 
 /* ---- model push between real agents (a head and two workers on loopback) ---- */
 
+/* When set: node-2's sparkd corrupts that chunk (from 0) whenever it sends it
+ * (SPARKD_TEST_CORRUPT_CHUNK, read by the model service in tests only). */
+static const char *liar_chunk;
+
 static void start_three(const char *cfg2)
 {
 	h_cluster_free(c);
 	c = h_cluster_new(3);
-	for (int i = 0; i < 3; i++)
-		cr_assert_eq(i == 2 && cfg2 ? h_start_cfg(c, i, cfg2) : h_start(c, i), 0,
-			     "sparkd %d", i);
+	for (int i = 0; i < 3; i++) {
+		if (i == 1 && liar_chunk)
+			setenv("SPARKD_TEST_CORRUPT_CHUNK", liar_chunk, 1);
+		int r = i == 2 && cfg2 ? h_start_cfg(c, i, cfg2) : h_start(c, i);
+		unsetenv("SPARKD_TEST_CORRUPT_CHUNK");
+		cr_assert_eq(r, 0, "sparkd %d", i);
+	}
 	char *tok = h_init(c);
 	for (int i = 1; i < 3; i++) {
 		struct h_result r = h_ctl(c, i, "join", h_addr(c, 0), "--token", tok, "--timeout",
@@ -584,6 +595,293 @@ Test(models, relay_repairs_its_copy_and_push_from_another_node)
 		  "node-1", NULL);
 	cr_assert_eq(r.rc, 1, "a folder missing on the source");
 	cr_assert(strstr(r.err, "node-2") && strstr(r.err, "/nonexistent/model"), "%s", r.err);
+	h_result_free(&r);
+}
+
+/* A model big enough to take a while on loopback: MIB MiB in one file, every
+ * MiB different (no two chunks alike). */
+static void big_model(const char *dir, int mib)
+{
+	cr_assert_eq(mkdir(dir, 0755), 0);
+	char p[600];
+	snprintf(p, sizeof p, "%s/weights.safetensors", dir);
+	FILE *f = fopen(p, "wb");
+	cr_assert_not_null(f);
+	static unsigned char buf[1 << 20];
+	for (int m = 0; m < mib; m++) {
+		for (size_t k = 0; k < sizeof buf; k++)
+			buf[k] = (unsigned char)((k * 131 + (size_t)m * 7919 + (k >> 11)) & 0xff);
+		cr_assert_eq(fwrite(buf, 1, sizeof buf, f), sizeof buf);
+	}
+	fclose(f);
+}
+
+/* Bytes node i's sparkd wrote so far (wchar of /proc/PID/io): its chunks
+ * (partial files are allocated whole up front, so their size tells nothing). */
+static long long wrote(int i)
+{
+	char p[64], line[128];
+	snprintf(p, sizeof p, "/proc/%d/io", (int)c->nodes[i].pid);
+	FILE *f = fopen(p, "r");
+	long long v = -1;
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "wchar: %lld", &v) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return v;
+}
+
+/* Does node i's log hold text? */
+static bool log_has(int i, const char *text)
+{
+	FILE *f = fopen(c->nodes[i].log, "r");
+	if (!f)
+		return false;
+	char line[4096];
+	bool found = false;
+	while (!found && fgets(line, sizeof line, f))
+		found = strstr(line, text) != NULL;
+	fclose(f);
+	return found;
+}
+
+static bool wait_log(int i, const char *text, int ms)
+{
+	for (int t = 0; t < ms / 50; t++) {
+		if (log_has(i, text))
+			return true;
+		usleep(50000);
+	}
+	return log_has(i, text);
+}
+
+/* sparkctl against node i in the background, its output to out (or /dev/null). */
+static pid_t ctl_bg(int i, const char *const *args, const char *out)
+{
+	pid_t p = fork();
+	cr_assert(p >= 0);
+	if (p == 0) {
+		char *argv[32];
+		int n = 0;
+		argv[n++] = (char *)h_bin("sparkctl");
+		argv[n++] = "--socket";
+		argv[n++] = c->nodes[i].sock;
+		for (int k = 0; args[k] && n < 31; k++)
+			argv[n++] = (char *)args[k];
+		argv[n] = NULL;
+		int nul = open("/dev/null", O_RDWR);
+		int o = out ? open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644) : nul;
+		dup2(nul, 0);
+		dup2(o, 1);
+		dup2(nul, 2);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	return p;
+}
+
+/* A --from push whose CLI goes away mid-push (Ctrl-C on node-3, a worker: its
+ * sparkd sends the head stream_cancel) is stopped at its source: the head
+ * sends node-2 model_push_cancel, node-2's push ends cancelled and sends no
+ * more; the receivers hold a partial copy, and the next push moves only what
+ * they lack and completes it. */
+Test(models, push_from_is_cancelled_when_its_cli_goes_away, .timeout = 120)
+{
+	start_three(NULL);
+	char big[600], s0[600], s2[600], d2[700];
+	snprintf(big, sizeof big, "%s/big", srcroot);
+	big_model(big, 512);
+	snprintf(s0, sizeof s0, "%s/models", c->nodes[0].dir);
+	snprintf(s2, sizeof s2, "%s/models", c->nodes[2].dir);
+	snprintf(d2, sizeof d2, "%s/bigm", s2);
+	static const char *const args[] = {"model", "push", NULL, "--from", "node-2", "--nodes",
+					   "node-1,node-3", "--name", "bigm", NULL};
+	const char *a[10];
+	memcpy(a, args, sizeof a);
+	a[2] = big;
+	long long w0 = wrote(2);
+	cr_assert_geq(w0, 0, "cannot read node-3's /proc/PID/io");
+	pid_t cli = ctl_bg(2, a, NULL);
+	/* the last node of the chain (node-2, node-1, node-3) has written some */
+	long long k = 0;
+	for (int t = 0; t < 600 && (k = wrote(2) - w0) < 32 << 20; t++)
+		usleep(20000);
+	cr_assert_geq(k, 32 << 20, "node-3 got no data within 12 s");
+	kill(cli, SIGINT);
+	int st;
+	cr_assert_eq(waitpid(cli, &st, 0), cli);
+	cr_assert(wait_log(0, "model_push_from_cancel", 5000), "the head noticed the CLI left");
+	cr_assert(wait_log(1, "model_push_cancelled", 5000), "node-2 was told to stop");
+	cr_assert(wait_log(1, "model_push_done name=bigm status=-125", 5000),
+		  "node-2's push ended cancelled");
+	/* no more chunks come: node-3 writes (about) nothing more */
+	usleep(500000);
+	long long k1 = wrote(2);
+	sleep(1);
+	long long k2 = wrote(2);
+	cr_assert_lt(k2 - k1, 1 << 20, "node-3 still receives after the cancel (%lld bytes in 1 s)",
+		     k2 - k1);
+	cr_assert_lt(k2 - w0, 512ll << 20, "node-3 holds only part of the model (%lld bytes)",
+		     k2 - w0);
+	cr_log_info("node-3 wrote %lld MiB before the cancel took effect", (k2 - w0) >> 20);
+	struct h_result r = h_ctl(c, 0, "model", "ls", "--node", "node-3", "-o", "json", NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.err);
+	json_t *j = h_json(&r);
+	json_t *m = json_array_get(json_object_get(json_array_get(json_object_get(j, "nodes"), 0),
+						   "models"), 0);
+	cr_assert_str_eq(json_string_value(json_object_get(m, "name")), "bigm", "%s", r.out);
+	cr_assert(json_is_false(json_object_get(m, "complete")), "partial on node-3: %s", r.out);
+	json_decref(j);
+	h_result_free(&r);
+	/* the receivers end their part once no upstream comes back (10 s) */
+	cr_assert(wait_log(2, "node_status=incomplete", 15000), "node-3's part ended incomplete");
+	cr_assert(wait_log(0, "node_status=incomplete", 5000), "node-1's part ended incomplete");
+	/* again, to the end: only what is missing moves */
+	r = h_ctl(c, 2, "model", "push", big, "--from", "node-2", "--nodes", "node-1,node-3",
+		  "--name", "bigm", "-o", "json", NULL);
+	cr_assert_eq(r.rc, 0, "%s\n%s", r.out, r.err);
+	j = h_json(&r);
+	cr_assert(json_is_true(json_object_get(j, "complete")), "%s", r.out);
+	json_int_t total = json_integer_value(json_object_get(j, "bytes"));
+	json_int_t w3 = json_integer_value(json_object_get(node_report(j, "node-3"),
+							   "bytes_written"));
+	cr_assert(w3 > 0 && w3 < total, "node-3 got only what it lacked: %lld of %lld",
+		  (long long)w3, (long long)total);
+	json_decref(j);
+	h_result_free(&r);
+	r = h_ctl(c, 2, "model", "verify", "bigm", NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.out);
+	h_result_free(&r);
+}
+
+/* Only the head stops a source's push: node-3 (its real certificate, its
+ * sparkd stopped) sends the head model_push_cancel for a running --from push,
+ * bare and inside a forward: unknown_type each (the head takes that frame
+ * from nobody), and the push goes on to complete. */
+Test(models, a_members_model_push_cancel_is_refused, .timeout = 90)
+{
+	start_three(NULL);
+	char big[600], out[600];
+	snprintf(big, sizeof big, "%s/big", srcroot);
+	snprintf(out, sizeof out, "%s/push.json", srcroot);
+	big_model(big, 128);
+	h_kill(c, 2, SIGTERM);
+	cr_assert(h_wait_state(c, 0, "node-3", "unreachable", 20000) >= 0);
+	char crt[600], key[600];
+	snprintf(crt, sizeof crt, "%s/node.crt", c->nodes[2].dir);
+	snprintf(key, sizeof key, "%s/node.key", c->nodes[2].dir);
+	struct hs_client *m = hs_connect(c->nodes[0].port, crt, key, 5000);
+	cr_assert(m, "cannot connect to the head with node-3's certificate");
+	cr_assert_eq(hs_send_frame(m, "{\"v\":1,\"type\":\"hello\",\"id\":1,\"version\":\"x\"}"), 0);
+	json_t *f = hs_read_frame(m, 5000);
+	cr_assert(f && !strcmp(json_string_value(json_object_get(f, "type")), "result"),
+		  "the head took node-3's hello");
+	json_decref(f);
+	const char *a[] = {"model", "push", big, "--from", "node-2", "--nodes", "node-1",
+			   "--name", "bigc", "-o", "json", NULL};
+	pid_t cli = ctl_bg(0, a, out);
+	cr_assert(wait_log(1, "model_push_asked push=", 10000), "node-2 was asked to push");
+	/* the push's id, from node-2's log */
+	char push[80] = "", line[4096];
+	FILE *lf = fopen(c->nodes[1].log, "r");
+	while (lf && fgets(line, sizeof line, lf)) {
+		char *q = strstr(line, "model_push_asked push=");
+		if (q)
+			sscanf(q, "model_push_asked push=%64[0-9a-f]", push);
+	}
+	if (lf)
+		fclose(lf);
+	cr_assert(push[0], "no push id in node-2's log");
+	char fr[400];
+	snprintf(fr, sizeof fr, "{\"v\":1,\"type\":\"model_push_cancel\",\"id\":3,\"push\":\"%s\"}",
+		 push);
+	cr_assert_eq(hs_send_frame(m, fr), 0);
+	f = hs_read_frame(m, 5000);
+	cr_assert(f, "no answer to a member's model_push_cancel");
+	cr_assert_str_eq(json_string_value(json_object_get(f, "code")), "unknown_type");
+	json_decref(f);
+	snprintf(fr, sizeof fr, "{\"v\":1,\"type\":\"forward\",\"id\":4,\"request\":{\"v\":1,"
+		 "\"type\":\"model_push_cancel\",\"id\":1,\"push\":\"%s\"}}", push);
+	cr_assert_eq(hs_send_frame(m, fr), 0);
+	f = hs_read_frame(m, 5000);
+	cr_assert(f, "no answer to a forwarded model_push_cancel");
+	cr_assert_str_eq(json_string_value(json_object_get(f, "code")), "unknown_type");
+	json_decref(f);
+	int st;
+	cr_assert_eq(waitpid(cli, &st, 0), cli);
+	hs_close(m);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the push went on to its end");
+	cr_assert(!log_has(1, "model_push_cancelled"), "node-2 stopped nothing");
+	cr_assert(!log_has(0, "model_push_from_cancel"), "the head asked nothing of node-2");
+	FILE *o = fopen(out, "r");
+	json_t *j = o ? json_loadf(o, 0, NULL) : NULL;
+	if (o)
+		fclose(o);
+	cr_assert(j && json_is_true(json_object_get(j, "complete")), "complete on node-1");
+	json_decref(j);
+}
+
+/* A lying relay: node-2 corrupts chunk 1 (model.safetensors' first) every
+ * time it sends it. node-3, after it, gives up on that chunk after 3 bad
+ * copies and ends incomplete naming node-2; the source runs one repair round
+ * to node-3 alone (node-2 passed over), which moves that one chunk: the answer
+ * says complete, names the culprit and the source, and node-3's copy
+ * verifies clean. */
+Test(models, a_lying_relay_is_passed_over_by_a_repair_round)
+{
+	liar_chunk = "1";
+	start_three(NULL);
+	liar_chunk = NULL;
+	char s2[600];
+	snprintf(s2, sizeof s2, "%s/models", c->nodes[2].dir);
+	struct h_result r = h_ctl(c, 0, "model", "push", src, "--nodes", "node-2,node-3", "--name",
+				  "lied", NULL);
+	cr_assert_eq(r.rc, 0, "complete after the repair round: %s\n%s", r.out, r.err);
+	cr_assert(strstr(r.out, "Repaired on node-3: model.safetensors chunk 0, corrupted on receipt "
+				"from node-2; fetched again from node-1."), "%s", r.out);
+	cr_assert(strstr(r.out, "complete on every node"), "%s", r.out);
+	cr_log_info("%s", r.out);
+	h_result_free(&r);
+	cr_assert(log_has(2, "model_chunk_given_up"), "node-3 gave up on node-2's copies");
+	cr_assert(log_has(1, "model_chunk_refused_down"), "node-2 was told to stop sending it");
+	cr_assert(log_has(0, "model_push_repair"), "the source ran a repair round");
+	r = h_ctl(c, 2, "model", "verify", "lied", NULL);
+	cr_assert_eq(r.rc, 0, "node-3's copy verifies: %s", r.out);
+	h_result_free(&r);
+	same_files(s2, "lied");
+
+	/* the JSON answer, for another name */
+	r = h_ctl(c, 0, "model", "push", src, "--nodes", "node-2,node-3", "--name", "lied2", "-o",
+		  "json", NULL);
+	cr_assert_eq(r.rc, 0, "%s\n%s", r.out, r.err);
+	json_t *j = h_json(&r);
+	cr_assert(json_is_true(json_object_get(j, "complete")), "%s", r.out);
+	json_t *n3 = node_report(j, "node-3"), *n2 = node_report(j, "node-2");
+	cr_assert_str_eq(json_string_value(json_object_get(n3, "status")), "complete");
+	cr_assert_str_eq(json_string_value(json_object_get(n2, "status")), "complete");
+	cr_assert_eq(json_integer_value(json_object_get(n3, "bytes_written")),
+		     json_integer_value(json_object_get(j, "bytes")),
+		     "both rounds together wrote the model once on node-3");
+	cr_assert_geq(json_integer_value(json_object_get(n3, "chunks_bad")), 3);
+	const char *n2id = json_string_value(json_object_get(n2, "node"));
+	const char *n1id = json_string_value(json_object_get(json_array_get(json_object_get(j,
+									     "route"), 0), "node"));
+	cr_assert_str_eq(json_string_value(json_object_get(n3, "bad_from")), n2id);
+	cr_assert_str_eq(json_string_value(json_object_get(n3, "repaired_from")), n1id);
+	cr_assert(strstr(json_string_value(json_object_get(n3, "message")), n2id), "%s", r.out);
+	json_t *rp = json_array_get(json_object_get(n3, "repairs"), 0);
+	cr_assert_str_eq(json_string_value(json_object_get(rp, "bad_from_name")), "node-2");
+	cr_assert_str_eq(json_string_value(json_object_get(rp, "from_name")), "node-1");
+	cr_assert_str_eq(json_string_value(json_object_get(rp, "path")), "model.safetensors");
+	json_t *rr = json_object_get(j, "repair_round");
+	cr_assert(json_is_true(json_object_get(rr, "complete")), "%s", r.out);
+	cr_assert_eq(json_array_size(json_object_get(rr, "nodes")), 1, "node-3 only: %s", r.out);
+	cr_assert_str_eq(json_string_value(json_array_get(json_object_get(rr, "bad_from"), 0)), n2id);
+	json_decref(j);
+	h_result_free(&r);
+	r = h_ctl(c, 2, "model", "verify", "lied2", NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.out);
 	h_result_free(&r);
 }
 

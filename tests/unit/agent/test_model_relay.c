@@ -243,7 +243,7 @@ static void push(const char *id, size_t corrupt_at_n1)
 	for (int i = NN - 1; i >= 0; i--) {
 		json_decref(nodes[i].report);
 		nodes[i].report = NULL;
-		nodes[i].done = false;
+		nodes[i].done = !nodes[i].e; /* a node whose engine is closed takes no part */
 		if (!nodes[i].e)
 			continue;
 		struct mr_push_opts o = {.push_id = id, .m = man, .chain = chain, .nchain = NN,
@@ -403,6 +403,52 @@ Test(relay, corruption_on_the_wire_is_caught_and_repaired)
 	cr_assert_eq(json_array_size(json_object_get(report_of("n3"), "repairs")), 0);
 	for (int i = 1; i < NN; i++)
 		same_content(i);
+	cleanup_push();
+}
+
+/* n1 corrupts chunk 5 every time it sends it (a lying relay): n2 gives up on
+ * it after 3 bad copies (mp_bad give_up: n1 stops sending it), takes the
+ * rest and ends incomplete naming n1 (bad_from, corrupt_chunks); n3 lacks it
+ * too. The same push again with n1 passed over (skip; its engine closed, so
+ * a dial would show as "down"): the source sends to n2, n2 relays to n3, and
+ * only chunk 5 moves: both complete with the source's bytes. */
+Test(relay, a_relay_that_always_corrupts_is_passed_over_by_a_second_round)
+{
+	start_engines();
+	mr_engine_test_corrupt(nodes[1].e, 5 + 1);
+	push("0a", 0);
+	cr_assert_neq(nodes[0].status, 0, "not complete everywhere");
+	json_t *r1 = report_of("n1"), *r2 = report_of("n2"), *r3 = report_of("n3");
+	cr_assert_str_eq(json_string_value(json_object_get(r1, "status")), "complete");
+	cr_assert_str_eq(json_string_value(json_object_get(r2, "status")), "incomplete");
+	cr_assert_str_eq(json_string_value(json_object_get(r2, "bad_from")), "n1");
+	cr_assert_eq(json_integer_value(json_object_get(r2, "chunks_bad")), MR_BAD_MAX);
+	cr_assert(strstr(json_string_value(json_object_get(r2, "message")), "n1"), "names n1");
+	json_t *cc = json_array_get(json_object_get(r2, "corrupt_chunks"), 0);
+	cr_assert_str_eq(json_string_value(json_object_get(cc, "path")), "model-00001.safetensors");
+	cr_assert_eq(json_integer_value(json_object_get(cc, "chunk")), 4);
+	cr_assert_eq(json_array_size(json_object_get(r2, "corrupt_chunks")), 1);
+	cr_assert_eq(json_integer_value(json_object_get(r2, "chunks_written")),
+		     (json_int_t)man->nchunks - 1, "n2 took every other chunk");
+	cr_assert_str_eq(json_string_value(json_object_get(r3, "status")), "incomplete");
+	cr_assert_null(json_object_get(r3, "bad_from"), "n3 got no bad copy itself");
+	cr_assert_eq(json_integer_value(json_object_get(r3, "chunks_written")),
+		     (json_int_t)man->nchunks - 1);
+
+	mr_engine_close(nodes[1].e);
+	nodes[1].e = NULL;
+	chain[1].skip = true;
+	push("0a", 0);
+	chain[1].skip = false;
+	cr_assert_eq(nodes[0].status, 0, "complete on n2 and n3");
+	cr_assert_eq(json_array_size(nodes[0].report), 2, "n1 not dialled: no report of it");
+	for (int i = 2; i < NN; i++) {
+		json_t *r = report_of(ids[i]);
+		cr_assert_str_eq(json_string_value(json_object_get(r, "status")), "complete");
+		cr_assert_eq(json_integer_value(json_object_get(r, "chunks_written")), 1,
+			     "only chunk 5 moved to %s", ids[i]);
+		same_content(i);
+	}
 	cleanup_push();
 }
 
