@@ -85,7 +85,7 @@ int main(int argc, char **argv)
 	uv_loop_t loop;
 	uv_loop_init(&loop);
 	struct mr_engine *e[NN];
-	struct mr_member chain[NN];
+	struct mr_member chain[NN] = {0}; /* no lanes: loopback only */
 	char stores[NN][128], err[256];
 	for (int i = 0; i < NN; i++) {
 		issue(ca, cak, ids[i]);
