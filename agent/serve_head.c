@@ -3,7 +3,10 @@
  * A service is a row of cluster.db's services table (db_service) and, while
  * the head runs, one struct sh_svc. Its every run is a job of the jobs
  * service (a->hooks.job_launch); the job's end (SVC_EV_JOB_ENDED) decides
- * what comes next by the recipe's restart policy. Health: rank 0's node
+ * what comes next by the recipe's restart policy. A model server cannot
+ * lose a rank: one that exits 0 while the others run (SVC_EV_RANK_ENDED)
+ * makes the head stop the run (rank 0's exit 0 counts as the run's, any
+ * other as a failure). Health: rank 0's node
  * checks the server over HTTP (serve_node.c) and reports svc_health; only
  * that node may report it.
  *
