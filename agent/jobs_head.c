@@ -88,6 +88,7 @@ struct watcher {
 
 static void job_check_done(struct agent *a, struct hjob *j);
 static void ended_queue(struct agent *a, long long id);
+static void rank_end_queue(struct agent *a, struct hjob *j, struct hrank *r);
 static json_t *job_result(struct agent *a, long long id);
 static void watchers_job_update(struct agent *a, long long job_id);
 
@@ -932,6 +933,7 @@ static void rank_lost(struct agent *a, struct hjob *j, struct hrank *r, const ch
 		 r->node_name, log_q(why));
 	char reason[256];
 	snprintf(reason, sizeof reason, "rank %d on %s was lost: %s", r->rank, r->node_name, why);
+	rank_end_queue(a, j, r);
 	if (j->fail_code < 0 && !j->stopping)
 		j->fail_code = 255;
 	for (struct watcher *w = a->jobs->watchers; w; w = w->next)
@@ -971,6 +973,7 @@ static void rank_exit(struct agent *a, struct hjob *j, struct hrank *r, int code
 			json_object_set_new(m, "state", json_string(st));
 			w_send(w, m);
 		}
+	rank_end_queue(a, j, r);
 	if (strcmp(st, "failed") == 0 && !j->stopping) {
 		char reason[256];
 		if (sig)
@@ -1050,28 +1053,68 @@ static void job_check_done(struct agent *a, struct hjob *j)
 
 /* SVC_EV_JOB_ENDED, once per job: its end is decided only here (the job then
  * leaves the table of active jobs; after a head restart only jobs still
- * active in cluster.db come back). Emitted from the next loop iteration, so a
- * service reacting to it (launching the next run, stopping another job) never
- * runs inside the jobs service's own walks over its lists. */
+ * active in cluster.db come back). SVC_EV_RANK_ENDED, once per rank that
+ * ends while others of its job still run and the job is not being stopped.
+ * Both are emitted from the next loop iteration, in the order they happened
+ * (a job's rank ends before its own end), so a service reacting to them
+ * (launching the next run, stopping a job) never runs inside the jobs
+ * service's own walks over its lists. J->ended holds [event, record]. */
 static void on_ended(uv_timer_t *t)
 {
 	struct jobs *J = t->data;
 	while (J->ended && json_array_size(J->ended) && !J->stopping) {
-		json_t *rec = json_incref(json_array_get(J->ended, 0));
+		json_t *e = json_incref(json_array_get(J->ended, 0));
 		json_array_remove(J->ended, 0);
-		struct svc_event_arg arg = {.id = proto_int(rec, "id", 0), .data = rec};
-		svc_emit(J->a, SVC_EV_JOB_ENDED, &arg);
-		json_decref(rec);
+		enum svc_event ev = (enum svc_event)json_integer_value(json_array_get(e, 0));
+		const json_t *rec = json_array_get(e, 1);
+		json_int_t id = proto_int(rec, ev == SVC_EV_RANK_ENDED ? "job_id" : "id", 0);
+		struct svc_event_arg arg = {.id = id, .data = rec};
+		svc_emit(J->a, ev, &arg);
+		json_decref(e);
 	}
+}
+
+static void event_queue(struct agent *a, enum svc_event ev, json_t *rec)
+{
+	struct jobs *J = a->jobs;
+	if (!rec || (!J->ended && !(J->ended = json_array()))) {
+		json_decref(rec);
+		return;
+	}
+	json_array_append_new(J->ended, json_pack("[i, o]", (int)ev, rec));
+	uv_timer_start(&J->end_timer, on_ended, 0, 0);
 }
 
 static void ended_queue(struct agent *a, long long id)
 {
-	struct jobs *J = a->jobs;
-	if (!J->ended && !(J->ended = json_array()))
+	event_queue(a, SVC_EV_JOB_ENDED, job_result(a, id));
+}
+
+/* r of j has just ended: SVC_EV_RANK_ENDED when other ranks of j still run
+ * (or have not started) and j is not being stopped: a supervisor of ranks
+ * that must all live (the serve service) learns of an end the job itself
+ * does not fail on (an exit 0). */
+static void rank_end_queue(struct agent *a, struct hjob *j, struct hrank *r)
+{
+	if (j->stopping)
 		return;
-	json_array_append_new(J->ended, job_result(a, id));
-	uv_timer_start(&J->end_timer, on_ended, 0, 0);
+	int others = 0;
+	for (int i = 0; i < j->nranks; i++)
+		others += &j->ranks[i] != r && !rank_final(&j->ranks[i]);
+	if (!others)
+		return;
+	db_job_rank row = {.job_id = j->row.id, .rank = r->rank, .local_rank = r->local_rank,
+			   .pid = r->pid, .exit_code = r->exit_code, .signal = r->sig,
+			   .started_at = r->started_at, .ended_at = r->ended_at};
+	snprintf(row.state, sizeof row.state, "%s", r->state);
+	snprintf(row.node_id, sizeof row.node_id, "%s", r->node_id);
+	snprintf(row.node_name, sizeof row.node_name, "%s", r->node_name);
+	json_t *rec = rank_json(&row);
+	if (rec) {
+		json_object_set_new(rec, "job_id", json_integer(j->row.id));
+		json_object_set_new(rec, "running", json_integer(others));
+	}
+	event_queue(a, SVC_EV_RANK_ENDED, rec);
 }
 
 /* ---- watchers and the end of a job ----------------------------------------------------------- */

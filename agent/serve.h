@@ -10,7 +10,8 @@
  *                 runs here (libcurl, from this node), reported to the head
  *
  * A service's every start is a job of the jobs service (a->hooks.job_launch,
- * job_stop; its end arrives as SVC_EV_JOB_ENDED).
+ * job_stop; its end arrives as SVC_EV_JOB_ENDED, and a rank's end while the
+ * others run as SVC_EV_RANK_ENDED: an exit 0 there ends the run too).
  * Frames between the head and a member:
  *   head -> node: svc_health_watch, svc_health_unwatch
  *   node -> head: svc_health */

@@ -3,7 +3,10 @@
  * A service is a row of cluster.db's services table (db_service) and, while
  * the head runs, one struct sh_svc. Its every run is a job of the jobs
  * service (a->hooks.job_launch); the job's end (SVC_EV_JOB_ENDED) decides
- * what comes next by the recipe's restart policy. Health: rank 0's node
+ * what comes next by the recipe's restart policy. A model server cannot
+ * lose a rank: one that exits 0 while the others run (SVC_EV_RANK_ENDED)
+ * makes the head stop the run (rank 0's exit 0 counts as the run's, any
+ * other as a failure). Health: rank 0's node
  * checks the server over HTTP (serve_node.c) and reports svc_health; only
  * that node may report it.
  *
@@ -63,6 +66,8 @@ struct sh_svc {
 	bool stopping;        /* svc stop: stopped at the run's end */
 	bool restart_now;     /* svc restart: a new run at the run's end */
 	bool timed_out;       /* start-up timeout: the run's end is a failure */
+	int rank_end;         /* a rank ended while the others ran: 0 no, 1 a failure, 2 clean */
+	char rank_why[200];   /* which rank and how */
 	uint64_t next_start_ms;
 	conn *stop_dest;      /* svc stop waits for the run's end */
 	json_int_t stop_id;
@@ -367,6 +372,8 @@ static void launch(struct agent *a, struct sh_svc *s)
 	s->live = true;
 	s->got_ok = false;
 	s->timed_out = false;
+	s->rank_end = 0;
+	s->rank_why[0] = '\0';
 	s->restart_now = false;
 	log_info("service_run", "service=%s job=%lld restarts=%d", s->row.name, id, s->row.restarts);
 	snprintf(s->row.state, sizeof s->row.state, "starting");
@@ -413,6 +420,8 @@ static void run_ended(struct agent *a, struct sh_svc *s, bool clean, const char 
 	}
 	if (s->timed_out)
 		clean = false;
+	else if (s->rank_end)
+		clean = s->rank_end == 2;
 	const char *policy = plan_str(s->plan, "restart", "policy");
 	int limit = (int)plan_int(s->plan, "restart", "limit", 5);
 	if (strcmp(policy, "never") == 0 || (clean && strcmp(policy, "always") != 0)) {
@@ -485,6 +494,8 @@ static void on_job_ended(struct agent *a, json_int_t id, const json_t *job)
 		if (s->timed_out) /* we stopped it: the reason is ours, not the job's */
 			snprintf(why, sizeof why, "no healthy answer within the start-up timeout (%llds)",
 				 (long long)plan_int(s->plan, "health", "startup_timeout_s", 3600));
+		else if (s->rank_end)
+			snprintf(why, sizeof why, "%s", s->rank_why);
 		else
 			job_why(job, why, sizeof why);
 		const char *st = proto_str(job, "state");
@@ -493,6 +504,40 @@ static void on_job_ended(struct agent *a, json_int_t id, const json_t *job)
 			 (long long)id, st ? st : "?", log_q(why));
 		send_unwatch(a, s);
 		run_ended(a, s, clean, why);
+		return;
+	}
+}
+
+/* A rank of a live run ended while the others ran (SVC_EV_RANK_ENDED): a
+ * model server cannot lose a rank, so the run ends here. A rank that failed
+ * (non-zero, a signal, lost) has already made the jobs service stop the job,
+ * whose end says why; an exit 0 does not end a job, so the run is stopped
+ * here: rank 0's exit 0 is the server quitting, a clean end of the run (as a
+ * run that exited 0: stopped under on-failure); any other rank's is a
+ * failure (restarted by the policy, like a crashed rank). Not while the run
+ * is being stopped or restarted, or has timed out: that end is ours. */
+static void on_rank_ended(struct agent *a, json_int_t id, const json_t *rank)
+{
+	for (struct sh_svc *s = S(a)->svcs; s; s = s->next) {
+		if (!s->live || s->row.run_id != id)
+			continue;
+		if (s->stopping || s->restart_now || s->timed_out || s->rank_end)
+			return;
+		const char *st = proto_str(rank, "state") ?: "";
+		if (strcmp(st, "exited") != 0)
+			return; /* failed, killed or lost: the jobs service ends the job */
+		long long r = (long long)proto_int(rank, "rank", -1);
+		s->rank_end = r == 0 ? 2 : 1;
+		snprintf(s->rank_why, sizeof s->rank_why, "rank %lld on %s exited %lld while the others ran",
+			 r, proto_str(rank, "node") ?: "?", (long long)proto_int(rank, "exit_code", 0));
+		snprintf(s->row.last_error, sizeof s->row.last_error, "%s", s->rank_why);
+		log_warn("service_rank_ended", "service=%s job=%lld rank=%lld why=%s", s->row.name,
+			 (long long)id, r, log_q(s->rank_why));
+		save(a, s, false);
+		if (!a->hooks.job_stop || a->hooks.job_stop(a, s->row.run_id, SH_STOP_GRACE_MS) < 0) {
+			send_unwatch(a, s);
+			run_ended(a, s, s->rank_end == 2, s->rank_why);
+		}
 		return;
 	}
 }
@@ -1115,6 +1160,10 @@ void sh_event(struct agent *a, enum svc_event ev, const struct svc_event_arg *ar
 	case SVC_EV_JOB_ENDED:
 		if (is_head(a))
 			on_job_ended(a, arg->id, arg->data);
+		break;
+	case SVC_EV_RANK_ENDED:
+		if (is_head(a))
+			on_rank_ended(a, arg->id, arg->data);
 		break;
 	case SVC_EV_CONN_GONE:
 		for (struct sh_watch *w = sv->watchers; w; w = w->next)

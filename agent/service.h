@@ -80,6 +80,10 @@ enum svc_event {
 	SVC_EV_FABRIC_CHANGED, /* this node's fabric changed (bits: TOPO_CHG_*) */
 	SVC_EV_NODE_UP,        /* head: a member said hello (node_id; the head's own node too) */
 	SVC_EV_JOB_ENDED,      /* head: a job ended (id; data: its record as job_show has it) */
+	SVC_EV_RANK_ENDED,     /* head: a rank ended while others of its job still run and the
+				* job is not being stopped (id: the job; data: the rank's record
+				* as job_show has it, with job_id and running: how many still
+				* run); before the job's own SVC_EV_JOB_ENDED */
 };
 struct svc_event_arg {
 	conn *c;

@@ -346,9 +346,21 @@ static json_t *fit_json(const model_shape_t *s, const model_params_t *p, const m
 		json_object_set_new(o, "kv_replicated", json_boolean(f->kv_replicated));
 		json_object_set_new(o, "sliding_window", json_integer(f->window));
 		json_object_set_new(o, "sliding_layers", json_integer(s->sliding_layers));
-		json_object_set_new(o, "max_context", json_integer(f->max_context));
+		/* null: nothing bounds it (sliding layers only, no model limit) */
+		json_object_set_new(o, "max_context", f->max_context_bound == MODEL_BOUND_NONE
+							      ? json_null()
+							      : json_integer(f->max_context));
 		json_object_set_new(o, "max_context_capped", json_boolean(f->max_context_capped));
+		json_object_set_new(o, "max_context_bound",
+				    json_string(model_bound_name(f->max_context_bound)));
 	}
+	json_object_set_new(o, "model_context_limit", s->shape_known && s->max_pos
+							      ? json_integer(s->max_pos)
+							      : json_null());
+	json_object_set_new(o, "model_context_limit_from",
+			    !s->shape_known || !s->max_pos ? json_null()
+			    : s->max_pos_default[0]        ? json_string("default")
+							   : json_string("config"));
 	json_object_set_new(o, "fits", json_boolean(f->fits));
 	json_object_set_new(o, "why", f->fits ? json_null() : json_string(f->why));
 	json_object_set_new(o, "fewest_nodes", fewest ? json_integer(fewest) : json_null());
@@ -422,10 +434,14 @@ static int fit_catalog(struct cli_ctx *ctx, const struct plan_args *a, const mod
 			const char *key = k < 3 ? dt : "native";
 			if (found) {
 				json_object_set_new(per, key,
-						    json_pack("{s:i, s:i, s:i, s:s, s:o, s:b}", "nodes", found,
+						    json_pack("{s:i, s:i, s:i, s:s, s:o, s:b, s:o}", "nodes", found,
 							      "tp", best.tp, "pp", best.pp, "dtype", best.dtype,
-							      "max_context", best.kv_known ? json_integer(best.max_context) : json_null(),
-							      "max_context_capped", best.max_context_capped));
+							      "max_context", best.kv_known && best.max_context_bound != MODEL_BOUND_NONE
+									     ? json_integer(best.max_context) : json_null(),
+							      "max_context_capped", best.max_context_capped,
+							      "max_context_bound", best.kv_known
+									     ? json_string(model_bound_name(best.max_context_bound))
+									     : json_null()));
 			} else {
 				json_object_set_new(per, key, json_null());
 			}

@@ -92,10 +92,22 @@ static void fit_table(const struct cli_fit_view *v, json_t *d)
 		printf("Verdict:  FITS on %d node%s", f->nodes, f->nodes > 1 ? "s" : "");
 	else
 		printf("Verdict:  DOES NOT FIT on %d node%s: %s", f->nodes, f->nodes > 1 ? "s" : "", f->why);
-	if (f->kv_known && f->max_context > 0) {
+	if (f->kv_known && f->max_context_bound == MODEL_BOUND_NONE) {
+		printf("; the context is not limited by memory (every layer holds only its "
+		       "sliding window) and %s states no limit", s->display);
+	} else if (f->kv_known && f->max_context > 0) {
 		human_tokens(f->max_context, ctx, sizeof ctx);
-		printf("; the largest context at batch %lld is %s%s", (long long)f->batch, ctx,
-		       f->max_context_capped ? " (the model's maximum)" : "");
+		printf("; the largest context at batch %lld is %s", (long long)f->batch, ctx);
+		if (f->max_context_bound == MODEL_BOUND_MODEL && s->max_pos_default[0])
+			printf(", limited by the model: %lld (%s's default; config.json has no "
+			       "max_position_embeddings)", (long long)s->max_pos, s->max_pos_default);
+		else if (f->max_context_bound == MODEL_BOUND_MODEL)
+			printf(", limited by the model: %lld (max_position_embeddings)",
+			       (long long)s->max_pos);
+		else if (s->max_pos)
+			printf(", limited by memory (the model allows %lld)", (long long)s->max_pos);
+		else
+			printf(", limited by memory (the model states no limit)");
 	}
 	printf("\n");
 	if (fewest)
@@ -147,6 +159,8 @@ static void fit_catalog_table(const struct cli_fit_view *v, json_t *d)
 			if (json_is_integer(mc))
 				snprintf(cells[k], sizeof cells[k], "%d (%s%s)", found, c,
 					 json_is_true(json_object_get(best, "max_context_capped")) ? " max" : "");
+			else if (strcmp(cli_jstr(best, "max_context_bound") ?: "", "none") == 0)
+				snprintf(cells[k], sizeof cells[k], "%d (no limit)", found);
 			else
 				snprintf(cells[k], sizeof cells[k], "%d (weights)", found);
 			if (k == 3)

@@ -40,7 +40,10 @@ typedef struct model_shape {
 	char quant_method[32]; /* quantization_config.quant_method, when native_dtype is "" */
 	bool shape_known;      /* false: an announced model with only its parameter count */
 
-	int64_t hidden, layers, heads, kv_heads, head_dim, vocab, inter, max_pos;
+	int64_t hidden, layers, heads, kv_heads, head_dim, vocab, inter;
+	int64_t max_pos;          /* the model's context limit (max_position_embeddings), 0 none */
+	char max_pos_default[32]; /* "": from the config; else the class whose default it is
+				   * (config.json has no max_position_embeddings): "LlamaConfig" */
 	bool tied, qkv_bias, o_bias, qk_norm, sinks;
 	enum model_attn attn;
 	/* MLA (DeepSeek-style); q_lora_rank 0 = a plain q projection */
@@ -154,6 +157,12 @@ typedef struct model_fit_opts {
 #define MODEL_DEFAULT_CONTEXT 32768
 #define MODEL_MAX_NODES 8
 
+/* What bounds the largest context: the memory left for the KV cache, the
+ * model's own limit (max_position_embeddings), or nothing (every layer
+ * holds only its sliding window and the model states no limit). */
+enum model_bound { MODEL_BOUND_MEMORY = 0, MODEL_BOUND_MODEL, MODEL_BOUND_NONE };
+const char *model_bound_name(enum model_bound b); /* "memory", "model", "none" */
+
 typedef struct model_fit {
 	int tp, pp, nodes;
 	char dtype[16], rule[16], kv_dtype[16];
@@ -171,6 +180,7 @@ typedef struct model_fit {
 	bool fits;
 	int64_t max_context;     /* the largest context at this batch (0: weights do not fit) */
 	bool max_context_capped; /* max_context is the model's max_position_embeddings */
+	enum model_bound max_context_bound; /* which limit max_context is */
 	char why[160];           /* when it does not fit */
 } model_fit_t;
 

@@ -133,11 +133,17 @@ static void fill_names(model_fit_t *f, const char *dtype, const char *rule, cons
 	snprintf(f->kv_dtype, sizeof f->kv_dtype, "%s", kv);
 }
 
-/* Largest context L with batch x (full x L + win x min(L, W)) <= budget. */
-static int64_t max_context(double budget, int64_t batch, double full, double win, int64_t W,
-			   int64_t cap, bool *capped)
+const char *model_bound_name(enum model_bound b)
 {
-	*capped = false;
+	return b == MODEL_BOUND_MODEL ? "model" : b == MODEL_BOUND_NONE ? "none" : "memory";
+}
+
+/* Largest context L with batch x (full x L + win x min(L, W)) <= budget,
+ * at most cap (the model's limit, 0 none). *bound: which limit it is. */
+static int64_t max_context(double budget, int64_t batch, double full, double win, int64_t W,
+			   int64_t cap, enum model_bound *bound)
+{
+	*bound = MODEL_BOUND_MEMORY;
 	if (budget <= 0)
 		return 0;
 	double per = budget / (double)batch;
@@ -150,11 +156,13 @@ static int64_t max_context(double budget, int64_t batch, double full, double win
 		L = INFINITY;
 	}
 	if (cap > 0 && L >= (double)cap) {
-		*capped = true;
+		*bound = MODEL_BOUND_MODEL;
 		return cap;
 	}
-	if (!isfinite(L))
+	if (!isfinite(L)) {
+		*bound = MODEL_BOUND_NONE;
 		return INT64_C(1) << 40;
+	}
 	return (int64_t)floor(L);
 }
 
@@ -208,9 +216,14 @@ int model_fit(const model_shape_t *s, const model_fit_opts_t *o, model_fit_t *f,
 	int64_t cap = s->max_pos;
 	f->context = o->context > 0 ? o->context
 				    : (cap > 0 && cap < MODEL_DEFAULT_CONTEXT ? cap : MODEL_DEFAULT_CONTEXT);
-	if (cap > 0 && f->context > cap)
+	if (cap > 0 && f->context > cap) {
+		if (s->max_pos_default[0])
+			return ERR("context %lld is more than %s's %lld (%s's default "
+				   "max_position_embeddings: its config.json gives none)",
+				   (long long)f->context, s->name, (long long)cap, s->max_pos_default);
 		return ERR("context %lld is more than %s's %lld (max_position_embeddings)",
 			   (long long)f->context, s->name, (long long)cap);
+	}
 	const double usable = f->usable_gib * GIB, over = f->overhead_gib * GIB;
 	f->overhead_b = over;
 
@@ -235,7 +248,7 @@ int model_fit(const model_shape_t *s, const model_fit_opts_t *o, model_fit_t *f,
 
 	/* every stage; the fullest decides, the tightest decides the context */
 	int64_t l0 = 0, best_ctx = -1;
-	bool best_capped = false;
+	enum model_bound best_bound = MODEL_BOUND_MEMORY;
 	double worst_used = -1;
 	for (int k = 0; k < pp; k++) {
 		int64_t n = s->layers / pp + (k < s->layers % pp ? 1 : 0);
@@ -245,8 +258,8 @@ int model_fit(const model_shape_t *s, const model_fit_opts_t *o, model_fit_t *f,
 		int64_t ctx_w = s->window && f->context > s->window ? s->window : f->context;
 		double kv = (double)f->batch * (full * (double)f->context + win * (double)ctx_w);
 		double used = w + kv + over;
-		bool capped;
-		int64_t mc = max_context(usable - w - over, f->batch, full, win, s->window, cap, &capped);
+		enum model_bound bound;
+		int64_t mc = max_context(usable - w - over, f->batch, full, win, s->window, cap, &bound);
 		if (used > worst_used) {
 			worst_used = used;
 			f->weights_b = w;
@@ -257,14 +270,15 @@ int model_fit(const model_shape_t *s, const model_fit_opts_t *o, model_fit_t *f,
 		}
 		if (best_ctx < 0 || mc < best_ctx) {
 			best_ctx = mc;
-			best_capped = capped;
+			best_bound = bound;
 		}
 		l0 += n;
 	}
 	f->left_b = usable - worst_used;
 	f->fits = f->left_b >= 0;
 	f->max_context = best_ctx < 0 ? 0 : best_ctx;
-	f->max_context_capped = best_capped;
+	f->max_context_bound = best_bound;
+	f->max_context_capped = best_bound == MODEL_BOUND_MODEL;
 	if (!f->fits) {
 		if (f->weights_b + over > usable)
 			snprintf(f->why, sizeof f->why, "weights alone need %.1f GiB of %.1f per node",

@@ -20,14 +20,26 @@
 
 enum family { FAM_DENSE, FAM_QWEN_MOE, FAM_DEEPSEEK, FAM_GLM_MOE, FAM_GPT_OSS };
 
+/* With the Hugging Face configuration class and its max_position_embeddings
+ * default (what transformers and the engines take when config.json has no
+ * such field); kimi_k2 has no class in transformers, so no default. */
 static const struct {
 	const char *type;
 	enum family fam;
+	const char *cls;
+	int64_t max_pos;
 } families[] = {
-    {"llama", FAM_DENSE},          {"mistral", FAM_DENSE},       {"qwen2", FAM_DENSE},
-    {"qwen3", FAM_DENSE},          {"qwen2_moe", FAM_QWEN_MOE},  {"qwen3_moe", FAM_QWEN_MOE},
-    {"deepseek_v2", FAM_DEEPSEEK}, {"deepseek_v3", FAM_DEEPSEEK}, {"kimi_k2", FAM_DEEPSEEK},
-    {"glm4_moe", FAM_GLM_MOE},     {"gpt_oss", FAM_GPT_OSS},
+    {"llama", FAM_DENSE, "LlamaConfig", 2048},
+    {"mistral", FAM_DENSE, "MistralConfig", 131072},
+    {"qwen2", FAM_DENSE, "Qwen2Config", 32768},
+    {"qwen3", FAM_DENSE, "Qwen3Config", 32768},
+    {"qwen2_moe", FAM_QWEN_MOE, "Qwen2MoeConfig", 32768},
+    {"qwen3_moe", FAM_QWEN_MOE, "Qwen3MoeConfig", 32768},
+    {"deepseek_v2", FAM_DEEPSEEK, "DeepseekV2Config", 2048},
+    {"deepseek_v3", FAM_DEEPSEEK, "DeepseekV3Config", 4096},
+    {"kimi_k2", FAM_DEEPSEEK, NULL, 0},
+    {"glm4_moe", FAM_GLM_MOE, "Glm4MoeConfig", 131072},
+    {"gpt_oss", FAM_GPT_OSS, "GptOssConfig", 131072},
 };
 
 struct rd {
@@ -208,9 +220,12 @@ int model_shape_from_json(json_t *cfg, const char *name, model_shape_t *s, char 
 	if (!mt)
 		return ERR("%s: missing field 'model_type' (which architecture this is)", r.where);
 	int fam = -1;
+	size_t fi = 0;
 	for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
-		if (strcmp(families[i].type, mt) == 0)
+		if (strcmp(families[i].type, mt) == 0) {
 			fam = (int)families[i].fam;
+			fi = i;
+		}
 	if (fam < 0)
 		return ERR("%s: model_type '%.40s' is not one the planner knows (llama, mistral, qwen2, "
 			   "qwen3, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, glm4_moe, "
@@ -227,6 +242,10 @@ int model_shape_from_json(json_t *cfg, const char *name, model_shape_t *s, char 
 	TRY(get_int(&r, "num_attention_heads", 1, 16384, -1, &s->heads));
 	TRY(get_int(&r, "vocab_size", 1, BIG, -1, &s->vocab));
 	TRY(get_int(&r, "max_position_embeddings", 1, BIG * 64, 0, &s->max_pos));
+	if (!s->max_pos && families[fi].max_pos) { /* the class's default, as the engines take it */
+		s->max_pos = families[fi].max_pos;
+		snprintf(s->max_pos_default, sizeof s->max_pos_default, "%s", families[fi].cls);
+	}
 	TRY(get_bool(&r, "tie_word_embeddings", false, &s->tied));
 
 	if (fam == FAM_DEEPSEEK) {

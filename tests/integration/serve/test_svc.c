@@ -485,3 +485,141 @@ Test(svc, limit_order_and_admission, .timeout = 200)
 	files_down();
 	sh_down(&s);
 }
+
+/* A command recipe whose ranks run cmd0 (rank 0) and cmd1 (the others), in
+ * sh -c; back-off 2 s so that `restarting` lasts long enough to be seen. */
+static const char *recipe_sh(const char *name, int port, const char *cmd0, const char *cmd1)
+{
+	static char path[256];
+	snprintf(path, sizeof path, "%s/%s.yaml", dir, name);
+	char text[2400];
+	snprintf(text, sizeof text,
+		 "name: %s\n"
+		 "runtime: command\n"
+		 "model: %s/www\n"
+		 "port: %d\n"
+		 "command: [sh, -c, \"if [ {rank} = 0 ]; then %s; else %s; fi\"]\n"
+		 "health:\n  path: /health\n  interval: 1s\n  timeout: 1s\n  startup_timeout: 10m\n"
+		 "memory: \"1\"\n"
+		 "restart:\n  policy: on-failure\n  limit: 3\n  backoff: 2s\n  backoff_max: 2s\n",
+		 name, dir, port, cmd0, cmd1);
+	write_text(path, text);
+	return path;
+}
+
+/* Poll svc show (every 100 ms, timeout_ms) until the state is not `ready`
+ * and last_error holds want: that state into state, the last_error into why. */
+static bool wait_why(struct sh_sim *s, const char *name, const char *want, int timeout_ms,
+		     char *state, size_t slen, char *why, size_t wlen)
+{
+	uint64_t end = sh_now_us() + (uint64_t)timeout_ms * 1000;
+	while (sh_now_us() < end) {
+		json_t *o = show(s, name);
+		bool hit = o && strcmp(js(o, "state"), "ready") != 0 && strstr(js(o, "last_error"), want);
+		if (hit) {
+			snprintf(state, slen, "%s", js(o, "state"));
+			snprintf(why, wlen, "%s", js(o, "last_error"));
+		}
+		json_decref(o);
+		if (hit)
+			return true;
+		sh_sleep_ms(100);
+	}
+	return false;
+}
+
+/* A model server cannot lose a rank: a rank that exits 0 while the others
+ * run ends the run. Rank 1 exiting 0: the service restarts on every member
+ * and says which rank ended; rank 0 exiting 0 (the server quit) under
+ * on-failure: the run counts as exited 0, the service is stopped and
+ * nothing of the run is left. */
+Test(svc, rank_exit_0_ends_the_run, .timeout = 200)
+{
+	struct sh_sim s;
+	sh_cluster_up(&s, "svr", 2, SIM_PAIR, "svr");
+	sh_wait_reports(&s, 2, true);
+	files_up(true);
+
+	/* rank 1 of the first run exits 0 a second after the test says go;
+	 * the ranks of later runs sleep */
+	char c0[256], c1[600];
+	snprintf(c0, sizeof c0, "exec python3 -m http.server {port} --bind {host} --directory {model}");
+	snprintf(c1, sizeof c1, "if [ -e %s/r1.gone ]; then exec sleep 86400; fi; "
+		 "while [ ! -e %s/r1.go ]; do sleep 0.1; done; touch %s/r1.gone; sleep 1; exit 0",
+		 dir, dir, dir);
+	json_t *o = sh_ctl_json(&s, 2, "serve", recipe_sh("lone", 8004, c0, c1), "--group", "all",
+				NULL);
+	cr_assert(o, "serve lone");
+	json_decref(o);
+	o = wait_state(&s, "lone", "ready", 60000);
+	cr_assert(o, "lone did not become ready");
+	long long run1 = jnum(o, "run");
+	json_decref(o);
+	pid_t pids[16];
+	size_t np = run_pids(&s, run1, pids, 16);
+	cr_assert_geq(np, 4, "two ranks, each a shim and its process (%zu)", np);
+	char p[256];
+	snprintf(p, sizeof p, "%s/r1.go", dir);
+	write_text(p, "go\n");
+	char state[32] = "", why[320] = "", want[128];
+	snprintf(want, sizeof want, "rank 1 on %s exited 0 while the others ran", sh_ns(&s, 2));
+	bool seen = wait_why(&s, "lone", "rank 1 on", 15000, state, sizeof state, why, sizeof why);
+	if (!seen)
+		log_agents(&s);
+	cr_assert(seen, "svc show never named rank 1's end");
+	cr_expect_str_eq(why, want);
+	cr_expect(strcmp(state, "restarting") == 0 || strcmp(state, "starting") == 0,
+		  "state %s after rank 1 exited 0", state);
+	o = NULL;
+	for (int i = 0; i < 150 && !o; i++) {
+		json_t *x = show(&s, "lone");
+		if (x && strcmp(js(x, "state"), "ready") == 0 && jnum(x, "run") > run1)
+			o = x;
+		else
+			json_decref(x);
+		if (!o)
+			sh_sleep_ms(200);
+	}
+	cr_assert(o, "lone did not come back ready on a new run");
+	cr_expect_eq(jnum(o, "restarts"), 1);
+	json_decref(o);
+	for (size_t i = 0; i < np; i++)
+		cr_expect(!alive(pids[i]), "pid %d of the ended run is still alive", (int)pids[i]);
+	o = sh_ctl_json(&s, 1, "svc", "stop", "lone", NULL);
+	cr_expect(o && strcmp(js(o, "state"), "stopped") == 0, "stop lone");
+	json_decref(o);
+
+	/* rank 0 quits with 0 while rank 1 runs: on-failure keeps it stopped */
+	snprintf(c0, sizeof c0, "python3 -m http.server {port} --bind {host} --directory {model} & "
+		 "while [ ! -e %s/q.go ]; do sleep 0.1; done; kill $!; exit 0", dir);
+	o = sh_ctl_json(&s, 2, "serve", recipe_sh("quit", 8005, c0, "exec sleep 86400"), "--group",
+			"all", NULL);
+	cr_assert(o, "serve quit");
+	json_decref(o);
+	o = wait_state(&s, "quit", "ready", 60000);
+	cr_assert(o, "quit did not become ready");
+	run1 = jnum(o, "run");
+	json_decref(o);
+	np = run_pids(&s, run1, pids, 16);
+	cr_assert_geq(np, 4, "two ranks, each a shim and its process (%zu)", np);
+	snprintf(p, sizeof p, "%s/q.go", dir);
+	write_text(p, "go\n");
+	o = wait_state(&s, "quit", "stopped", 20000);
+	if (!o)
+		log_agents(&s);
+	cr_assert(o, "quit was not stopped when rank 0 exited 0");
+	snprintf(want, sizeof want, "rank 0 on %s exited 0 while the others ran", sh_ns(&s, 1));
+	cr_expect_str_eq(js(o, "last_error"), want);
+	cr_expect(json_is_null(json_object_get(o, "run")), "no run after the stop");
+	cr_expect_eq(jnum(o, "restarts"), 0, "a clean end under on-failure is not restarted");
+	json_decref(o);
+	for (size_t i = 0; i < np; i++)
+		cr_expect(!alive(pids[i]), "pid %d of the ended run is still alive", (int)pids[i]);
+	sh_sleep_ms(2500); /* past the back-off: still stopped, no new run */
+	o = show(&s, "quit");
+	cr_expect(o && strcmp(js(o, "state"), "stopped") == 0 && json_is_null(json_object_get(o, "run")),
+		  "quit was started again: %s", o ? js(o, "state") : "?");
+	json_decref(o);
+	files_down();
+	sh_down(&s);
+}

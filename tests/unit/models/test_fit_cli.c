@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "cli_run.h"
 #ifndef MODEL_FIXTURES
@@ -18,7 +19,7 @@ static const char *const fit_keys[] = {
     "kv_dtype", "nodes", "tp", "pp", "context", "batch", "usable_gib", "overhead_gib",
     "weights_total_gib", "per_node", "kv_known", "kv_bytes_per_token", "kv_attention",
     "kv_heads_per_rank", "kv_replicated", "sliding_window", "sliding_layers", "max_context",
-    "max_context_capped", "fits", "why", "fewest_nodes", "fewest_layout", "vllm_args",
+    "max_context_capped", "max_context_bound", "model_context_limit", "model_context_limit_from", "fits", "why", "fewest_nodes", "fewest_layout", "vllm_args",
     "kv_cache_memory_bytes",
 };
 
@@ -81,6 +82,59 @@ Test(fit_cli, config_json_and_exit_codes)
 	cr_assert_eq(cli_run("", "fit --help", &out, 0), 0);
 	cr_assert(strstr(out, "--kv-dtype"), "%s", out);
 	free(out);
+}
+
+/* Which bound the largest context meets, in words and in JSON: a tiny model
+ * is limited by its own max_position_embeddings, not by memory. */
+Test(fit_cli, max_context_says_which_bound)
+{
+	char *out;
+	cr_assert_eq(cli_run("", "fit " MODEL_FIXTURES "/tiny-llama.json", &out, 0), 0);
+	cr_assert(strstr(out, "the largest context at batch 1 is 2K, limited by the model: 2048 "
+			      "(max_position_embeddings)"), "%s", out);
+	free(out);
+	json_t *j = cli_run_json("", "fit " MODEL_FIXTURES "/tiny-llama.json -o json", 0);
+	cr_assert_eq(json_integer_value(json_object_get(j, "max_context")), 2048);
+	cr_assert_str_eq(json_string_value(json_object_get(j, "max_context_bound")), "model");
+	cr_assert_eq(json_integer_value(json_object_get(j, "model_context_limit")), 2048);
+	cr_assert_str_eq(json_string_value(json_object_get(j, "model_context_limit_from")), "config");
+	json_decref(j);
+	/* little memory left: memory bounds it below the model's limit */
+	const char *small = "fit " MODEL_FIXTURES "/tiny-llama.json --usable-gib 0.0025 "
+			    "--overhead-gib 0 --context 512";
+	cr_assert_eq(cli_run("", small, &out, 0), 0);
+	cr_assert(strstr(out, ", limited by memory (the model allows 2048)"), "%s", out);
+	free(out);
+	char args[512];
+	snprintf(args, sizeof args, "%s -o json", small);
+	j = cli_run_json("", args, 0);
+	json_int_t mc = json_integer_value(json_object_get(j, "max_context"));
+	cr_assert(mc > 512 && mc < 2048, "max_context %lld", (long long)mc);
+	cr_assert_str_eq(json_string_value(json_object_get(j, "max_context_bound")), "memory");
+	json_decref(j);
+	/* a config.json without max_position_embeddings: LlamaConfig's default */
+	char dir[] = "/tmp/fit-cli-XXXXXX", path[600];
+	cr_assert(mkdtemp(dir));
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	FILE *f = fopen(path, "w");
+	cr_assert(f);
+	fputs("{\"model_type\":\"llama\",\"hidden_size\":128,\"intermediate_size\":256,"
+	      "\"num_hidden_layers\":3,\"num_attention_heads\":16,\"num_key_value_heads\":8,"
+	      "\"head_dim\":16,\"vocab_size\":1001,\"torch_dtype\":\"bfloat16\"}\n", f);
+	fclose(f);
+	snprintf(args, sizeof args, "fit %s", dir);
+	int rc = cli_run("", args, &out, 0);
+	cr_expect_eq(rc, 0);
+	cr_expect(strstr(out, "limited by the model: 2048 (LlamaConfig's default; config.json has "
+			      "no max_position_embeddings)"), "%s", out);
+	free(out);
+	snprintf(args, sizeof args, "fit %s -o json", dir);
+	j = cli_run_json("", args, 0);
+	cr_expect_eq(json_integer_value(json_object_get(j, "max_context")), 2048);
+	cr_expect_str_eq(json_string_value(json_object_get(j, "model_context_limit_from")), "default");
+	json_decref(j);
+	unlink(path);
+	rmdir(dir);
 }
 
 Test(fit_cli, catalog_guide)

@@ -386,6 +386,68 @@ Test(fit, max_context_is_the_edge)
 	free_cat();
 }
 
+/* A tiny model (spark-decode's tiny shape as a config.json): memory would hold
+ * some 68 million tokens; the model's own limit bounds the answer, and says so. */
+Test(fit, tiny_model_is_bounded_by_its_own_limit)
+{
+	model_shape_t s = fixture("tiny-llama");
+	model_fit_opts_t o = {.nodes = 1, .overhead_gib = -1};
+	model_fit_t f;
+	char err[MODEL_ERR_LEN];
+	cr_assert_eq(s.max_pos, 2048);
+	cr_assert_str_empty(s.max_pos_default, "from the config: %s", s.max_pos_default);
+	cr_assert_eq(model_fit(&s, &o, &f, err, sizeof err), 0, "%s", err);
+	cr_assert(f.fits);
+	cr_assert_eq(f.context, 2048, "the default context is the model's maximum when less");
+	cr_assert_eq(f.max_context, 2048);
+	cr_assert_eq(f.max_context_bound, MODEL_BOUND_MODEL);
+	cr_assert(f.max_context_capped);
+	cr_assert_str_eq(model_bound_name(f.max_context_bound), "model");
+
+	/* memory bounds it when little is left: 1536 B of KV per token (3 layers x
+	 * k and v x 8 heads x 16 x 2 B), 600 tokens' worth above the weights */
+	o.overhead_gib = 0;
+	o.usable_gib = (f.weights_b + 600.5 * 1536) / (1024.0 * 1024 * 1024);
+	o.context = 512;
+	cr_assert_eq(model_fit(&s, &o, &f, err, sizeof err), 0, "%s", err);
+	cr_assert_eq(f.kv_per_token_b, 1536);
+	cr_assert_eq(f.max_context, 600);
+	cr_assert_eq(f.max_context_bound, MODEL_BOUND_MEMORY);
+	cr_assert(!f.max_context_capped);
+	cr_assert_str_eq(model_bound_name(f.max_context_bound), "memory");
+
+	/* no max_position_embeddings: the configuration class's default
+	 * (LlamaConfig: 2048), as transformers and the engines take it */
+	static const char nomax[] =
+	    "{\"model_type\":\"llama\",\"hidden_size\":128,\"intermediate_size\":256,"
+	    "\"num_hidden_layers\":3,\"num_attention_heads\":16,\"num_key_value_heads\":8,"
+	    "\"head_dim\":16,\"vocab_size\":1001,\"torch_dtype\":\"bfloat16\"}";
+	model_shape_t t;
+	cr_assert_eq(model_shape_parse_config(nomax, strlen(nomax), NULL, &t, err, sizeof err), 0,
+		     "%s", err);
+	cr_assert_eq(t.max_pos, 2048);
+	cr_assert_str_eq(t.max_pos_default, "LlamaConfig");
+	model_fit_opts_t d = {.nodes = 1, .overhead_gib = -1};
+	cr_assert_eq(model_fit(&t, &d, &f, err, sizeof err), 0, "%s", err);
+	cr_assert_eq(f.max_context, 2048, "not the %lld memory holds", (long long)f.max_context);
+	cr_assert_eq(f.max_context_bound, MODEL_BOUND_MODEL);
+	d.context = 4096;
+	cr_assert_lt(model_fit(&t, &d, &f, err, sizeof err), 0);
+	cr_assert(strstr(err, "LlamaConfig's default"), "%s", err);
+	/* other families' defaults; kimi_k2 has no class in transformers */
+	static const struct {
+		const char *type;
+		long long max_pos;
+	} fam[] = {{"mistral", 131072}, {"qwen2", 32768}, {"qwen3", 32768}};
+	for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
+		char js[400];
+		snprintf(js, sizeof js, "{\"model_type\":\"%s\"%s", fam[i].type, strchr(nomax, ','));
+		cr_assert_eq(model_shape_parse_config(js, strlen(js), NULL, &t, err, sizeof err), 0,
+			     "%s: %s", fam[i].type, err);
+		cr_expect_eq(t.max_pos, fam[i].max_pos, "%s", fam[i].type);
+	}
+}
+
 Test(fit, fewest_nodes_and_usable)
 {
 	load_cat();
