@@ -640,6 +640,41 @@ static void chunk_checked(struct mr_push *p, struct mr_link *l, struct mr_check 
 	}
 }
 
+/* A worker-thread job of p over link l ended (p->checking counts them): l
+ * as the job may still use it, or NULL when it closed meanwhile (freed with
+ * its last job) or was detached from the push (nothing more is sent on it). */
+static struct mr_link *work_release(struct mr_push *p, struct mr_link *l)
+{
+	p->checking--;
+	if (!l)
+		return NULL;
+	l->checks--;
+	if (l->dead) {
+		if (!l->checks)
+			link_free(l);
+		return NULL;
+	}
+	return l->p == p ? l : NULL;
+}
+
+/* After a job's result was taken: the push's end that waited for its jobs,
+ * or an mp_end (or a lost upstream) that waited for the last of them. */
+static void work_ended(struct mr_push *p)
+{
+	if (p->checking)
+		return;
+	if (p->done) {
+		if (p->finish_deferred) {
+			p->finish_deferred = false;
+			push_finish_now(p, p->finish_status);
+		}
+		return;
+	}
+	if (p->up_ended && p->down_ready)
+		pump(p);
+	push_check_end(p);
+}
+
 /* In a worker thread: one SHA-256 per chunk; mm_store_put checks it before
  * it writes a byte, a chunk this node holds already is only checked. Reads
  * only what does not change while a check runs (the manifest, the root). */
@@ -657,33 +692,13 @@ static void check_done(uv_work_t *w, int status)
 	struct mr_push *p = k->p;
 	struct mr_engine *e = p->e;
 	struct mr_link *l = k->l;
-	p->checking--;
 	p->chk[k->chunk]--;
-	if (l) {
-		l->checks--;
-		if (l->dead) {
-			if (!l->checks)
-				link_free(l);
-			l = NULL;
-		} else if (l->p != p) {
-			l = NULL; /* detached from the push: nothing more is sent on it */
-		}
-	}
+	l = work_release(p, l);
 	if (!p->done && status == 0)
 		chunk_checked(p, l, k);
 	buf_give(p, k->buf);
 	free(k);
-	if (p->done) {
-		if (p->finish_deferred && !p->checking) {
-			p->finish_deferred = false;
-			push_finish_now(p, p->finish_status);
-		}
-	} else if (!p->checking) {
-		/* an mp_end (or a lost upstream) that waited for the last checks */
-		if (p->up_ended && p->down_ready)
-			pump(p);
-		push_check_end(p);
-	}
+	work_ended(p);
 	engine_unref(e);
 }
 
@@ -1059,17 +1074,7 @@ static void read_done(uv_work_t *w, int status)
 	struct mr_push *p = k->p;
 	struct mr_engine *e = p->e;
 	struct mr_link *l = k->l;
-	p->checking--;
-	if (l) {
-		l->checks--;
-		if (l->dead) {
-			if (!l->checks)
-				link_free(l);
-			l = NULL;
-		} else if (l->p != p) {
-			l = NULL;
-		}
-	}
+	l = work_release(p, l);
 	if (status < 0 && k->rc == 0)
 		k->rc = status;
 	if (!p->done && l && k->rc == 0) {
@@ -1087,14 +1092,7 @@ static void read_done(uv_work_t *w, int status)
 	 * back to be sent again when it did */
 	buf_give(p, k->buf);
 	free(k);
-	if (p->done && p->finish_deferred && !p->checking) {
-		p->finish_deferred = false;
-		push_finish_now(p, p->finish_status);
-	} else if (!p->done && !p->checking) {
-		if (p->up_ended && p->down_ready)
-			pump(p);
-		push_check_end(p);
-	}
+	work_ended(p);
 	engine_unref(e);
 }
 
