@@ -127,6 +127,20 @@ static long long jnum(json_t *o, const char *k)
 	return (long long)json_integer_value(json_object_get(o, k));
 }
 
+/* Poll svc show until the service is ready on a run after run (30 s): the
+ * object, or NULL. */
+static json_t *wait_new_run(struct sh_sim *s, const char *name, long long run)
+{
+	for (int i = 0; i < 150; i++) {
+		json_t *x = show(s, name);
+		if (x && strcmp(js(x, "state"), "ready") == 0 && jnum(x, "run") > run)
+			return x;
+		json_decref(x);
+		sh_sleep_ms(200);
+	}
+	return NULL;
+}
+
 /* The pids of a job's processes: each rank's shim and its children. */
 static size_t run_pids(struct sh_sim *s, long long job, pid_t *out, size_t max)
 {
@@ -289,16 +303,7 @@ Test(svc, ready_crash_head_restart_and_stop, .timeout = 200)
 	}
 	cr_assert(victim > 0, "rank 1's sleep not found");
 	cr_assert_eq(kill(victim, SIGKILL), 0);
-	o = NULL;
-	for (int i = 0; i < 150 && !o; i++) {
-		json_t *x = show(&s, "web");
-		if (x && strcmp(js(x, "state"), "ready") == 0 && jnum(x, "run") > run1)
-			o = x;
-		else
-			json_decref(x);
-		if (!o)
-			sh_sleep_ms(200);
-	}
+	o = wait_new_run(&s, "web", run1);
 	cr_assert(o, "web did not come back ready on a new run");
 	cr_expect_eq(jnum(o, "restarts"), 1);
 	long long run2 = jnum(o, "run");
@@ -570,16 +575,7 @@ Test(svc, rank_exit_0_ends_the_run, .timeout = 200)
 	cr_expect_str_eq(why, want);
 	cr_expect(strcmp(state, "restarting") == 0 || strcmp(state, "starting") == 0,
 		  "state %s after rank 1 exited 0", state);
-	o = NULL;
-	for (int i = 0; i < 150 && !o; i++) {
-		json_t *x = show(&s, "lone");
-		if (x && strcmp(js(x, "state"), "ready") == 0 && jnum(x, "run") > run1)
-			o = x;
-		else
-			json_decref(x);
-		if (!o)
-			sh_sleep_ms(200);
-	}
+	o = wait_new_run(&s, "lone", run1);
 	cr_assert(o, "lone did not come back ready on a new run");
 	cr_expect_eq(jnum(o, "restarts"), 1);
 	json_decref(o);
