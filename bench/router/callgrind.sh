@@ -63,12 +63,12 @@ wrk.headers["Content-Type"] = "application/json"
 EOP
 wrk -t1 -c4 -d2s -s "$DIR/post.lua" "http://127.0.0.1:$RP/v1/chat/completions" >/dev/null
 sleep 0.5
-callgrind_control -z "$VPID" >/dev/null
+callgrind_control -z "$VPID" >/dev/null 2>&1
 before=$(upstream_requests)
 wrk -t1 -c4 -d"${DURATION}s" -s "$DIR/post.lua" "http://127.0.0.1:$RP/v1/chat/completions" >/dev/null
 sleep 0.5
 after=$(upstream_requests)
-callgrind_control -d "$VPID" >/dev/null
+callgrind_control -d "$VPID" >/dev/null 2>&1
 n=$((after - before))
 f=$(ls -t "$DIR"/cg.out.* | head -1)
 total=$(awk '/^(summary|totals):/ {print $2; exit}' "$f")
