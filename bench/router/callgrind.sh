@@ -73,7 +73,9 @@ n=$((after - before))
 f=$(ls -t "$DIR"/cg.out.* | head -1)
 total=$(awk '/^(summary|totals):/ {print $2; exit}' "$f")
 logreq=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null | awk '/log_request/ {gsub(",", "", $1); print $1; exit}')
-echo "requests=$n log=${LOGLINE:-no} instructions_per_request=$((total / n)) log_request_per_request=$(( ${logreq:-0} / n ))"
+lr=n/a # log_request inlined into its caller
+[ -z "$logreq" ] || lr=$((logreq / n))
+echo "requests=$n log=${LOGLINE:-no} instructions_per_request=$((total / n)) log_request_per_request=$lr"
 if [ -n "$LOGLINE" ]; then
   echo "routing log lines: $(wc -l <"$DIR/routing.jsonl")"
   head -1 "$DIR/routing.jsonl"
