@@ -3,6 +3,7 @@
 #include "cluster.h"
 #include "decide.h"
 #include "log.h"
+#include "logline.h"
 #include "metrics.h"
 #include "session.h"
 #include "spark_config.h"
@@ -72,6 +73,7 @@ struct server {
 	FILE *log;
 	char logbuf[65536];              /* its stdio buffer */
 	size_t log_pending;              /* bytes in it */
+	char lline[1024];                /* the line being written (logline.h) */
 	int port;
 	uint64_t next_id;
 	struct connrec conns;            /* list head */
@@ -1361,28 +1363,30 @@ static void log_request(struct rq *r, enum MHD_RequestTerminationCode toe)
 		return;
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	json_t *o = json_pack("{s:f, s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:b, s:I, s:b, s:f, s:f}",
-			      "ts", (double)ts.tv_sec + ts.tv_nsec / 1e9, "request_id", r->id,
-			      "model", r->ri.model, "route", route, "rule", r->d.rule, "target", target,
-			      "status", (int)(r->resp_code ? r->resp_code : 499), "attempts",
-			      r->attempts, "stream", r->ri.stream, "tokens_estimated",
-			      (json_int_t)r->ri.tokens, "client_closed",
-			      toe != MHD_REQUEST_TERMINATED_COMPLETED_OK, "ms", total * 1000,
-			      "overhead_ms", r->overhead_s * 1000);
-	if (ttft >= 0)
-		json_object_set_new(o, "ttft_ms", json_real(ttft * 1000));
-	char *line = json_dumps(o, JSON_COMPACT);
-	json_decref(o);
-	if (line) {
-		size_t n = strlen(line) + 1;
-		if (s->log_pending + n > sizeof s->logbuf) /* whole lines reach the file */
-			log_flush(s);
-		fprintf(s->log, "%s\n", line);
-		s->log_pending += n;
-		if (s->log == stdout) /* a terminal or a pipe: line by line */
-			log_flush(s);
-		free(line);
+	struct logline ll = {
+		.ts = (double)ts.tv_sec + ts.tv_nsec / 1e9, .request_id = r->id,
+		.model = r->ri.model, .route = route, .rule = r->d.rule, .target = target,
+		.status = (int)(r->resp_code ? r->resp_code : 499), .attempts = r->attempts,
+		.stream = r->ri.stream, .tokens_estimated = r->ri.tokens,
+		.client_closed = toe != MHD_REQUEST_TERMINATED_COMPLETED_OK, .ms = total * 1000,
+		.overhead_ms = r->overhead_s * 1000, .has_ttft = ttft >= 0, .ttft_ms = ttft * 1000,
+	};
+	size_t n = logline_format(s->lline, sizeof s->lline, &ll);
+	char *line = s->lline, *big = NULL;
+	if (n >= sizeof s->lline) { /* a long model name: a buffer of its own */
+		big = malloc(n + 1);
+		if (!big)
+			return;
+		logline_format(big, n + 1, &ll);
+		line = big;
 	}
+	if (s->log_pending + n > sizeof s->logbuf) /* whole lines reach the file */
+		log_flush(s);
+	fwrite(line, 1, n, s->log);
+	s->log_pending += n;
+	if (s->log == stdout) /* a terminal or a pipe: line by line */
+		log_flush(s);
+	free(big);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,

@@ -13,12 +13,14 @@
 # --log writes the routing log (to a file in the run's temporary directory).
 # --baseline BIN adds another spark-router binary (an older build, say) as
 # the path "baseline", in the same alternating rounds: before/after figures
+# (--baseline-nolog: the baseline without the routing log, so that
+# "--log --baseline THIS_BINARY --baseline-nolog" measures the log's cost)
 # from one run. The router paths also show the router process's CPU time per
 # request (from /proc: user + system).
 # Not part of CI. Needs node, npm (first run: installs the gateway into
 # $SPARK_NPM_CACHE/bench-router), wrk, python3.
 #   bench/router/run.sh [--build DIR] [--duration S] [--connections C] [--rounds N] [--rate R]
-#                       [--baseline BIN] [--log]
+#                       [--baseline BIN [--baseline-nolog]] [--log]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SRC=$PWD
@@ -28,6 +30,7 @@ CONN=50
 ROUNDS=3
 RATE=1000
 BASE=
+BASE_NOLOG=
 LOGLINE=
 while [ $# -gt 0 ]; do
   case $1 in
@@ -37,6 +40,7 @@ while [ $# -gt 0 ]; do
     --rounds) ROUNDS=$2; shift 2 ;;
     --rate) RATE=$2; shift 2 ;;
     --baseline) BASE=$2; shift 2 ;;
+    --baseline-nolog) BASE_NOLOG=yes; shift ;;
     --log) LOGLINE=yes; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
     *) echo "$0: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -90,7 +94,11 @@ pids+=($!)
 RPID=$!
 if [ -n "$BASE" ]; then
   BP=$(free_port)
-  sed "s|routing.jsonl|routing-baseline.jsonl|" "$DIR/policy.yaml" >"$DIR/policy-baseline.yaml"
+  if [ -n "$BASE_NOLOG" ]; then
+    sed "/^log: /d" "$DIR/policy.yaml" >"$DIR/policy-baseline.yaml"
+  else
+    sed "s|routing.jsonl|routing-baseline.jsonl|" "$DIR/policy.yaml" >"$DIR/policy-baseline.yaml"
+  fi
   "$BASE" --policy "$DIR/policy-baseline.yaml" --listen "127.0.0.1:$BP" --log-level warn 2>"$DIR/baseline.log" &
   pids+=($!)
   BPID=$!

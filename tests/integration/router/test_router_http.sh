@@ -553,4 +553,62 @@ assert [r["status"] for r in rows] == [200, 200, 200], rows
 assert open(sys.argv[1]).read().endswith("\n")
 PY
 ok "the routing log holds every request, whole lines, once the router stopped"
+# the routing log with hostile strings: model names from clients (through
+# default_route) with quotes, backslashes, every control character, DEL,
+# non-ASCII, one of 252 characters escaped to over 1,500 bytes (past the 1 KiB line
+# buffer), and X-Request-Id headers
+# that are not sane ids (quotes, backslashes, a tab, DEL, invalid UTF-8): every
+# line is strict JSON and UTF-8 with the model as sent and a fresh request id
+cat >"$DIR/hostile.yaml" <<EOF
+log: $DIR/hostile.jsonl
+default_route: auto
+targets:
+  k: {url: 'http://127.0.0.1:$PORT_k/v1'}
+routes:
+  auto: {type: passthrough, target: k}
+EOF
+start_router "$DIR/hostile.yaml" hostile
+python3 - "$RPORT" "$DIR/hostile.expect" <<'PY' || die "hostile strings in the routing log"
+import http.client, json, sys
+port, expect = sys.argv[1], sys.argv[2]
+models = ['q"uote', 'back\\slash\\', 'ctl' + ''.join(chr(c) for c in range(1, 32)) + '\x7f',
+          'caf\u00e9 \u2028 \U0001F600 /slash', '\x01' * 250 + '"\\', '\\u0000 not a nul']
+headers = [b'a"b', b'back\\slash', b'tab\there', b'del\x7f', b'bad\xff\xfeutf8', b'ok-id-7']
+sent = []
+for m, h in zip(models, headers):
+    c = http.client.HTTPConnection('127.0.0.1', int(port), timeout=10)
+    body = json.dumps({'model': m, 'messages': [{'role': 'user', 'content': 'hi'}]}).encode()
+    c.putrequest('POST', '/v1/chat/completions')
+    c.putheader('Content-Type', 'application/json')
+    c.putheader('Content-Length', str(len(body)))
+    c.putheader('X-Request-Id', h)
+    c.endheaders(body)
+    r = c.getresponse()
+    r.read()
+    assert r.status == 200, (m[:40], h, r.status)
+    sent.append([m, h.decode('latin-1'), r.getheader('X-Request-Id')])
+    c.close()
+json.dump(sent, open(expect, 'w'))
+PY
+kill "$RPID"
+wait "$RPID" 2>/dev/null || true
+python3 - "$DIR/hostile.jsonl" "$DIR/hostile.expect" <<'PY' || die "routing log with hostile strings: $(head -c 2000 "$DIR/hostile.jsonl")"
+import json, re, sys
+text = open(sys.argv[1], 'rb').read().decode('utf-8')  # strict: valid UTF-8
+lines = text.split('\n')
+assert lines[-1] == '', 'no final newline'
+rows = [json.loads(l) for l in lines[:-1]]             # strict: no raw control characters
+sent = json.load(open(sys.argv[2]))
+assert len(rows) == len(sent), (len(rows), len(sent))
+for row, (model, hdr, rid) in zip(rows, sent):
+    assert row['model'] == model, (row['model'][:60], model[:60])
+    assert row['request_id'] == rid, (row['request_id'], rid)
+    if hdr == 'ok-id-7':
+        assert rid == 'ok-id-7', rid
+    else:
+        assert re.fullmatch(r'req-[0-9a-f]+-[0-9]+', rid), rid
+    assert row['route'] == 'auto' and row['target'] == 'k' and row['status'] == 200, row
+    assert isinstance(row['ms'], float) and isinstance(row['ts'], float), row
+PY
+ok "the routing log with hostile model names and request ids: strict JSON and UTF-8, the model as sent, a fresh id"
 echo "router_http: $pass checks passed"
