@@ -12,7 +12,15 @@ vg_loopback_agents h w1 w2
 TOKEN=$(ctl h init --name vgpush -o json | jget token)
 ctl w1 join "127.0.0.1:${PORT[h]}" --token "$TOKEN" --timeout 30s
 ctl w2 join "127.0.0.1:${PORT[h]}" --token "$TOKEN" --timeout 30s
-sleep 2
+# each node opens its data port once it has its certificate (slow under valgrind)
+for n in h w1 w2; do
+  for _ in $(seq 1 600); do
+    grep -q 'msg=model_data_listening' "$DIR/$n.log" 2>/dev/null && break
+    sleep 0.1
+  done
+  grep -q 'msg=model_data_listening' "$DIR/$n.log" ||
+    { echo "$n never opened its data port"; tail -20 "$DIR/$n.log"; exit 1; }
+done
 src=$DIR/src
 mkdir -p "$src"
 echo '{"architectures": ["Valgrind"]}' >"$src/config.json"
