@@ -8,6 +8,14 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 vg_init vgpush
+# a step that fails shows the agents' model lines (vg_cleanup calls this)
+vg_on_exit() {
+  [ -n "${finished:-}" ] && return
+  for n in h w1 w2; do
+    echo "== $n"
+    grep -a 'model_\|level=error' "$DIR/$n.log" 2>/dev/null | tail -15 || true
+  done
+}
 vg_loopback_agents h w1 w2
 TOKEN=$(ctl h init --name vgpush -o json | jget token)
 ctl w1 join "127.0.0.1:${PORT[h]}" --token "$TOKEN" --timeout 30s
@@ -46,4 +54,5 @@ ctl w2 model verify vgm >/dev/null
 ctl w1 model ls >/dev/null
 ctl h model rm vgm --nodes w1,w2 >/dev/null
 sleep 1
+finished=1
 vg_finish "3 daemons through model push"
