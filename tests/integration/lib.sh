@@ -59,12 +59,27 @@ vg_wait_sockets() {
   done
 }
 
-# Agents NAMES... on loopback, each on a free port: PORT[NAME].
+# Agents NAMES... on loopback: PORT[NAME] free and the port after it (the
+# model data port) too, both below the kernel's ephemeral range
+# (ip_local_port_range), so that no connection's own port takes the second
+# before the agent binds it once it has joined.
 vg_loopback_agents() {
   declare -gA PORT
   local n
   for n in "$@"; do
-    PORT[$n]=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    PORT[$n]=$(python3 -c '
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(1000):
+    p = random.randrange(20000, low - 2)
+    try:
+        a = socket.socket(); a.bind(("127.0.0.1", p))
+        b = socket.socket(); b.bind(("127.0.0.1", p + 1))
+    except OSError:
+        continue
+    print(p)
+    break
+')
     vg_sparkd "$n" "" --state-dir "$DIR/$n" --socket "$DIR/$n.sock" \
       --listen "127.0.0.1:${PORT[$n]}" --name "$n" --config /dev/null
   done
