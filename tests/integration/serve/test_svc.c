@@ -661,3 +661,60 @@ Test(svc, rank_exit_0_ends_the_run, .timeout = 200)
 	files_down();
 	sh_down(&s);
 }
+
+/* A member's sparkd away for longer than the restart limit would allow (limit
+ * 1, back-off 1 s: the old code counted every start that could not happen and
+ * gave up within seconds): the service waits for it, naming it, without
+ * counting, and is ready on a new run within seconds of its return. */
+Test(svc, member_away_waits, .timeout = 200)
+{
+	struct sh_sim s;
+	sh_cluster_up(&s, "svw", 2, SIM_PAIR, "svw");
+	sh_wait_reports(&s, 2, true);
+	files_up(true);
+	json_t *o = sh_ctl_json(&s, 1, "serve", recipe("away", 8006, "www", "1"), "--group", "all",
+				NULL);
+	cr_assert(o, "serve away");
+	json_decref(o);
+	o = wait_state(&s, "away", "ready", 60000);
+	cr_assert(o, "away did not become ready");
+	long long run1 = jnum(o, "run");
+	json_decref(o);
+
+	char err[512] = "", a2[64];
+	snprintf(a2, sizeof a2, "%s", sh_ns(&s, 2));
+	char *args[] = {a2};
+	cr_assert_eq(sim_fault("kill", 1, args, NULL, err, sizeof err), 0, "%s", err);
+	o = wait_state(&s, "away", "waiting", 20000);
+	if (!o)
+		log_agents(&s);
+	cr_assert(o, "away is not waiting for its member");
+	char want[128];
+	snprintf(want, sizeof want, "waiting for %s", sh_ns(&s, 2));
+	cr_expect(strstr(js(o, "last_error"), want), "last_error: %s", js(o, "last_error"));
+	long long failures = jnum(o, "failures");
+	cr_expect_leq(failures, 1, "the run's end counts once at most: %lld", failures);
+	json_decref(o);
+	/* five back-offs' worth and more: still waiting, nothing counted */
+	sh_sleep_ms(6000);
+	o = show(&s, "away");
+	cr_assert(o);
+	cr_expect_str_eq(js(o, "state"), "waiting", "%s", js(o, "last_error"));
+	cr_expect_eq(jnum(o, "failures"), failures, "starts were counted while the member was away");
+	json_decref(o);
+
+	cr_assert_eq(sim_fault("start", 1, args, NULL, err, sizeof err), 0, "%s", err);
+	uint64_t t0 = sh_now_us();
+	o = wait_new_run(&s, "away", run1);
+	if (!o)
+		log_agents(&s);
+	cr_assert(o, "away did not come back ready on a new run after its member returned");
+	cr_log_info("member back -> ready: %.2f s", (double)(sh_now_us() - t0) / 1e6);
+	cr_expect_eq(jnum(o, "failures"), 0, "failures are cleared on ready");
+	json_decref(o);
+	o = sh_ctl_json(&s, 1, "svc", "stop", "away", NULL);
+	cr_expect(o && strcmp(js(o, "state"), "stopped") == 0, "stop away");
+	json_decref(o);
+	files_down();
+	sh_down(&s);
+}
