@@ -289,7 +289,7 @@ typedef struct db_service {
 	char model[256];
 	char owner[64];       /* user name of who started it */
 	int64_t uid;
-	char state[16];       /* starting|ready|unhealthy|restarting|failed|stopped */
+	char state[16];       /* starting|ready|unhealthy|restarting|waiting|failed|stopped */
 	int64_t run_id;
 	int64_t run_started;  /* Unix seconds the current run was launched */
 	int restarts, failures;
