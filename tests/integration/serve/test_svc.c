@@ -718,3 +718,63 @@ Test(svc, member_away_waits, .timeout = 200)
 	files_down();
 	sh_down(&s);
 }
+
+/* A service holds its group and its nodes: `group rm --force` and `node rm`
+ * of a member are refused, naming the service (before, the group went and
+ * the service restarted against it for ever); once the service is removed
+ * both go, and a group that lost a member says so in its shape. */
+Test(svc, group_and_node_rm_refused_under_a_service, .timeout = 200)
+{
+	struct sh_sim s;
+	sh_cluster_up(&s, "svg", 4, SIM_SWITCH, "svg");
+	sh_wait_reports(&s, 4, true);
+	files_up(true);
+	char *out = NULL;
+	cr_assert_eq(sh_ctl(&s, 1, &out, "group", "create", "duo", "--nodes", sh_ns(&s, 2), NULL), 0,
+		     "%s", out);
+	free(out);
+	char two[160];
+	snprintf(two, sizeof two, "%s,%s", sh_ns(&s, 3), sh_ns(&s, 4));
+	cr_assert_eq(sh_ctl(&s, 1, &out, "group", "create", "pair34", "--nodes", two, NULL), 0, "%s",
+		     out);
+	free(out);
+	json_t *o = sh_ctl_json(&s, 1, "serve", recipe("held", 8007, "www", "3"), "--group", "duo",
+				NULL);
+	cr_assert(o, "serve held");
+	json_decref(o);
+	o = wait_state(&s, "held", "ready", 60000);
+	cr_assert(o, "held did not become ready");
+	json_decref(o);
+
+	int rc = sh_ctl(&s, 1, &out, "group", "rm", "duo", "--force", NULL);
+	cr_expect_neq(rc, 0, "group rm --force under a service: %s", out);
+	cr_expect(out && strstr(out, "held (ready)") && strstr(out, "svc stop"), "%s", out);
+	free(out);
+	rc = sh_ctl(&s, 1, &out, "node", "rm", sh_ns(&s, 2), NULL);
+	cr_expect_neq(rc, 0, "node rm of a member under a service: %s", out);
+	cr_expect(out && strstr(out, "held (ready)"), "%s", out);
+	free(out);
+	o = show(&s, "held");
+	cr_expect(o && strcmp(js(o, "state"), "ready") == 0, "held after the refusals: %s",
+		  o ? js(o, "state") : "?");
+	json_decref(o);
+
+	/* a node that is in a group but under no service goes, and the group it
+	 * leaves is no longer called a pair */
+	cr_expect_eq(sh_ctl(&s, 1, &out, "node", "rm", sh_ns(&s, 3), NULL), 0, "%s", out);
+	free(out);
+	o = sh_ctl_json(&s, 1, "group", "show", "pair34", NULL);
+	cr_expect(o && strcmp(js(o, "shape"), "single") == 0, "pair34's shape: %s",
+		  o ? js(o, "shape") : "?");
+	json_decref(o);
+
+	o = sh_ctl_json(&s, 1, "svc", "stop", "held", NULL);
+	json_decref(o);
+	o = sh_ctl_json(&s, 1, "svc", "rm", "held", NULL);
+	cr_expect(o, "svc rm held");
+	json_decref(o);
+	cr_expect_eq(sh_ctl(&s, 1, &out, "group", "rm", "duo", NULL), 0, "%s", out);
+	free(out);
+	files_down();
+	sh_down(&s);
+}

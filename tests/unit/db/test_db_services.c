@@ -185,3 +185,37 @@ Test(db_services, migration_9_keeps_rows_and_allows_waiting)
 	cr_expect_eq(db_service_update(D, &s), 0);
 	cr_expect_eq(db_integrity_check(D), 0);
 }
+
+/* What group rm and node rm ask before they remove: the services on a group,
+ * or with a rank on a node, whatever their state. */
+Test(db_services, using_a_group_or_a_node)
+{
+	db_service a = svc("a", NOW), b = svc("b", NOW + 1);
+	a.plan = (char *)"{\"ranks\":[{\"rank\":0,\"node_id\":\"id-1\"},{\"rank\":1,\"node_id\":\"id-2\"}]}";
+	b.plan = (char *)"{\"ranks\":[{\"rank\":0,\"node_id\":\"id-3\"}]}";
+	snprintf(b.group_name, sizeof b.group_name, "solo");
+	snprintf(b.state, sizeof b.state, "stopped");
+	cr_assert_eq(db_service_add(D, &a), 0);
+	cr_assert_eq(db_service_add(D, &b), 0);
+	char list[64];
+	cr_expect_eq(db_services_using(D, "duo", NULL, list, sizeof list), 1);
+	cr_expect_str_eq(list, "a (starting)");
+	cr_expect_eq(db_services_using(D, NULL, "id-2", list, sizeof list), 1);
+	cr_expect_str_eq(list, "a (starting)");
+	cr_expect_eq(db_services_using(D, NULL, "id-3", list, sizeof list), 1);
+	cr_expect_str_eq(list, "b (stopped)");
+	cr_expect_eq(db_services_using(D, NULL, "id-9", list, sizeof list), 0);
+	cr_expect_str_eq(list, "");
+	cr_expect_eq(db_services_using(D, "nosuch", NULL, list, sizeof list), 0);
+	snprintf(b.group_name, sizeof b.group_name, "duo");
+	db_service c = b;
+	snprintf(c.name, sizeof c.name, "c");
+	snprintf(c.group_name, sizeof c.group_name, "duo");
+	cr_assert_eq(db_service_add(D, &c), 0);
+	cr_expect_eq(db_services_using(D, "duo", NULL, list, sizeof list), 2);
+	cr_expect_str_eq(list, "a (starting), c (stopped)");
+	char tiny[8];
+	cr_expect_eq(db_services_using(D, "duo", NULL, tiny, sizeof tiny), 2, "cut, still counted");
+	cr_expect_str_eq(tiny, "a (star");
+	cr_expect_eq(db_services_using(D, NULL, NULL, list, sizeof list), -EINVAL);
+}
