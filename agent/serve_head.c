@@ -1086,6 +1086,7 @@ void sh_svc_rm(struct agent *a, const struct svc_req *q)
 	}
 	db_event_add(a->hd.db, util_now(), NULL, "service_removed", s->row.name);
 	json_t *o = svc_full(s);
+	json_object_set_new(o, "state", json_string("removed")); /* not the state it had */
 	for (struct sh_svc **p = &S(a)->svcs; *p; p = &(*p)->next)
 		if (*p == s) {
 			*p = s->next;

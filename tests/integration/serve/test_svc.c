@@ -438,7 +438,8 @@ Test(svc, ready_crash_head_restart_and_stop, .timeout = 200)
 	cr_expect(states_match(seq, "^ready/1,(unhealthy/1,ready/1,)+(unhealthy/1,)?stopped/[-1]$"),
 		  "svc watch states after the head's restart: %s", seq);
 	o = sh_ctl_json(&s, 1, "svc", "rm", "web", NULL);
-	cr_expect(o, "svc rm of a stopped service");
+	cr_expect(o && strcmp(js(o, "state"), "removed") == 0, "svc rm of a stopped service: %s",
+		  o ? js(o, "state") : "failed");
 	json_decref(o);
 	files_down();
 	sh_down(&s);
