@@ -315,15 +315,15 @@ static int parse_cond(struct pctx *c, json_t *w, struct cond *cd)
 	json_t *re = json_object_get(w, "regex");
 	if (re) {
 		if (!json_is_string(re) || !*json_string_value(re) ||
-		    strlen(json_string_value(re)) > 1024)
-			return fail(c, "regex", "expected a regular expression of 1-1024 characters");
-		int e = regcomp(&cd->regex, json_string_value(re),
-				REG_EXTENDED | REG_ICASE | REG_NOSUB | REG_NEWLINE);
-		if (e) {
-			char m[128];
-			regerror(e, &cd->regex, m, sizeof m);
-			return fail(c, "regex", "not a POSIX extended regular expression: %s", m);
-		}
+		    strlen(json_string_value(re)) > RX_PATTERN_MAX)
+			return fail(c, "regex", "expected a regular expression of 1-%d characters",
+				    RX_PATTERN_MAX);
+		char m[200];
+		int e = rx_compile(json_string_value(re), &cd->regex, m, sizeof m);
+		if (e == -EINVAL)
+			return fail(c, "regex", "not a valid regular expression: %s", m);
+		if (e < 0)
+			return e;
 		cd->has_regex = true;
 	}
 	json_t *h = json_object_get(w, "header");
@@ -811,8 +811,7 @@ static void free_cond(struct cond *c)
 		free(c->keywords[i]);
 	for (size_t i = 0; i < c->n_models; i++)
 		free(c->models[i]);
-	if (c->has_regex)
-		regfree(&c->regex);
+	rx_free(c->regex);
 	free(c->header_name);
 	free(c->header_value);
 }

@@ -7,7 +7,8 @@
 #ifndef SPARK_ROUTER_POLICY_H
 #define SPARK_ROUTER_POLICY_H
 
-#include <regex.h>
+#include "rx.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -60,7 +61,7 @@ struct cond {
 	char *keywords[POLICY_MAX_LIST];  /* any one, case-insensitive substring */
 	size_t n_keywords;
 	bool has_regex;
-	regex_t regex;                    /* POSIX extended, case-insensitive */
+	struct rx *regex;                 /* case-insensitive, bounded (rx.h) */
 	char *models[POLICY_MAX_LIST];    /* requested model name is one of these */
 	size_t n_models;
 	char *header_name;                /* header present (and equal to header_value) */
