@@ -5,11 +5,13 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #define DEPTH 8
 
@@ -684,6 +686,11 @@ int policy_parse(const char *name, const char *text, size_t len, struct policy *
 		goto out;
 	p->max_connections = (int)mc;
 	p->idle_timeout_s = (int)it;
+	char why[PATH_MAX + 100];
+	if (p->log_path && policy_log_path_check(p->log_path, why, sizeof why) < 0) {
+		r = fail(&c, "log", "%s", why);
+		goto out;
+	}
 	if (p->listen) {
 		char msg[160];
 		if (util_check_hostport(p->listen, 0, msg, sizeof msg) < 0) {
@@ -867,6 +874,44 @@ int policy_target_index(const struct policy *p, const char *name)
 		if (!strcmp(p->targets[i].name, name))
 			return (int)i;
 	return -1;
+}
+
+int policy_log_path_check(const char *path, char *why, size_t whylen)
+{
+	if (!strcmp(path, "-"))
+		return 0;
+	/* where it really is: the file, else its directory, without links */
+	char real[PATH_MAX], dir[PATH_MAX];
+	if (!realpath(path, real)) {
+		util_strlcpy(dir, path, sizeof dir);
+		char *slash = strrchr(dir, '/');
+		const char *base = slash ? slash + 1 : path;
+		if (slash == dir)
+			dir[1] = 0;
+		else if (slash)
+			*slash = 0;
+		else
+			util_strlcpy(dir, ".", sizeof dir);
+		char rd[PATH_MAX];
+		if (!realpath(dir, rd) ||
+		    (size_t)snprintf(real, sizeof real, "%s/%s", rd, base) >= sizeof real)
+			util_strlcpy(real, path, sizeof real);
+	}
+	static const char *const no[] = {"/proc", "/sys", "/dev"};
+	for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+		size_t n = strlen(no[i]);
+		if (!strncmp(real, no[i], n) && (real[n] == 0 || real[n] == '/')) {
+			snprintf(why, whylen, "%s is under %s, not a place for a log file (use a file in "
+				 "/var/log, or - for standard output)", path, no[i]);
+			return -EINVAL;
+		}
+	}
+	struct stat st;
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		snprintf(why, whylen, "%s exists and is not a regular file", path);
+		return -EINVAL;
+	}
+	return 0;
 }
 
 const char *route_type_name(enum route_type t)

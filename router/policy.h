@@ -134,6 +134,10 @@ const struct route *policy_route(const struct policy *p, const char *model);
 int policy_target_index(const struct policy *p, const char *name);
 
 const char *route_type_name(enum route_type t);
+/* Is path a place for the routing log (log:, --log)? "-" (stdout) is;
+ * anything under /proc, /sys or /dev (also through a symbolic link), and an
+ * existing file that is not a regular file, are not: -EINVAL with why. */
+int policy_log_path_check(const char *path, char *why, size_t whylen);
 bool policy_has_service_targets(const struct policy *p);
 
 #endif

@@ -10,6 +10,7 @@
 #include <string.h>
 
 struct rx {
+	char *pattern;
 	pcre2_code *code;
 	pcre2_match_context *mctx;
 	bool jit;
@@ -77,6 +78,7 @@ int rx_compile(const char *pattern, struct rx **out, char *err, size_t errlen)
 		return -ENOMEM;
 	}
 	translate(pattern, pat);
+	x->pattern = strdup(pattern);
 	int ec;
 	PCRE2_SIZE eo;
 	x->code = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED,
@@ -87,11 +89,11 @@ int rx_compile(const char *pattern, struct rx **out, char *err, size_t errlen)
 		char m[160];
 		pcre2_get_error_message(ec, (PCRE2_UCHAR *)m, sizeof m);
 		snprintf(err, errlen, "%s (near character %zu)", m, (size_t)eo < n ? (size_t)eo + 1 : n);
-		free(x);
+		rx_free(x);
 		return -EINVAL;
 	}
 	x->mctx = pcre2_match_context_create(NULL);
-	if (!x->mctx) {
+	if (!x->mctx || !x->pattern) {
 		rx_free(x);
 		return -ENOMEM;
 	}
@@ -110,12 +112,18 @@ void rx_free(struct rx *x)
 		return;
 	pcre2_match_context_free(x->mctx);
 	pcre2_code_free(x->code);
+	free(x->pattern);
 	free(x);
 }
 
 bool rx_jit(const struct rx *x)
 {
 	return x->jit;
+}
+
+const char *rx_pattern(const struct rx *x)
+{
+	return x->pattern;
 }
 
 int rx_match(const struct rx *x, const char *text, size_t len)

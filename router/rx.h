@@ -41,5 +41,7 @@ const char *rx_unbounded(const char *pattern);
 
 /* Whether the compiled pattern runs JIT-compiled code. */
 bool rx_jit(const struct rx *x);
+/* The pattern as written. */
+const char *rx_pattern(const struct rx *x);
 
 #endif
