@@ -144,5 +144,7 @@ if "$ROUTER" --policy "$DIR/badlog.yaml" --check >/dev/null 2>"$DIR/badlog.err";
   die "log: /proc/self/mem was accepted"
 fi
 grep -q 'badlog.yaml:1:6: log: /proc/self/mem is under /proc' "$DIR/badlog.err" || die "bad log message: $(cat "$DIR/badlog.err")"
-ok "route check warns about the unbounded regexes and refuses log: /proc/self/mem"
+grep -q "msg=regex_unbounded .*routes.evil.rules.0.when.regex '(a|aa)\*c'" "$DIR/router.log" ||
+  die "no regex_unbounded warning in the log at start"
+ok "route check warns about the unbounded regexes (so does the log at start) and refuses log: /proc/self/mem"
 echo "$pass passed"
