@@ -47,7 +47,7 @@ routes:
 EOF
 "$ROUTER" --policy "$DIR/policy.yaml" --listen 127.0.0.1:0 2>"$DIR/router.log" &
 RPID=$!
-pids+=($RPID)
+pids+=("$RPID")
 wait_for 5 grep -q 'msg=router_listen' "$DIR/router.log" || die "router did not start"
 RPORT=$(sed -n 's/.*msg=router_listen.* port=\([0-9]*\).*/\1/p' "$DIR/router.log")
 U=http://127.0.0.1:$RPORT
@@ -71,7 +71,7 @@ beside() { # MODEL TEXT-FILE TAG: the request, /health probes beside it
   curl -s -m 60 -D "$DIR/$3.h" -o "$DIR/$3.out" -w '%{time_total}' -H 'Content-Type: application/json' \
     --data-binary @"$DIR/$3.json" "$U/v1/chat/completions" >"$DIR/$3.time" &
   local cpid=$! h
-  pids+=($cpid)
+  pids+=("$cpid")
   worst=0
   n=0
   while :; do
@@ -147,4 +147,5 @@ grep -q 'badlog.yaml:1:6: log: /proc/self/mem is under /proc' "$DIR/badlog.err" 
 grep -q "msg=regex_unbounded .*routes.evil.rules.0.when.regex '(a|aa)\*c'" "$DIR/router.log" ||
   die "no regex_unbounded warning in the log at start"
 ok "route check warns about the unbounded regexes (so does the log at start) and refuses log: /proc/self/mem"
+# shellcheck disable=SC2154
 echo "$pass passed"
