@@ -117,7 +117,7 @@ static json_t *wait_state(struct sh_sim *s, const char *name, const char *want, 
 		sh_sleep_ms(200);
 	}
 	json_t *o = show(s, name);
-	cr_log_info("service %s is %s, not %s: %s", name, o ? js(o, "state") : "?", want,
+	cr_log_warn("service %s is %s, not %s: %s", name, o ? js(o, "state") : "?", want,
 		    o ? js(o, "last_error") : "");
 	json_decref(o);
 	return NULL;
@@ -678,6 +678,8 @@ Test(svc, member_away_waits, .timeout = 200)
 	cr_assert(o, "serve away");
 	json_decref(o);
 	o = wait_state(&s, "away", "ready", 60000);
+	if (!o)
+		log_agents(&s);
 	cr_assert(o, "away did not become ready");
 	long long run1 = jnum(o, "run");
 	json_decref(o);
