@@ -994,8 +994,9 @@ static void node_id(int i, char *out, size_t len)
 }
 
 /* node-3 (its real certificate) announces a push to node-2 with a bogus
- * ticket, the largest manifest allowed, and sends up to 16 MiB of the
- * manifest's text; the first answer that came, or "" (none, the link open). */
+ * ticket and the largest manifest allowed; unless that is answered within a
+ * second, it sends 16 MiB of the manifest's text. The answer's code, or ""
+ * (none, the link open). */
 static void bogus_announce(struct hs_client *m, const char *push, const char *id3,
 			   const char *id2, char *code, size_t len)
 {
@@ -1007,8 +1008,13 @@ static void bogus_announce(struct hs_client *m, const char *push, const char *id
 		 c->nodes[2].port + 1, id2, c->nodes[1].port + 1, 64 << 20,
 		 (long long)time(NULL) + 600);
 	cr_assert_eq(hs_send_frame(m, h), 0);
+	code[0] = 0;
+	json_t *f = hs_read_frame(m, 1000);
+	if (f && json_is_string(json_object_get(f, "code")))
+		snprintf(code, len, "%s", json_string_value(json_object_get(f, "code")));
+	json_decref(f);
 	static char piece[(512 << 10) + 200];
-	for (int k = 0; k < 32 && !hs_peer_closed(m); k++) {
+	for (int k = 0; k < 32 && !code[0] && !hs_peer_closed(m); k++) {
 		int n = snprintf(piece, sizeof piece,
 				 "{\"v\":1,\"type\":\"mp_manifest\",\"id\":0,\"off\":%d,\"text\":\"",
 				 k << 19);
@@ -1017,17 +1023,13 @@ static void bogus_announce(struct hs_client *m, const char *push, const char *id
 		if (hs_send_frame(m, piece) < 0)
 			break;
 	}
-	code[0] = 0;
-	json_t *f = hs_read_frame(m, 1000);
-	if (f && json_is_string(json_object_get(f, "code")))
-		snprintf(code, len, "%s", json_string_value(json_object_get(f, "code")));
-	json_decref(f);
 }
 
 /* A member with a valid cluster certificate (node-3's) announces pushes to
- * node-2's data port with a bogus ticket, the largest manifest and 16 MiB of
- * its text, on eight push ids, then goes: node-2's sparkd grows by less than
- * 16 MiB, each hello is answered not_authorized, and the same ids announced
+ * node-2's data port with a bogus ticket, the largest manifest and (until it
+ * is refused) 16 MiB of its text, on eight push ids, then goes: node-2's
+ * sparkd grows by less than 16 MiB, each hello is answered not_authorized, and
+ * the same ids announced
  * again get the same answer (not `busy`: nothing was kept). A TLS connection
  * that sends no hello is closed within MR_HELLO_MS; a flood of 400
  * connections leaves node-2 with at most MR_PREHELLO_MAX more descriptors;
@@ -1045,13 +1047,13 @@ Test(models, a_member_without_a_ticket_pins_nothing_on_the_data_port, .timeout =
 	long rss0 = rss_kib(1);
 	cr_assert_gt(rss0, 0);
 	static const char *const pushes[] = {"a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8"};
+	char code[8][64];
 	for (int k = 0; k < 8; k++) {
 		struct hs_client *m = hs_connect(port, crt, key, 5000);
 		cr_assert(m, "node-3's certificate opens node-2's data port");
 		hs_set_send_timeout(m, 1000);
-		char code[64];
-		bogus_announce(m, pushes[k], id3, id2, code, sizeof code);
-		cr_log_info("push %s: %s", pushes[k], code[0] ? code : "(no answer)");
+		bogus_announce(m, pushes[k], id3, id2, code[k], sizeof code[k]);
+		cr_log_info("push %s: %s", pushes[k], code[k][0] ? code[k] : "(no answer)");
 		hs_close(m); /* and vanishes */
 	}
 	usleep(300000);
@@ -1059,6 +1061,9 @@ Test(models, a_member_without_a_ticket_pins_nothing_on_the_data_port, .timeout =
 	cr_log_info("node-2's sparkd: VmRSS %ld KiB before, %ld KiB after", rss0, rss1);
 	cr_assert_lt(rss1 - rss0, 16 << 10, "node-2 holds what a member without a ticket sent: "
 		     "%ld KiB more", rss1 - rss0);
+	for (int k = 0; k < 8; k++)
+		cr_assert_str_eq(code[k], "not_authorized", "push %s: refused on its hello",
+				 pushes[k]);
 	/* the ids are free: announced again, the same refusal */
 	for (int k = 0; k < 8; k++) {
 		struct hs_client *m = hs_connect(port, crt, key, 5000);
