@@ -85,8 +85,12 @@ struct mr_push {
 	/* the manifest as text, sent down after each hello */
 	char *mtext;
 	size_t mtext_len, mtext_got;
-	/* a push this node learnt of from its upstream's hello (mr_engine_accept) */
+	/* a push this node learnt of from its upstream's hello (mr_engine_accept):
+	 * the model's name the ticket signs (the manifest must bear it), and the
+	 * member that announced it (MR_PUSHES_PER_PEER) */
 	bool auto_push;
+	char name[MM_NAME_MAX + 1];
+	char announcer[40];
 	struct mm_manifest *m_owned;
 	int prep;                 /* PREP_*: not yet taking chunks */
 	uv_work_t work;
@@ -120,7 +124,6 @@ struct mr_check {
 	bool fresh; /* this node lacked it when it came: checked and written */
 	int rc;
 };
-#define MR_MANIFEST_MAX ((size_t)64 << 20)
 
 enum { LINK_UP, LINK_DOWN }; /* LINK_UP: the peer is our upstream (we receive) */
 
@@ -148,6 +151,10 @@ struct mr_link {
 	/* its chunks in worker threads: a closed link is freed after them */
 	unsigned checks;
 	bool dead;
+	/* when it was accepted (MR_HELLO_MS), last received a frame (MR_IDLE_MS)
+	 * and last sent mp_keepalive; shut: closed by this node, not yet gone */
+	uint64_t born_ms, rx_ms, tx_ms;
+	bool shut;
 };
 
 struct mr_engine {
@@ -166,6 +173,10 @@ struct mr_engine {
 	size_t test_corrupt;      /* tests: chunk test_corrupt - 1 is always sent corrupted */
 	mr_verify_fn verify;
 	void *verify_data;
+	/* the hello deadline, idle links, keepalives (MR_HELLO_MS, MR_IDLE_MS,
+	 * MR_KEEPALIVE_MS unless a test set others) */
+	uv_timer_t sweep;
+	unsigned hello_ms, idle_ms, keepalive_ms;
 	unsigned handles; /* listener, links, timers still open */
 	bool closing;
 };
@@ -234,18 +245,26 @@ static json_t *msg(const char *type)
 	return proto_msg(type, 0);
 }
 
-static void send_error(conn *c, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void send_error(conn *c, const char *code, const char *fmt, ...)
+/* Answer with an error frame (with `node` when given: a refusal that names
+ * this node, relayed up to the source) and close. */
+static void link_refuse(conn *c, const char *code, const char *node, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void link_refuse(conn *c, const char *code, const char *node, const char *fmt, ...)
 {
 	char m[256];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(m, sizeof m, fmt, ap);
 	va_end(ap);
-	conn_send_new(c, proto_error(0, code, m));
+	struct mr_link *l = conn_data(c);
+	l->shut = true;
+	json_t *ef = proto_error(0, code, m);
+	if (node)
+		json_object_set_new(ef, "node", json_string(node));
+	conn_send_new(c, ef);
 	conn_close(c, 0);
 }
+#define send_error(c, code, ...) link_refuse(c, code, NULL, __VA_ARGS__)
 
 static struct mr_push *find_push(struct mr_engine *e, const char *id)
 {
@@ -270,7 +289,8 @@ static const struct conn_cbs link_cbs;
 
 static json_t *own_report(struct mr_push *p)
 {
-	const char *status = p->missing ? "incomplete" : "complete";
+	/* a push that ended before it was ready (refused, its upstream gone) */
+	const char *status = p->prep ? "failed" : p->missing ? "incomplete" : "complete";
 	json_t *lanes = json_array();
 	for (int k = 0; k < MR_LANES; k++)
 		json_array_append_new(lanes, json_integer((json_int_t)p->by_lane[k]));
@@ -278,7 +298,8 @@ static json_t *own_report(struct mr_push *p)
 			      p->chain[p->self].id, "status", status, "bytes_written",
 			      (json_int_t)p->got_bytes, "chunks_written",
 			      (json_int_t)p->chunks_written, "chunks_bad",
-			      (json_int_t)p->chunks_bad, "message", p->missing ? p->up_msg : "",
+			      (json_int_t)p->chunks_bad, "message",
+			      p->missing || p->prep ? p->up_msg : "",
 			      "chunks_by_link", lanes, "repairs",
 			      p->repairs ? json_incref(p->repairs) : json_array());
 	if (r && p->culprit[0] && p->missing) {
@@ -470,6 +491,13 @@ static void up_lost(struct mr_push *p, const char *why)
 	if (p->up_ended || p->done)
 		return;
 	snprintf(p->up_msg, sizeof p->up_msg, "%s", why);
+	if (p->prep == PREP_MANIFEST) {
+		/* announced, its manifest not yet whole: nothing to wait for (a
+		 * member that reconnects announces it again); its id is free now */
+		log_info("model_push_abandoned", "push=%s reason=%s", p->id, log_q(why));
+		push_finish(p, -ECONNABORTED);
+		return;
+	}
 	/* the member before it reconnects here when it can: wait for that */
 	p->timer_on = true;
 	uv_timer_start(&p->up_timer, up_timeout, p->up_wait_ms, 0);
@@ -826,19 +854,34 @@ static void on_up_frame(struct mr_link *l, const json_t *f)
 	}
 }
 
-/* A push nobody registered here: the hello names the chain and announces the
- * manifest; this node must be in the chain, the sender before it. */
+/* Announced pushes running here: in all, and those a member announced. */
+static size_t announced(const struct mr_engine *e, const char *peer)
+{
+	size_t k = 0;
+	for (const struct mr_push *p = e->pushes; p; p = p->next)
+		if (p->auto_push && !p->freed && (!peer || !strcmp(p->announcer, peer)))
+			k++;
+	return k;
+}
+
+/* A push nobody registered here: the hello names the chain, the model and
+ * the ticket, and announces the manifest; this node must be in the chain,
+ * the sender (by its certificate) before it, and the ticket must sign all
+ * that, before anything the hello asks for is allocated. */
 static void auto_hello(struct mr_link *l, const json_t *f)
 {
 	struct mr_engine *e = l->e;
 	const char *pid = proto_str(f, "push"), *from = proto_str(f, "from");
+	const char *name = proto_str(f, "name"), *tk = proto_str(f, "ticket");
 	json_t *ch = json_object_get(f, "chain");
 	json_int_t mbytes = proto_int(f, "manifest_bytes", -1);
+	json_int_t expires = proto_int(f, "expires_at", 0);
 	size_t n = json_array_size(ch);
 	if (!mr_valid_push_id(pid) || !from || !json_is_array(ch) || n < 2 || n > MR_CHAIN_MAX ||
-	    mbytes < 2 || (size_t)mbytes > MR_MANIFEST_MAX) {
-		send_error(l->c, "bad_frame", "mp_hello: push, from, chain (2-%d members) and "
-			   "manifest_bytes (at most %zu) are required", MR_CHAIN_MAX, MR_MANIFEST_MAX);
+	    !name || !mm_valid_name(name) || mbytes < 2 || (size_t)mbytes > MR_MANIFEST_MAX) {
+		send_error(l->c, "bad_frame", "mp_hello: push, from, chain (2-%d members), name (a "
+			   "model name) and manifest_bytes (at most %zu) are required",
+			   MR_CHAIN_MAX, MR_MANIFEST_MAX);
 		return;
 	}
 	struct mr_member mem[MR_CHAIN_MAX];
@@ -883,6 +926,34 @@ static void auto_hello(struct mr_link *l, const json_t *f)
 			   pid, e->self_id);
 		return;
 	}
+	if (e->verify) {
+		char *text = mr_ticket_text(pid, name, expires, mem, n);
+		int vr = text && tk && strlen(tk) < 1024 ? e->verify(e->verify_data, text, tk, expires)
+							 : -EACCES;
+		free(text);
+		if (vr < 0) {
+			log_warn("model_push_refused", "push=%s from=%s peer=%s reason=%s", pid,
+				 l->peer_id, conn_peer_name(l->c),
+				 tk ? "bad or expired ticket" : "no ticket");
+			link_refuse(l->c, "not_authorized", e->self_id, "%s refused push %s of %s: no "
+				    "valid permission from the head", e->self_id, pid, name);
+			return;
+		}
+	}
+	size_t mine = announced(e, l->peer_id), all = announced(e, NULL);
+	if (mine >= MR_PUSHES_PER_PEER || all >= MR_PUSHES_MAX) {
+		log_warn("model_push_refused", "push=%s from=%s reason=busy pushes_from_peer=%zu "
+			 "pushes=%zu", pid, l->peer_id, mine, all);
+		if (mine >= MR_PUSHES_PER_PEER)
+			link_refuse(l->c, "busy", e->self_id, "%s refused push %s: %zu pushes from %s "
+				    "are running there (at most %d); run it again once one has ended",
+				    e->self_id, pid, mine, l->peer_id, MR_PUSHES_PER_PEER);
+		else
+			link_refuse(l->c, "busy", e->self_id, "%s refused push %s: %zu pushes are "
+				    "running there (at most %d); run it again once one has ended",
+				    e->self_id, pid, all, MR_PUSHES_MAX);
+		return;
+	}
 	struct mr_push *p = push_new(e, pid, mem, n, self);
 	char *text = malloc((size_t)mbytes + 1);
 	if (!p || !text) {
@@ -894,11 +965,12 @@ static void auto_hello(struct mr_link *l, const json_t *f)
 		send_error(l->c, "internal", "out of memory");
 		return;
 	}
-	const char *tk = proto_str(f, "ticket");
 	if (tk && strlen(tk) < 1024)
 		p->ticket = strdup(tk);
-	p->expires_at = proto_int(f, "expires_at", 0);
+	p->expires_at = expires;
 	p->auto_push = true;
+	util_strlcpy(p->name, name, sizeof p->name);
+	util_strlcpy(p->announcer, l->peer_id, sizeof p->announcer);
 	p->cbs = e->inc_cbs;
 	p->data = e->inc_data;
 	util_strlcpy(p->root, e->store_root, sizeof p->root);
@@ -906,6 +978,7 @@ static void auto_hello(struct mr_link *l, const json_t *f)
 	p->mtext_len = (size_t)mbytes;
 	p->prep = PREP_MANIFEST;
 	l->hello = true;
+	l->tx_ms = util_now_ms();
 	l->p = p;
 	l->dir = LINK_UP;
 	l->peer_idx = peer;
@@ -951,7 +1024,14 @@ static void on_hello(struct mr_link *l, const json_t *f)
 				   "once it is connected", (long long)lane, p->id, p->chain[p->self].id);
 			return;
 		}
+		for (struct mr_link *o = e->links; o; o = o->next)
+			if (o != l && o->p == p && o->dir == LINK_UP && o->lane == lane && !o->shut) {
+				send_error(l->c, "busy", "lane %lld of push %s is connected already",
+					   (long long)lane, p->id);
+				return;
+			}
 		l->hello = true;
+		l->tx_ms = util_now_ms();
 		l->p = p;
 		l->dir = LINK_UP;
 		l->lane = (int)lane;
@@ -970,12 +1050,21 @@ static void on_hello(struct mr_link *l, const json_t *f)
 		up_lost(p, "replaced");
 		old->p = NULL;
 		conn_close(old->c, 0);
+		if (p->done) {
+			/* it was announced and not ready yet: announced again by this one */
+			if (e->accept)
+				auto_hello(l, f);
+			else
+				send_error(l->c, "unknown_push", "no push %.64s waits here", p->id);
+			return;
+		}
 	}
 	if (p->up || p->up_ended) {
 		send_error(l->c, "busy", "push %s already has its upstream here", p->id);
 		return;
 	}
 	l->hello = true;
+	l->tx_ms = util_now_ms();
 	l->p = p;
 	l->dir = LINK_UP;
 	l->peer_idx = idx;
@@ -988,6 +1077,8 @@ static void on_hello(struct mr_link *l, const json_t *f)
 		p->timer_on = false;
 	}
 	p->up_msg[0] = 0;
+	if (p->prep)
+		return; /* still preparing: down_settled answers it */
 	send_need(p, l);
 	send_progress(p, true);
 }
@@ -1369,6 +1460,27 @@ static void on_down_frame(struct mr_link *l, const json_t *f)
 		}
 		l->got_done = true; /* not "down": it answered */
 		push_finish(p, room ? -ENOSPC : -EACCES);
+	} else if (!strcmp(t, "error") && !p->down_ready && l == p->down &&
+		   !strcmp(proto_str(f, "code") ? proto_str(f, "code") : "", "busy")) {
+		/* it takes no more pushes now (MR_PUSHES_PER_PEER, MR_PUSHES_MAX):
+		 * named with its reason, passed over like a node gone away */
+		const char *m = proto_str(f, "message") ? proto_str(f, "message") : "busy";
+		log_warn("model_down_busy", "push=%s node=%s message=%s", p->id, l->peer_id,
+			 log_q(m));
+		json_array_append_new(p->report,
+				      json_pack("{s:s, s:s, s:i, s:i, s:i, s:s}", "node",
+						p->chain[l->peer_idx].id, "status", "failed",
+						"bytes_written", 0, "chunks_written", 0, "chunks_bad", 0,
+						"message", m));
+		l->got_done = true; /* not "down": it answered */
+		lanes_close(p);
+		p->down = NULL;
+		p->down_idx = l->peer_idx + 1;
+		conn_close(l->c, 0);
+		if (p->down_idx < p->n)
+			down_connect(p);
+		else
+			push_check_end(p);
 	} else if (!strcmp(t, "error")) {
 		log_warn("model_down_error", "push=%s node=%s code=%s message=%s", p->id, l->peer_id,
 			 log_q(proto_str(f, "code")), log_q(proto_str(f, "message")));
@@ -1437,6 +1549,7 @@ static void link_ready(conn *c, int status)
 			json_object_set_new(h, "lane", json_integer(l->lane));
 			conn_send_new(c, h);
 			l->hello = true;
+			l->rx_ms = l->tx_ms = util_now_ms();
 			pump(p);
 			return;
 		}
@@ -1453,6 +1566,7 @@ static void link_ready(conn *c, int status)
 			json_array_append_new(ch, mj);
 		}
 		json_object_set_new(h, "chain", ch);
+		json_object_set_new(h, "name", json_string(p->m->name));
 		json_object_set_new(h, "manifest_bytes", json_integer((json_int_t)p->mtext_len));
 		if (p->ticket) {
 			json_object_set_new(h, "ticket", json_string(p->ticket));
@@ -1467,6 +1581,8 @@ static void link_ready(conn *c, int status)
 			json_object_set_new(mf, "text", json_stringn(p->mtext + off, k));
 			conn_send_new(c, mf);
 		}
+		l->hello = true; /* its answers, keepalives and idle time count from here */
+		l->rx_ms = l->tx_ms = util_now_ms();
 	}
 }
 
@@ -1475,10 +1591,15 @@ static void link_frame(conn *c, json_t *f)
 	struct mr_link *l = conn_data(c);
 	if (!l->peer_id[0]) {
 		json_decref(f);
+		l->shut = true;
 		conn_close(c, -EACCES);
 		return;
 	}
-	if (l->dir == LINK_UP && !l->hello) {
+	bool hello = l->hello;
+	l->rx_ms = util_now_ms();
+	if (hello && !strcmp(proto_type(f), "mp_keepalive")) {
+		/* its only use: this link is alive */
+	} else if (l->dir == LINK_UP && !hello) {
 		if (!strcmp(proto_type(f), "mp_hello"))
 			on_hello(l, f);
 		else
@@ -1560,6 +1681,7 @@ static void link_close(conn *c, int err)
 static void link_bin(conn *c, json_t *f, const uint8_t *data, size_t len)
 {
 	struct mr_link *l = conn_data(c);
+	l->rx_ms = util_now_ms();
 	if (!l->p) {
 		/* the push ended: frames still in flight are dropped */
 	} else if (l->dir != LINK_UP || !l->hello || strcmp(proto_type(f), "mp_piece")) {
@@ -1641,20 +1763,79 @@ static void down_connect(struct mr_push *p)
 	push_check_end(p);
 }
 
+/* A connection whose hello was not taken yet: nobody known, nothing held. */
+static bool prehello(const struct mr_link *l)
+{
+	return l->dir == LINK_UP && !l->hello && !l->shut;
+}
+
 static void on_accept(uv_stream_t *server, int status)
 {
 	struct mr_engine *e = server->data;
 	if (status < 0 || e->closing)
 		return;
+	/* at most MR_PREHELLO_MAX before their hello: the oldest makes room */
+	size_t waiting = 0;
+	struct mr_link *oldest = NULL;
+	for (struct mr_link *o = e->links; o; o = o->next)
+		if (prehello(o)) {
+			waiting++;
+			if (!oldest || o->born_ms <= oldest->born_ms)
+				oldest = o;
+		}
+	if (waiting >= MR_PREHELLO_MAX && oldest) {
+		log_warn("model_prehello_dropped", "peer=%s waiting=%zu", conn_peer_name(oldest->c),
+			 waiting);
+		oldest->shut = true;
+		conn_close(oldest->c, -EBUSY);
+	}
 	struct mr_link *l = link_new(e);
 	if (!l)
 		return;
 	l->dir = LINK_UP;
+	l->born_ms = util_now_ms();
 	l->c = conn_accept(server, e->srv, &link_cbs, l);
 	if (!l->c)
 		link_drop(l);
 	else
 		conn_set_max_frame(l->c, 16 * 1024); /* until its hello: see on_hello */
+}
+
+/* Every link: its hello in time, a frame within the idle time, and a
+ * keepalive from this side so that the peer sees the same. */
+static void on_sweep(uv_timer_t *t)
+{
+	struct mr_engine *e = t->data;
+	uint64_t now = util_now_ms();
+	for (struct mr_link *l = e->links; l; l = l->next) {
+		if (l->shut || !l->c)
+			continue;
+		if (prehello(l) && now - l->born_ms >= e->hello_ms) {
+			log_info("model_hello_timeout", "peer=%s cn=%s", conn_peer_name(l->c),
+				 l->peer_id[0] ? log_q(l->peer_id) : "-");
+			l->shut = true;
+			conn_close(l->c, -ETIMEDOUT);
+		} else if (l->hello && now - l->rx_ms >= e->idle_ms) {
+			log_warn("model_link_idle", "push=%s node=%s peer=%s idle_ms=%llu",
+				 l->p ? l->p->id : "-", l->peer_id, conn_peer_name(l->c),
+				 (unsigned long long)(now - l->rx_ms));
+			l->shut = true;
+			conn_close(l->c, -ETIMEDOUT);
+		} else if (l->hello && now - l->tx_ms >= e->keepalive_ms) {
+			l->tx_ms = now;
+			conn_send_new(l->c, msg("mp_keepalive"));
+		}
+	}
+}
+
+/* The sweep's period: a quarter of the shortest time it watches, 20 ms-1 s. */
+static void sweep_start(struct mr_engine *e)
+{
+	unsigned m = e->hello_ms < e->idle_ms ? e->hello_ms : e->idle_ms;
+	m = m < e->keepalive_ms ? m : e->keepalive_ms;
+	m /= 4;
+	m = m < 20 ? 20 : m > 1000 ? 1000 : m;
+	uv_timer_start(&e->sweep, on_sweep, m, m);
 }
 
 int mr_engine_adopt(struct mr_engine *e, uv_stream_t *server, const char *peer_id)
@@ -1664,6 +1845,7 @@ int mr_engine_adopt(struct mr_engine *e, uv_stream_t *server, const char *peer_i
 		return -ENOMEM;
 	l->dir = LINK_UP;
 	l->adopted = true;
+	l->born_ms = util_now_ms();
 	util_strlcpy(l->peer_id, peer_id, sizeof l->peer_id);
 	l->c = conn_accept(server, NULL, &link_cbs, l);
 	if (!l->c) {
@@ -1686,7 +1868,37 @@ struct mr_engine *mr_engine_new(uv_loop_t *loop, SSL_CTX *srv_ctx, SSL_CTX *cli_
 	e->cli = cli_ctx;
 	util_strlcpy(e->self_id, self_id, sizeof e->self_id);
 	e->handles = 1; /* the engine itself, until mr_engine_close */
+	e->hello_ms = MR_HELLO_MS;
+	e->idle_ms = MR_IDLE_MS;
+	e->keepalive_ms = MR_KEEPALIVE_MS;
+	uv_timer_init(loop, &e->sweep);
+	e->sweep.data = e;
+	e->handles++;
+	sweep_start(e);
+	uv_unref((uv_handle_t *)&e->sweep); /* it keeps no loop running by itself */
 	return e;
+}
+
+void mr_engine_test_times(struct mr_engine *e, unsigned hello_ms, unsigned idle_ms,
+			  unsigned keepalive_ms)
+{
+	if (hello_ms)
+		e->hello_ms = hello_ms;
+	if (idle_ms)
+		e->idle_ms = idle_ms;
+	if (keepalive_ms)
+		e->keepalive_ms = keepalive_ms;
+	sweep_start(e);
+}
+
+void mr_engine_stats(const struct mr_engine *e, struct mr_stats *st)
+{
+	memset(st, 0, sizeof *st);
+	for (const struct mr_link *l = e->links; l; l = l->next) {
+		st->links++;
+		st->prehello += prehello(l);
+	}
+	st->announced = announced(e, NULL);
 }
 
 int mr_engine_listen(struct mr_engine *e, const char *host, int port, char *err, size_t errlen)
@@ -1961,26 +2173,16 @@ static void prep_start(struct mr_push *p, struct mr_link *l)
 		return;
 	}
 	p->m = p->m_owned;
-	if (p->e->verify) {
-		char *text = mr_ticket_text(p->id, p->m->name, p->expires_at, p->chain, p->n);
-		int vr = text && p->ticket ? p->e->verify(p->e->verify_data, text, p->ticket,
-							  p->expires_at)
-					   : -EACCES;
-		free(text);
-		if (vr < 0) {
-			log_warn("model_push_refused", "push=%s from=%s reason=%s", p->id, l->peer_id,
-				 p->ticket ? "bad or expired ticket" : "no ticket");
-			snprintf(p->up_msg, sizeof p->up_msg, "no valid permission for push %s", p->id);
-			char m[256];
-			snprintf(m, sizeof m, "%s refused push %s of %s: no valid permission from the "
-				 "head", p->chain[p->self].id, p->id, p->m->name);
-			json_t *ef = proto_error(0, "not_authorized", m);
-			json_object_set_new(ef, "node", json_string(p->chain[p->self].id));
-			conn_send_new(l->c, ef);
-			conn_close(l->c, 0);
-			push_finish(p, -EACCES);
-			return;
-		}
+	if (strcmp(p->m->name, p->name)) {
+		/* the ticket, checked on the hello, signs the name it announced */
+		log_warn("model_push_refused", "push=%s from=%s reason=%s", p->id, l->peer_id,
+			 log_q("the manifest names another model than the hello"));
+		snprintf(p->up_msg, sizeof p->up_msg, "no valid permission for push %s", p->id);
+		link_refuse(l->c, "not_authorized", p->e->self_id, "%s refused push %s: its manifest "
+			    "is of %s, its permission of %s", p->e->self_id, p->id, p->m->name,
+			    p->name);
+		push_finish(p, -EACCES);
+		return;
 	}
 	if (push_alloc(p) < 0) {
 		send_error(l->c, "internal", "out of memory");
@@ -2045,7 +2247,8 @@ void mr_push_cancel(struct mr_engine *e, const char *push_id)
 	}
 }
 
-static void on_lst_closed(uv_handle_t *h)
+/* the listener or the sweep's timer */
+static void on_handle_closed(uv_handle_t *h)
 {
 	engine_unref(h->data);
 }
@@ -2063,6 +2266,7 @@ void mr_engine_close(struct mr_engine *e)
 		conn_close(l->c, 0);
 	}
 	if (e->listening)
-		uv_close((uv_handle_t *)&e->lst, on_lst_closed);
+		uv_close((uv_handle_t *)&e->lst, on_handle_closed);
+	uv_close((uv_handle_t *)&e->sweep, on_handle_closed);
 	engine_unref(e);
 }

@@ -9,7 +9,7 @@
  * contexts, the chain with the members' data addresses and the manifest; the
  * control plane (who takes part, the space check, the CLI's progress) is the
  * caller's. On a link, upstream U and downstream D:
- *   U -> D  mp_hello {push, from, chain, manifest_bytes}
+ *   U -> D  mp_hello {push, from, chain, name, manifest_bytes, ticket, expires_at}
  *                                      D checks U's certificate: a member before it
  *                                      (the first link of a hop; with lanes, U opens
  *                                      one more per lane after mp_need, whose
@@ -35,8 +35,22 @@
  *   D -> U  mp_progress {node, bytes, total}   (relayed up to the source)
  *   U -> D  mp_end                     nothing more will come
  *   D -> U  mp_done {nodes:[report]}   D's and its downstream's reports
+ *   either way: mp_keepalive             every MR_KEEPALIVE_MS on every link
+ *                                      whose hello was taken (no content)
  * A chain member with skip set is passed over: nobody dials it (a repair
  * round: the same chain and ticket, only some members taking part).
+ *
+ * Limits on the receiving side (docs/models.md, "Limits of the data port"):
+ * at most MR_PREHELLO_MAX connections without a hello taken (the oldest is
+ * dropped for a newcomer), each closed MR_HELLO_MS after it was accepted
+ * (TLS handshake and hello); an announced push's hello carries the model's
+ * name and the ticket, which is checked (with who the certificate names and
+ * its place in the chain) before anything sized by the peer is allocated: the
+ * manifest (at most MR_MANIFEST_MAX bytes) only then; at most
+ * MR_PUSHES_PER_PEER announced pushes from one member and MR_PUSHES_MAX in
+ * all at once (`busy`); a link that receives nothing for MR_IDLE_MS is
+ * closed, and a push whose upstream went away before it was ready ends at
+ * once (its id free again), one that was receiving after up_wait_ms.
  * A node whose downstream goes away serves the next member of the chain; a
  * node whose upstream goes away waits up_wait_ms for another upstream (the one
  * before it reconnects there), then ends with what it has. */
@@ -56,6 +70,14 @@
 				     * drops a peer with more than 32 MiB queued) */
 #define MR_BAD_MAX 3          /* one chunk corrupted this often: given up on */
 #define MR_UP_WAIT_MS 10000
+
+#define MR_MANIFEST_MAX ((size_t)64 << 20) /* an announced manifest's text */
+#define MR_HELLO_MS 10000     /* accepted to hello taken, the TLS handshake included */
+#define MR_PREHELLO_MAX 64    /* connections without a hello taken: the oldest dropped */
+#define MR_IDLE_MS 120000     /* a link that receives no frame this long is closed */
+#define MR_KEEPALIVE_MS 15000 /* every link sends mp_keepalive this often */
+#define MR_PUSHES_MAX 16      /* announced pushes taking part here at once */
+#define MR_PUSHES_PER_PEER 4  /* of them, announced by one member */
 
 #define MR_LANES 2 /* data links per hop: the two twins of the cabled port */
 
@@ -133,14 +155,25 @@ void mr_engine_accept(struct mr_engine *e, const char *store_root, const struct 
 		      void *data);
 /* Who may announce a push: verify(data, text, ticket, expires_at) returns 0
  * for a ticket that signs text (mr_ticket_text) and has not expired. Called
- * once the manifest (and so the name) is known; a refusal answers
- * not_authorized and nothing is written. Without it every member of the
+ * on the hello (its name: the manifest that follows must bear it), before
+ * anything of the push is allocated; a refusal answers not_authorized, the
+ * link closes and nothing is kept or written. Without it every member of the
  * cluster that is before this node in the chain it names may push (tests). */
 void mr_engine_verify(struct mr_engine *e, mr_verify_fn verify, void *data);
 /* "sparkctl-push-v1\nPUSH\nNAME\nEXPIRES\nID0,ID1,...": what a ticket signs
  * (malloc'd). */
 char *mr_ticket_text(const char *push_id, const char *name, int64_t expires_at,
 		     const struct mr_member *chain, size_t n);
+/* Tests only: shorter times (0: keep the default) for MR_HELLO_MS,
+ * MR_IDLE_MS and MR_KEEPALIVE_MS. */
+void mr_engine_test_times(struct mr_engine *e, unsigned hello_ms, unsigned idle_ms,
+			  unsigned keepalive_ms);
+/* What the engine holds, for tests and the logs: connections, those without
+ * a hello taken, and the pushes announced here that are still running. */
+struct mr_stats {
+	size_t links, prehello, announced;
+};
+void mr_engine_stats(const struct mr_engine *e, struct mr_stats *st);
 /* Tests only: the free bytes this node claims for the room check. */
 void mr_engine_test_avail(struct mr_engine *e, uint64_t bytes);
 /* Tests only: every push this node sends, it flips one byte of chunk

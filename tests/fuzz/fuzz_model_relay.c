@@ -9,10 +9,10 @@
  * offset and bytes, binary frames with fuzzed length words or other types,
  * pieces in the old JSON form (base64, raw strings), mp_end, more
  * hellos (some announcing another push with its chain, lanes of every
- * kind, members passed over (skip, or a skip that is not a boolean), and
- * the manifest's text, whole or cut; some a lane's hello), frames of the
- * other direction (mp_bad with give_up among them), unknown types and raw
- * bytes. The
+ * kind, members passed over (skip, or a skip that is not a boolean), the
+ * model's name (the manifest's or another), and the manifest's text, whole
+ * or cut; some a lane's hello), frames of the other direction (mp_bad with
+ * give_up among them), keepalives, unknown types and raw bytes. The
  * loop runs after each; then the peer closes and the engine is closed.
  * Invariants (abort): ASan/UBSan clean; no file stands under its final name
  * in the store unless it has exactly the source's bytes; every handle closes
@@ -325,6 +325,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 								   "id", "n1", "host", "127.0.0.1",
 								   "port", 9));
 			json_object_set_new(h, "manifest_bytes", json_integer((json_int_t)tl));
+			/* the model's name the ticket signs: the manifest's, or another */
+			json_object_set_new(h, "name", json_string(take(&in) % 8 == 7 ? "other" : "fz"));
 			if (c & 8) /* a lane's hello, or lanes of every kind in the chain */
 				json_object_set_new(h, "lane", json_integer((json_int_t)(c % 3)));
 			json_t *m1 = json_array_get(json_object_get(h, "chain"), 1);
@@ -348,8 +350,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 		case 5: {
 			static const char *types[] = {"mp_ack", "mp_need", "mp_bad", "mp_done",
-						      "mp_progress", "nope"};
-			json_t *f = proto_msg(types[c % 6], 0);
+						      "mp_progress", "nope", "mp_keepalive"};
+			json_t *f = proto_msg(types[c % 7], 0);
 			json_object_set_new(f, "chunk", json_integer((json_int_t)c));
 			json_object_set_new(f, "bits", json_string("AA=="));
 			if (c & 1)

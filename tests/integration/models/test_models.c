@@ -7,8 +7,13 @@
 #include "hostile.h"
 #include "model_manifest.h"
 
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -616,20 +621,27 @@ static void big_model(const char *dir, int mib)
 	fclose(f);
 }
 
-/* Bytes node i's sparkd wrote so far (wchar of /proc/PID/io): its chunks
- * (partial files are allocated whole up front, so their size tells nothing). */
-static long long wrote(int i)
+/* A number from /proc/PID/FILE of node i's sparkd: the first line fmt (one
+ * %lld) reads; -1 when none does. */
+static long long proc_num(int i, const char *file, const char *fmt)
 {
-	char p[64], line[128];
-	snprintf(p, sizeof p, "/proc/%d/io", (int)c->nodes[i].pid);
+	char p[64], line[256];
+	snprintf(p, sizeof p, "/proc/%d/%s", (int)c->nodes[i].pid, file);
 	FILE *f = fopen(p, "r");
 	long long v = -1;
 	while (f && fgets(line, sizeof line, f))
-		if (sscanf(line, "wchar: %lld", &v) == 1)
+		if (sscanf(line, fmt, &v) == 1)
 			break;
 	if (f)
 		fclose(f);
 	return v;
+}
+
+/* Bytes node i's sparkd wrote so far (wchar of /proc/PID/io): its chunks
+ * (partial files are allocated whole up front, so their size tells nothing). */
+static long long wrote(int i)
+{
+	return proc_num(i, "io", "wchar: %lld");
 }
 
 /* Does node i's log hold text? */
@@ -941,5 +953,173 @@ Test(models, every_rank_gets_its_nodes_model_dir)
 		json_decref(j);
 		h_result_free(&l);
 	}
+	h_result_free(&r);
+}
+
+/* ---- the data port's limits (issue 27) ---- */
+
+/* VmRSS of node i's sparkd, in KiB. */
+static long rss_kib(int i)
+{
+	return (long)proc_num(i, "status", "VmRSS: %lld");
+}
+
+/* Open descriptors of node i's sparkd. */
+static int nfds(int i)
+{
+	char p[64];
+	snprintf(p, sizeof p, "/proc/%d/fd", (int)c->nodes[i].pid);
+	DIR *d = opendir(p);
+	int n = 0;
+	for (struct dirent *e; d && (e = readdir(d));)
+		n += e->d_name[0] != '.';
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* The node id node i's certificate names (its CN). */
+static void node_id(int i, char *out, size_t len)
+{
+	char crt[600];
+	snprintf(crt, sizeof crt, "%s/node.crt", c->nodes[i].dir);
+	FILE *f = fopen(crt, "r");
+	cr_assert_not_null(f, "%s", crt);
+	X509 *x = PEM_read_X509(f, NULL, NULL, NULL);
+	fclose(f);
+	cr_assert_not_null(x);
+	cr_assert_gt(X509_NAME_get_text_by_NID(X509_get_subject_name(x), NID_commonName, out,
+					       (int)len), 0);
+	X509_free(x);
+}
+
+/* node-3 (its real certificate) announces a push to node-2 with a bogus
+ * ticket and the largest manifest allowed; unless that is answered within a
+ * second, it sends 16 MiB of the manifest's text. The answer's code, or ""
+ * (none, the link open). */
+static void bogus_announce(struct hs_client *m, const char *push, const char *id3,
+			   const char *id2, char *code, size_t len)
+{
+	char h[1024];
+	snprintf(h, sizeof h, "{\"v\":1,\"type\":\"mp_hello\",\"id\":0,\"push\":\"%s\",\"from\":"
+		 "\"%s\",\"chain\":[{\"id\":\"%s\",\"host\":\"127.0.0.1\",\"port\":%d},{\"id\":"
+		 "\"%s\",\"host\":\"127.0.0.1\",\"port\":%d}],\"name\":\"huge\",\"manifest_bytes\":"
+		 "%d,\"ticket\":\"bm90LWEtc2lnbmF0dXJl\",\"expires_at\":%lld}", push, id3, id3,
+		 c->nodes[2].port + 1, id2, c->nodes[1].port + 1, 64 << 20,
+		 (long long)time(NULL) + 600);
+	cr_assert_eq(hs_send_frame(m, h), 0);
+	code[0] = 0;
+	json_t *f = hs_read_frame(m, 1000);
+	if (f && json_is_string(json_object_get(f, "code")))
+		snprintf(code, len, "%s", json_string_value(json_object_get(f, "code")));
+	json_decref(f);
+	static char piece[(512 << 10) + 200];
+	for (int k = 0; k < 32 && !code[0] && !hs_peer_closed(m); k++) {
+		int n = snprintf(piece, sizeof piece,
+				 "{\"v\":1,\"type\":\"mp_manifest\",\"id\":0,\"off\":%d,\"text\":\"",
+				 k << 19);
+		memset(piece + n, 'x', 512 << 10);
+		snprintf(piece + n + (512 << 10), sizeof piece - (size_t)n - (512 << 10), "\"}");
+		if (hs_send_frame(m, piece) < 0)
+			break;
+	}
+}
+
+/* A member with a valid cluster certificate (node-3's) announces pushes to
+ * node-2's data port with a bogus ticket, the largest manifest and (until it
+ * is refused) 16 MiB of its text, on eight push ids, then goes: node-2's
+ * sparkd grows by less than 16 MiB, each hello is answered not_authorized, and
+ * the same ids announced
+ * again get the same answer (not `busy`: nothing was kept). A TLS connection
+ * that sends no hello is closed within MR_HELLO_MS; a flood of 400
+ * connections leaves node-2 with at most MR_PREHELLO_MAX more descriptors;
+ * then a real push to node-2 and node-3 completes. */
+Test(models, a_member_without_a_ticket_pins_nothing_on_the_data_port, .timeout = 120)
+{
+	start_three(NULL);
+	char id2[64], id3[64], crt[600], key[600];
+	node_id(1, id2, sizeof id2);
+	node_id(2, id3, sizeof id3);
+	snprintf(crt, sizeof crt, "%s/node.crt", c->nodes[2].dir);
+	snprintf(key, sizeof key, "%s/node.key", c->nodes[2].dir);
+	int port = c->nodes[1].port + 1;
+	cr_assert(wait_log(1, "model_data_listening", 5000), "node-2's data port is up");
+	long rss0 = rss_kib(1);
+	cr_assert_gt(rss0, 0);
+	static const char *const pushes[] = {"a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8"};
+	char code[8][64];
+	for (int k = 0; k < 8; k++) {
+		struct hs_client *m = hs_connect(port, crt, key, 5000);
+		cr_assert(m, "node-3's certificate opens node-2's data port");
+		hs_set_send_timeout(m, 1000);
+		bogus_announce(m, pushes[k], id3, id2, code[k], sizeof code[k]);
+		cr_log_info("push %s: %s", pushes[k], code[k][0] ? code[k] : "(no answer)");
+		hs_close(m); /* and vanishes */
+	}
+	usleep(300000);
+	long rss1 = rss_kib(1);
+	cr_log_info("node-2's sparkd: VmRSS %ld KiB before, %ld KiB after", rss0, rss1);
+	cr_assert_lt(rss1 - rss0, 16 << 10, "node-2 holds what a member without a ticket sent: "
+		     "%ld KiB more", rss1 - rss0);
+	for (int k = 0; k < 8; k++)
+		cr_assert_str_eq(code[k], "not_authorized", "push %s: refused on its hello",
+				 pushes[k]);
+	/* the ids are free: announced again, the same refusal */
+	for (int k = 0; k < 8; k++) {
+		struct hs_client *m = hs_connect(port, crt, key, 5000);
+		cr_assert(m, "node-2's data port still answers");
+		char h[1024];
+		snprintf(h, sizeof h, "{\"v\":1,\"type\":\"mp_hello\",\"id\":0,\"push\":\"%s\","
+			 "\"from\":\"%s\",\"chain\":[{\"id\":\"%s\",\"host\":\"127.0.0.1\",\"port\":"
+			 "%d},{\"id\":\"%s\",\"host\":\"127.0.0.1\",\"port\":%d}],\"name\":\"huge\","
+			 "\"manifest_bytes\":100,\"ticket\":\"AAAA\",\"expires_at\":%lld}",
+			 pushes[k], id3, id3, c->nodes[2].port + 1, id2, port,
+			 (long long)time(NULL) + 600);
+		cr_assert_eq(hs_send_frame(m, h), 0);
+		json_t *f = hs_read_frame(m, 5000);
+		cr_assert(f, "push %s: an answer", pushes[k]);
+		cr_assert_str_eq(json_string_value(json_object_get(f, "code")), "not_authorized",
+				 "push %s", pushes[k]);
+		json_decref(f);
+		hs_close(m);
+	}
+	/* a member's TLS connection without a hello is closed (MR_HELLO_MS) */
+	struct hs_client *quiet = hs_connect(port, crt, key, 5000);
+	cr_assert(quiet);
+	long t0 = h_now_ms();
+	cr_assert(hs_wait_closed(quiet, 15000), "a connection without a hello is closed");
+	cr_log_info("closed after %ld ms without a hello", h_now_ms() - t0);
+	hs_close(quiet);
+	/* a flood of plain connections that say nothing */
+	int fd0 = nfds(1);
+	enum { FLOOD = 400 };
+	static int fds[FLOOD];
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+	int most = 0;
+	for (int i = 0; i < FLOOD; i++) {
+		fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		cr_assert_geq(fds[i], 0);
+		cr_assert_eq(connect(fds[i], (struct sockaddr *)&a, sizeof a), 0, "connect %d", i);
+		if (i % 20 == 19) {
+			int n = nfds(1);
+			most = n > most ? n : most;
+		}
+	}
+	usleep(300000);
+	int n = nfds(1);
+	most = n > most ? n : most;
+	cr_log_info("node-2's sparkd: %d descriptors before the flood, at most %d during it", fd0,
+		    most);
+	cr_assert_leq(most - fd0, 64 + 16, "the flood holds %d descriptors", most - fd0);
+	for (int i = 0; i < FLOOD; i++)
+		close(fds[i]);
+	/* a real push still works */
+	struct h_result r = h_ctl(c, 0, "model", "push", src, "--nodes", "node-2,node-3", "--name",
+				  "tiny", "-o", "json", NULL);
+	cr_assert_eq(r.rc, 0, "%s\n%s", r.out, r.err);
+	json_t *j = h_json(&r);
+	cr_assert(json_is_true(json_object_get(j, "complete")), "%s", r.out);
+	json_decref(j);
 	h_result_free(&r);
 }

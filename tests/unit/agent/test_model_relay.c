@@ -853,6 +853,26 @@ struct member_probe {
 	const char *push, *ticket;
 };
 
+/* src's hello announcing push ID of `tiny` (chain src, n1) with the ticket
+ * given (NULL: none) and manifest_bytes. */
+static json_t *src_hello(const char *id, const char *ticket, json_int_t mbytes)
+{
+	json_t *h = proto_msg("mp_hello", 0);
+	json_object_set_new(h, "push", json_string(id));
+	json_object_set_new(h, "from", json_string("src"));
+	json_t *ch = json_array();
+	for (int i = 0; i < 2; i++)
+		json_array_append_new(ch, json_pack("{s:s, s:s, s:i}", "id", chain[i].id, "host",
+						    chain[i].host, "port", chain[i].port));
+	json_object_set_new(h, "chain", ch);
+	json_object_set_new(h, "name", json_string("tiny"));
+	json_object_set_new(h, "manifest_bytes", json_integer(mbytes));
+	if (ticket)
+		json_object_set_new(h, "ticket", json_string(ticket));
+	json_object_set_new(h, "expires_at", json_integer(99));
+	return h;
+}
+
 /* As src: the hello of an announced push with the given ticket, the manifest,
  * then at once every chunk of the model as binary pieces (the right bytes),
  * without waiting for n1's mp_need. */
@@ -865,18 +885,7 @@ static void mp_ready(conn *c, int status)
 	json_t *mj = mm_to_json(man);
 	char *text = json_dumps(mj, JSON_COMPACT);
 	json_decref(mj);
-	json_t *h = proto_msg("mp_hello", 0);
-	json_object_set_new(h, "push", json_string(mp->push));
-	json_object_set_new(h, "from", json_string("src"));
-	json_t *ch = json_array();
-	for (int i = 0; i < 2; i++)
-		json_array_append_new(ch, json_pack("{s:s, s:s, s:i}", "id", chain[i].id, "host",
-						    chain[i].host, "port", chain[i].port));
-	json_object_set_new(h, "chain", ch);
-	json_object_set_new(h, "manifest_bytes", json_integer((json_int_t)strlen(text)));
-	json_object_set_new(h, "ticket", json_string(mp->ticket));
-	json_object_set_new(h, "expires_at", json_integer(99));
-	conn_send_new(c, h);
+	conn_send_new(c, src_hello(mp->push, mp->ticket, (json_int_t)strlen(text)));
 	json_t *mf = proto_msg("mp_manifest", 0);
 	json_object_set_new(mf, "off", json_integer(0));
 	json_object_set_new(mf, "text", json_string(text));
@@ -1057,5 +1066,266 @@ Test(relay, a_downstream_asking_again_and_again_is_cut_off)
 	cr_assert(nodes[0].done, "the source's push ended");
 	cr_assert_neq(nodes[0].status, 0, "not complete");
 	uv_close((uv_handle_t *)&g.lst, NULL);
+	cleanup_push();
+}
+
+/* ---- the limits of the data port ---- */
+
+static bool expired;
+
+static void on_expire(uv_timer_t *t)
+{
+	(void)t;
+	expired = true;
+}
+
+/* Run the loop until *flag is set or ms have passed; the flag's value. */
+static bool run_until(const bool *flag, unsigned ms)
+{
+	uv_timer_t t;
+	uv_timer_init(&loop, &t);
+	expired = false;
+	uv_timer_start(&t, on_expire, ms, 0);
+	while (!*flag && !expired)
+		uv_run(&loop, UV_RUN_ONCE);
+	uv_close((uv_handle_t *)&t, NULL);
+	uv_run(&loop, UV_RUN_NOWAIT);
+	return *flag;
+}
+
+/* A member's raw link: it sends what the test says, counts what comes. */
+struct raw {
+	conn *c;
+	bool ready, closed;
+	char code[64];
+	int keepalives, needs;
+};
+
+static void raw_ready(conn *c, int status)
+{
+	struct raw *r = conn_data(c);
+	r->ready = status == 0;
+}
+
+static void raw_frame(conn *c, json_t *f)
+{
+	struct raw *r = conn_data(c);
+	const char *t = proto_type(f);
+	if (!strcmp(t, "error"))
+		util_strlcpy(r->code, proto_str(f, "code") ? proto_str(f, "code") : "", sizeof r->code);
+	r->keepalives += !strcmp(t, "mp_keepalive");
+	r->needs += !strcmp(t, "mp_need");
+	json_decref(f);
+}
+
+static void raw_close(conn *c, int err)
+{
+	(void)err;
+	struct raw *r = conn_data(c);
+	r->closed = true;
+	r->c = NULL;
+}
+
+static const struct conn_cbs raw_cbs = {raw_ready, raw_frame, raw_close};
+
+static void raw_open(struct raw *r, SSL_CTX *ctx, int port)
+{
+	memset(r, 0, sizeof *r);
+	cr_assert_eq(conn_connect_tcp(&loop, "127.0.0.1", port, ctx, 5000, &raw_cbs, r, &r->c), 0);
+	cr_assert(run_until(&r->ready, 5000), "connected");
+}
+
+/* src's hello announcing push ID of `tiny` to n1 (chain src, n1) with the
+ * ticket given (NULL: none), manifest_bytes as said, and the first `part`
+ * bytes of the manifest's text (all when part is -1). */
+static void announce(struct raw *r, const char *id, const char *ticket, json_int_t mbytes,
+		     long part)
+{
+	json_t *mj = mm_to_json(man);
+	char *text = json_dumps(mj, JSON_COMPACT);
+	json_decref(mj);
+	conn_send_new(r->c, src_hello(id, ticket, mbytes ? mbytes : (json_int_t)strlen(text)));
+	size_t n = part < 0 ? strlen(text) : (size_t)part;
+	if (n) {
+		json_t *mf = proto_msg("mp_manifest", 0);
+		json_object_set_new(mf, "off", json_integer(0));
+		json_object_set_new(mf, "text", json_stringn(text, n));
+		conn_send_new(r->c, mf);
+	}
+	free(text);
+}
+
+/* The engines, the model, and n1 taking announced pushes. */
+static void n1_accepts(void)
+{
+	start_engines();
+	char err[256] = "";
+	cr_assert_eq(mm_build(src, "tiny", CS, &man, err, sizeof err), 0, "%s", err);
+	mr_engine_accept(nodes[1].e, nodes[1].store, &cbs, &nodes[1]);
+}
+
+static size_t announced_on(int i)
+{
+	struct mr_stats st;
+	mr_engine_stats(nodes[i].e, &st);
+	return st.announced;
+}
+
+/* A member (the source's real certificate) announces pushes of the largest
+ * manifest with a bogus ticket and sends nothing more: each hello is refused
+ * at once (not_authorized, the link closed) and nothing is kept, before a
+ * byte of the manifest came. */
+Test(relay, a_hello_without_permission_is_refused_before_the_manifest)
+{
+	n1_accepts();
+	mr_engine_verify(nodes[1].e, test_verify, NULL);
+	static const char *const ids2[] = {"e1", "e2", "e3", "e4", "e5", "e6"};
+	struct raw r[6];
+	for (int i = 0; i < 6; i++) {
+		raw_open(&r[i], cli[0], chain[1].port);
+		announce(&r[i], ids2[i], i % 2 ? "bogus" : NULL, (json_int_t)MR_MANIFEST_MAX, 0);
+	}
+	for (int i = 0; i < 6; i++) {
+		cr_assert(run_until(&r[i].closed, 3000), "hello %s answered and closed", ids2[i]);
+		cr_assert_str_eq(r[i].code, "not_authorized", "%s", ids2[i]);
+	}
+	cr_assert_eq(announced_on(1), 0, "no push kept");
+	struct mr_stats st;
+	mr_engine_stats(nodes[1].e, &st);
+	cr_assert_eq(st.links, 0, "no connection kept");
+	cleanup_push();
+}
+
+/* Without a ticket check (the tests' engines), a member may have at most
+ * MR_PUSHES_PER_PEER announced pushes here at once: the next is `busy`. A
+ * push whose upstream goes before its manifest came ends at once: its id is
+ * free again and the member may announce more. */
+Test(relay, announced_pushes_are_bounded_and_freed_when_the_member_goes)
+{
+	n1_accepts();
+	struct raw r[MR_PUSHES_PER_PEER + 1];
+	char id[MR_PUSHES_PER_PEER + 1][8];
+	for (int i = 0; i <= MR_PUSHES_PER_PEER; i++) {
+		snprintf(id[i], sizeof id[i], "d%d", i);
+		raw_open(&r[i], cli[0], chain[1].port);
+		announce(&r[i], id[i], NULL, 0, 10); /* the manifest's first 10 bytes */
+		for (int k = 0; k < 50; k++)
+			uv_run(&loop, UV_RUN_NOWAIT);
+	}
+	cr_assert(run_until(&r[MR_PUSHES_PER_PEER].closed, 3000), "the last one refused");
+	cr_assert_str_eq(r[MR_PUSHES_PER_PEER].code, "busy");
+	for (int i = 0; i < MR_PUSHES_PER_PEER; i++)
+		cr_assert(!r[i].closed && !r[i].code[0], "push %s taken", id[i]);
+	cr_assert_eq(announced_on(1), MR_PUSHES_PER_PEER);
+	/* the member goes away */
+	for (int i = 0; i < MR_PUSHES_PER_PEER; i++)
+		conn_close(r[i].c, 0);
+	for (int i = 0; i < MR_PUSHES_PER_PEER; i++)
+		cr_assert(run_until(&r[i].closed, 3000));
+	for (int k = 0; k < 200 && announced_on(1); k++)
+		uv_run(&loop, UV_RUN_NOWAIT);
+	cr_assert_eq(announced_on(1), 0, "every announced push ended with its link");
+	/* the same ids again: taken, not busy */
+	for (int i = 0; i < MR_PUSHES_PER_PEER; i++) {
+		raw_open(&r[i], cli[0], chain[1].port);
+		announce(&r[i], id[i], NULL, 0, 10);
+	}
+	for (int k = 0; k < 200 && announced_on(1) < MR_PUSHES_PER_PEER; k++)
+		uv_run(&loop, UV_RUN_ONCE);
+	cr_assert_eq(announced_on(1), MR_PUSHES_PER_PEER, "the ids are free again");
+	for (int i = 0; i < MR_PUSHES_PER_PEER; i++)
+		cr_assert(!r[i].closed && !r[i].code[0], "push %s taken again", id[i]);
+	for (int i = 0; i < MR_PUSHES_PER_PEER; i++)
+		conn_close(r[i].c, 0);
+	cleanup_push();
+}
+
+/* Shorter times on n1 (hello 300 ms, idle 600 ms, keepalive 100 ms): a
+ * member's TLS connection without a hello is closed after the hello time; an
+ * upstream that announced a push and then says nothing (its connection
+ * open) is cut off after the idle time and the push ends; a link that is
+ * quiet but whose peer sends mp_keepalive stays, and n1 sends its own. */
+Test(relay, silent_links_are_closed_and_keepalives_keep_quiet_ones)
+{
+	n1_accepts();
+	mr_engine_test_times(nodes[1].e, 300, 600, 100);
+	struct raw r;
+	uint64_t t0 = util_now_ms();
+	raw_open(&r, cli[0], chain[1].port);
+	cr_assert(run_until(&r.closed, 5000), "no hello: closed");
+	uint64_t dt = util_now_ms() - t0;
+	cr_assert(dt >= 295, "not before the hello time (%llu ms)", (unsigned long long)dt);
+	/* announced, half a manifest, then silence */
+	raw_open(&r, cli[0], chain[1].port);
+	announce(&r, "f1", NULL, 0, 10);
+	for (int k = 0; k < 200 && announced_on(1) == 0; k++)
+		uv_run(&loop, UV_RUN_ONCE);
+	cr_assert_eq(announced_on(1), 1);
+	cr_assert(run_until(&r.closed, 5000), "a silent upstream is cut off");
+	for (int k = 0; k < 200 && announced_on(1); k++)
+		uv_run(&loop, UV_RUN_NOWAIT);
+	cr_assert_eq(announced_on(1), 0, "its push ended");
+	/* the whole manifest: n1 (the chain's end) answers mp_need; then this
+	 * side sends only keepalives for 2 s, more than three idle times */
+	raw_open(&r, cli[0], chain[1].port);
+	announce(&r, "f2", NULL, 0, -1);
+	bool needed = false;
+	for (int k = 0; k < 100000 && !needed && !r.closed; k++) {
+		uv_run(&loop, UV_RUN_ONCE);
+		needed = r.needs > 0;
+	}
+	cr_assert(needed, "n1 asked for the chunks");
+	uint64_t start = util_now_ms(), last = start;
+	while (!r.closed && util_now_ms() - start < 2000) {
+		if (util_now_ms() - last >= 100) {
+			conn_send_new(r.c, proto_msg("mp_keepalive", 0));
+			last = util_now_ms();
+		}
+		bool never = false;
+		run_until(&never, 20);
+	}
+	cr_assert(!r.closed, "a link with keepalives stays (%s)", r.code);
+	cr_assert_gt(r.keepalives, 5, "n1 sent keepalives (%d)", r.keepalives);
+	cr_assert_eq(announced_on(1), 1);
+	/* and once they stop: cut off, the push ended (incomplete) */
+	cr_assert(run_until(&r.closed, 5000), "closed once the keepalives stop");
+	for (int k = 0; k < 2000 && announced_on(1); k++)
+		uv_run(&loop, UV_RUN_ONCE);
+	cr_assert_eq(announced_on(1), 0);
+	cleanup_push();
+}
+
+/* A flood of plain connections that never say anything: at most
+ * MR_PREHELLO_MAX are held, the oldest closed for each newcomer. */
+Test(relay, a_connection_flood_is_capped)
+{
+	start_engines();
+	enum { FLOOD = 200 };
+	int fds[FLOOD];
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)chain[1].port)};
+	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+	for (int i = 0; i < FLOOD; i++) {
+		fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+		cr_assert_geq(fds[i], 0);
+		cr_assert_eq(connect(fds[i], (struct sockaddr *)&a, sizeof a), 0);
+		for (int k = 0; k < 4; k++)
+			uv_run(&loop, UV_RUN_NOWAIT);
+	}
+	struct mr_stats st;
+	for (int k = 0; k < 500; k++) {
+		uv_run(&loop, UV_RUN_NOWAIT);
+		mr_engine_stats(nodes[1].e, &st);
+		if (st.links <= MR_PREHELLO_MAX)
+			break;
+		usleep(1000);
+	}
+	cr_assert_leq(st.prehello, MR_PREHELLO_MAX, "%zu waiting", st.prehello);
+	cr_assert_leq(st.links, MR_PREHELLO_MAX, "%zu connections held", st.links);
+	/* the first ones were closed: they read end of file */
+	char b[16];
+	fcntl(fds[0], F_SETFL, O_NONBLOCK);
+	cr_assert_leq(read(fds[0], b, sizeof b), 0, "the oldest was closed");
+	for (int i = 0; i < FLOOD; i++)
+		close(fds[i]);
 	cleanup_push();
 }
