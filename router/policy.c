@@ -150,6 +150,22 @@ static bool valid_name(const char *s)
 	return true;
 }
 
+/* A user name as useradd takes it: letters, digits, '_', '.', '-', not
+ * starting with '-'. */
+static bool valid_user(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > 32 || s[0] == '-')
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)s[i];
+		if (!(ch >= 'a' && ch <= 'z') && !(ch >= 'A' && ch <= 'Z') && !(ch >= '0' && ch <= '9') &&
+		    !strchr("_.-", ch))
+			return false;
+	}
+	return true;
+}
+
 /* A string, or a list of strings, into out[] (strdup'd). */
 static int get_list(struct pctx *c, json_t *obj, const char *key, char *out[], size_t *n)
 {
@@ -218,7 +234,7 @@ static int parse_target(struct pctx *c, const char *name, json_t *t)
 					   "max_concurrency", "queue", "queue_timeout_ms",
 					   "connect_timeout_ms", "timeout_ms", "weight",
 					   "cooldown_after", "cooldown_s", "network", "max_context",
-					   NULL};
+					   "owner", NULL};
 	struct policy *p = c->p;
 	if (!valid_name(name))
 		return fail(c, NULL, "a target name is 1-63 of letters, digits and -_.:/");
@@ -243,6 +259,7 @@ static int parse_target(struct pctx *c, const char *name, json_t *t)
 	    (r = get_intv(c, t, "cooldown_s", 1, 3600, &tg->cooldown_s)) < 0 ||
 	    (r = get_str(c, t, "url", &tg->url)) < 0 ||
 	    (r = get_str(c, t, "service", &tg->service)) < 0 ||
+	    (r = get_str(c, t, "owner", &tg->owner)) < 0 ||
 	    (r = get_str(c, t, "api_key_env", &tg->api_key_env)) < 0 ||
 	    (r = get_str(c, t, "model", &tg->model)) < 0 ||
 	    (r = get_intv(c, t, "max_concurrency", 0, 100000, &tg->max_concurrency)) < 0 ||
@@ -259,6 +276,12 @@ static int parse_target(struct pctx *c, const char *name, json_t *t)
 		return fail(c, "url", "expected an http:// or https:// URL without spaces");
 	if (tg->service && !valid_name(tg->service))
 		return fail(c, "service", "not a valid service name");
+	if (tg->owner && !tg->service)
+		return fail(c, "owner", "only service targets take owner: (the user whose service it follows)");
+	if (tg->owner && strcmp(tg->owner, "*") != 0 && !valid_user(tg->owner))
+		return fail(c, "owner", "expected a user name (1-32 of letters, digits, '_', '.', '-') or \"*\" (any owner)");
+	if (tg->service && !tg->owner && !(tg->owner = strdup(POLICY_SERVICE_OWNER)))
+		return fail(c, NULL, "out of memory");
 	if (tg->url && json_object_get(t, "network"))
 		return fail(c, "network", "only service targets take network: (a URL target is its url:)");
 	if (tg->service && tg->api_key_env)
@@ -825,6 +848,7 @@ void policy_free(struct policy *p)
 		struct target *t = &p->targets[i];
 		free(t->url);
 		free(t->service);
+		free(t->owner);
 		free(t->api_key_env);
 		free(t->model);
 	}
@@ -891,4 +915,9 @@ bool policy_has_service_targets(const struct policy *p)
 		if (p->targets[i].kind == TARGET_SERVICE)
 			return true;
 	return false;
+}
+
+bool policy_owner_ok(const struct target *tg, const char *owner)
+{
+	return !tg->owner || strcmp(tg->owner, "*") == 0 || (owner && strcmp(tg->owner, owner) == 0);
 }

@@ -17,6 +17,7 @@
 #define POLICY_MAX_RULES 64
 #define POLICY_MAX_LIST 16 /* keywords, models, weighted targets, fallbacks, api keys */
 #define POLICY_NAME_MAX 64
+#define POLICY_SERVICE_OWNER "root" /* whose service a service: target follows by default */
 
 enum target_kind { TARGET_URL, TARGET_SERVICE };
 
@@ -25,6 +26,8 @@ struct target {
 	enum target_kind kind;
 	char *url;          /* TARGET_URL: base URL, e.g. http://127.0.0.1:8001/v1 */
 	char *service;      /* TARGET_SERVICE: cluster service name (issue 19) */
+	char *owner;        /* TARGET_SERVICE: the user the service must belong to
+			     * (owner:, default POLICY_SERVICE_OWNER; "*": anyone) */
 	char *api_key_env;  /* environment variable holding the upstream key, or NULL */
 	char *model;        /* model name sent upstream instead of the client's, or NULL */
 	int max_concurrency; /* 0: no limit */
@@ -134,5 +137,7 @@ int policy_target_index(const struct policy *p, const char *name);
 
 const char *route_type_name(enum route_type t);
 bool policy_has_service_targets(const struct policy *p);
+/* Does a service owned by owner (as svc_watch says) count for service target tg? */
+bool policy_owner_ok(const struct target *tg, const char *owner);
 
 #endif
