@@ -136,34 +136,31 @@ static int get_bool(struct pctx *c, json_t *obj, const char *key, int *out)
 	return 0;
 }
 
-static bool valid_name(const char *s)
+/* 1 to max-1 characters, each a letter, a digit or one of extra. */
+static bool word_of(const char *s, size_t max, const char *extra)
 {
 	size_t n = strlen(s);
-	if (n == 0 || n >= POLICY_NAME_MAX)
+	if (n == 0 || n >= max)
 		return false;
 	for (size_t i = 0; i < n; i++) {
 		unsigned char ch = (unsigned char)s[i];
 		if (!(ch >= 'a' && ch <= 'z') && !(ch >= 'A' && ch <= 'Z') && !(ch >= '0' && ch <= '9') &&
-		    !strchr("-_.:/", ch))
+		    !strchr(extra, ch))
 			return false;
 	}
 	return true;
 }
 
-/* A user name as useradd takes it: letters, digits, '_', '.', '-', not
- * starting with '-'. */
+static bool valid_name(const char *s)
+{
+	return word_of(s, POLICY_NAME_MAX, "-_.:/");
+}
+
+/* A user name as useradd takes it: 1-32 letters, digits, '_', '.', '-',
+ * not starting with '-'. */
 static bool valid_user(const char *s)
 {
-	size_t n = strlen(s);
-	if (n == 0 || n > 32 || s[0] == '-')
-		return false;
-	for (size_t i = 0; i < n; i++) {
-		unsigned char ch = (unsigned char)s[i];
-		if (!(ch >= 'a' && ch <= 'z') && !(ch >= 'A' && ch <= 'Z') && !(ch >= '0' && ch <= '9') &&
-		    !strchr("_.-", ch))
-			return false;
-	}
-	return true;
+	return s[0] != '-' && word_of(s, 33, "_.-");
 }
 
 /* A string, or a list of strings, into out[] (strdup'd). */
