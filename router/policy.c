@@ -163,6 +163,15 @@ static bool valid_user(const char *s)
 	return s[0] != '-' && word_of(s, 33, "_.-");
 }
 
+/* owner: (of a target, or the policy's default): a user name or "*". */
+static int check_owner(struct pctx *c, const char *owner)
+{
+	if (owner && strcmp(owner, "*") != 0 && !valid_user(owner))
+		return fail(c, "owner", "expected a user name (1-32 of letters, digits, '_', '.', '-') "
+			    "or \"*\" (any owner)");
+	return 0;
+}
+
 /* A string, or a list of strings, into out[] (strdup'd). */
 static int get_list(struct pctx *c, json_t *obj, const char *key, char *out[], size_t *n)
 {
@@ -275,9 +284,10 @@ static int parse_target(struct pctx *c, const char *name, json_t *t)
 		return fail(c, "service", "not a valid service name");
 	if (tg->owner && !tg->service)
 		return fail(c, "owner", "only service targets take owner: (the user whose service it follows)");
-	if (tg->owner && strcmp(tg->owner, "*") != 0 && !valid_user(tg->owner))
-		return fail(c, "owner", "expected a user name (1-32 of letters, digits, '_', '.', '-') or \"*\" (any owner)");
-	if (tg->service && !tg->owner && !(tg->owner = strdup(POLICY_SERVICE_OWNER)))
+	if ((r = check_owner(c, tg->owner)) < 0)
+		return r;
+	if (tg->service && !tg->owner &&
+	    !(tg->owner = strdup(p->service_owner ? p->service_owner : POLICY_SERVICE_OWNER)))
 		return fail(c, NULL, "out of memory");
 	if (tg->url && json_object_get(t, "network"))
 		return fail(c, "network", "only service targets take network: (a URL target is its url:)");
@@ -677,7 +687,7 @@ int policy_parse(const char *name, const char *text, size_t len, struct policy *
 {
 	static const char *const keys[] = {"listen", "api_keys", "log", "max_body_bytes",
 					   "max_connections", "idle_timeout_s", "default_route",
-					   "sessions", "targets", "routes", "network", NULL};
+					   "sessions", "targets", "routes", "network", "owner", NULL};
 	json_t *root = NULL;
 	*out = NULL;
 	int r = cfg_parse(name, text, len, &root, err, errlen);
@@ -700,7 +710,9 @@ int policy_parse(const char *name, const char *text, size_t len, struct policy *
 	    (r = get_int(&c, root, "max_body_bytes", 1024, 1LL << 30, &p->max_body_bytes)) < 0 ||
 	    (r = get_int(&c, root, "max_connections", 1, 100000, &mc)) < 0 ||
 	    (r = get_int(&c, root, "idle_timeout_s", 1, 3600, &it)) < 0 ||
-	    (r = get_network(&c, root, &p->management)) < 0)
+	    (r = get_network(&c, root, &p->management)) < 0 ||
+	    (r = get_str(&c, root, "owner", &p->service_owner)) < 0 ||
+	    (r = check_owner(&c, p->service_owner)) < 0)
 		goto out;
 	p->max_connections = (int)mc;
 	p->idle_timeout_s = (int)it;
@@ -866,6 +878,7 @@ void policy_free(struct policy *p)
 	free(p->log_path);
 	free(p->default_route);
 	free(p->session_header);
+	free(p->service_owner);
 	free(p);
 }
 

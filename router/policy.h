@@ -27,7 +27,8 @@ struct target {
 	char *url;          /* TARGET_URL: base URL, e.g. http://127.0.0.1:8001/v1 */
 	char *service;      /* TARGET_SERVICE: cluster service name (issue 19) */
 	char *owner;        /* TARGET_SERVICE: the user the service must belong to
-			     * (owner:, default POLICY_SERVICE_OWNER; "*": anyone) */
+			     * (owner:, else the policy's owner:, else
+			     * POLICY_SERVICE_OWNER; "*": anyone) */
 	char *api_key_env;  /* environment variable holding the upstream key, or NULL */
 	char *model;        /* model name sent upstream instead of the client's, or NULL */
 	int max_concurrency; /* 0: no limit */
@@ -114,6 +115,8 @@ struct policy {
 	int idle_timeout_s;
 	char *default_route;              /* route for unknown model names, or NULL (404) */
 	bool management;                  /* network: management (the default for service targets) */
+	char *service_owner;              /* owner: the default owner of service targets, or NULL
+					   * (POLICY_SERVICE_OWNER) */
 	char *session_header;             /* "x-session-id" unless set */
 	int session_ttl_s;
 	int max_sessions;

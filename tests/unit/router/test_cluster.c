@@ -638,6 +638,7 @@ Test(services, a_service_target_follows_only_its_owner)
 		"targets:\n  a: {service: q, owner: ''}\n",
 		"targets:\n  a: {service: q, owner: -rf}\n",
 		"targets:\n  a: {service: q, owner: [root]}\n",
+		"owner: root\ntargets:\n  a: {url: 'http://127.0.0.1:1/v1', owner: root}\n",
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		struct policy *q = NULL;
@@ -645,4 +646,16 @@ Test(services, a_service_target_follows_only_its_owner)
 			     "accepted: %s", bad[i]);
 		cr_assert(strstr(err, "targets.a.owner"), "%s", err);
 	}
+	/* the policy's owner: is the default of its service targets */
+	static const char OWNED[] = "owner: alice\ntargets:\n  a: {service: q}\n"
+				    "  b: {service: q, owner: root}\n  u: {url: 'http://127.0.0.1:1/v1'}\n"
+				    "routes:\n  r: {type: passthrough, target: a}\n";
+	cr_assert_eq(policy_parse("o.yaml", OWNED, strlen(OWNED), &p, err, sizeof err), 0, "%s", err);
+	cr_assert_str_eq(p->targets[0].owner, "alice");
+	cr_assert_str_eq(p->targets[1].owner, "root");
+	cr_assert_null(p->targets[2].owner);
+	policy_free(p);
+	static const char BADTOP[] = "owner: 'a b'\ntargets:\n  a: {service: q}\n";
+	cr_assert_lt(policy_parse("o.yaml", BADTOP, strlen(BADTOP), &p, err, sizeof err), 0);
+	cr_assert(strstr(err, "o.yaml:1:8: owner: expected a user name"), "%s", err);
 }
