@@ -47,6 +47,7 @@ static struct hs_server *S;
 static struct hs_client *CL[MAX_CLIENTS];
 static char USER_NAME[32], GROUP_JOB[32], GROUP_ADM[32];
 static bool user_made, gjob_made, gadm_made;
+static pid_t router_pid; /* a spark-router a test started, stopped by teardown */
 
 static struct h_result run_cmd(const char *a0, ...)
 {
@@ -83,6 +84,11 @@ static bool retry_del(const char *tool, const char *name)
 
 static void teardown(void)
 {
+	if (router_pid > 0) {
+		kill(router_pid, SIGKILL);
+		waitpid(router_pid, NULL, 0);
+		router_pid = 0;
+	}
 	hs_server_stop(S);
 	S = NULL;
 	for (int i = 0; i < MAX_CLIENTS; i++) {
@@ -1602,6 +1608,7 @@ static pid_t router_up(const char *policy, const char *log, int *port)
 		      "127.0.0.1:0", "--socket", C->nodes[0].sock, (char *)NULL);
 		_exit(127);
 	}
+	router_pid = p;
 	*port = 0;
 	for (int t = 0; t < 100 && !*port; t++) {
 		char *l = slurp(log), *m = strstr(l, "msg=router_listen");
@@ -1731,6 +1738,7 @@ Test(security, svc_name_squatting_by_a_job_user, .timeout = 120)
 	h_result_free(&r);
 	kill(rp, SIGTERM);
 	waitpid(rp, NULL, 0);
+	router_pid = 0;
 	r = ctl_t(0, 30, "svc", "stop", "chat", NULL);
 	cr_expect_eq(r.rc, 0, "root's svc stop of the user's service: %s", r.err);
 	h_result_free(&r);
