@@ -249,7 +249,17 @@ void head_node_rm(struct agent *a, const struct svc_req *q)
 			      "'%s' is the head; the head cannot be removed from its own cluster", n.name);
 		return;
 	}
-	int r = db_node_remove(a->hd.db, n.id, util_now());
+	/* A service's plan names its nodes: removing one would leave it
+	 * restarting against a node that no longer exists. */
+	char svcs[300];
+	int r = db_services_using(a->hd.db, NULL, n.id, svcs, sizeof svcs);
+	if (r > 0) {
+		svc_error(q, "busy", "'%s' runs a rank of service(s) %s; stop and remove them first "
+			  "('sparkctl svc stop NAME', 'sparkctl svc rm NAME'), then remove the node",
+			  n.name, svcs);
+		return;
+	}
+	r = db_node_remove(a->hd.db, n.id, util_now());
 	if (r < 0) {
 		svc_error(q, "internal", "cannot update cluster.db: %s", head_store_error(r));
 		return;

@@ -766,6 +766,15 @@ void jh_group_rm(struct agent *a, const struct svc_req *q)
 		reply_error(dest, id, "not_found", "no group '%s'; 'sparkctl group ls' lists them", name);
 		return;
 	}
+	/* A service keeps its group (its runs are jobs of it): even --force
+	 * would leave it restarting against a group that no longer exists. */
+	char svcs[300];
+	if (db_services_using(a->hd.db, name, NULL, svcs, sizeof svcs) > 0) {
+		reply_error(dest, id, "busy", "group '%s' is used by service(s) %s; stop and remove them "
+			    "first ('sparkctl svc stop NAME', 'sparkctl svc rm NAME')%s", name, svcs,
+			    force ? " (--force cancels jobs, not services)" : "");
+		return;
+	}
 	json_t *running = active_jobs_of_group(a, name);
 	if (json_array_size(running) && !force) {
 		char ids[256] = "";

@@ -14,7 +14,9 @@
  * earlier service on a shared node: waiting_for), ready, unhealthy (failing
  * after ready), restarting (back-off before the next run), failed (restart
  * limit, or a run that never became healthy within startup_timeout and no
- * restart left), stopped.
+ * restart left), waiting (a member's sparkd is not connected to the head:
+ * the next run starts as soon as every member is back; waiting costs no
+ * restart and no back-off), stopped.
  *
  * Admission: each member's budget (the node's report, nodes.mem_budget)
  * minus the need of the services placed there that are not stopped or
@@ -331,6 +333,31 @@ static struct sh_svc *blocker(struct agent *a, const struct sh_svc *s)
 
 static void run_ended(struct agent *a, struct sh_svc *s, bool clean, const char *why);
 
+/* The first member (rank index) whose sparkd is not connected to the head,
+ * or -1 when every member is there. */
+static int member_away(struct agent *a, const struct sh_svc *s)
+{
+	for (size_t i = 0; i < s->n_nodes; i++)
+		if (strcmp(s->node_id[i], a->id.node_id) != 0 && !peers_session(a, s->node_id[i]))
+			return (int)i;
+	return -1;
+}
+
+/* No run can start while member k is away: wait for it, without counting
+ * a failure or a back-off (SVC_EV_NODE_UP and the tick start the run).
+ * ended: why the last run ended, when it ended for this. */
+static void wait_for_member(struct agent *a, struct sh_svc *s, int k, const char *ended)
+{
+	char why[600];
+	snprintf(why, sizeof why, "%s%swaiting for %s: its sparkd is not connected to the head; "
+		 "the service starts when it is back", ended ? ended : "", ended ? "; " : "",
+		 s->node_name[k]);
+	s->waiting_for[0] = '\0';
+	if (!state_is(s, "waiting"))
+		log_info("service_waits_member", "service=%s node=%s", s->row.name, s->node_name[k]);
+	set_state(a, s, "waiting", why);
+}
+
 static void launch(struct agent *a, struct sh_svc *s)
 {
 	json_t *ranks = json_array();
@@ -390,9 +417,15 @@ static void launch(struct agent *a, struct sh_svc *s)
 	send_watch(a, s);
 }
 
-/* Start a run now, or wait in "starting" for an earlier one on a shared node. */
+/* Start a run now, or wait: in "waiting" for a member that is away, in
+ * "starting" for an earlier service on a shared node. */
 static void try_start(struct agent *a, struct sh_svc *s)
 {
+	int away = member_away(a, s);
+	if (away >= 0) {
+		wait_for_member(a, s, away, NULL);
+		return;
+	}
 	struct sh_svc *b = blocker(a, s);
 	if (b) {
 		bool changed = strcmp(s->waiting_for, b->row.name) != 0 || !state_is(s, "starting");
@@ -441,6 +474,14 @@ static void run_ended(struct agent *a, struct sh_svc *s, bool clean, const char 
 		char w[400];
 		snprintf(w, sizeof w, "%s; restart limit (%d) reached", why, limit);
 		set_state(a, s, "failed", w);
+		return;
+	}
+	/* A run that ended with a member away counts once (a node that resets
+	 * under its service may be the service's doing, and the limit ends that
+	 * loop); the wait for the member is the back-off. */
+	int away = member_away(a, s);
+	if (away >= 0) {
+		wait_for_member(a, s, away, why);
 		return;
 	}
 	long long b = plan_int(s->plan, "restart", "backoff_s", 10);
@@ -562,7 +603,7 @@ static void on_tick(uv_timer_t *t)
 	for (struct sh_svc *s = S(a)->svcs; s; s = s->next) {
 		if (state_is(s, "restarting") && !s->live && now >= s->next_start_ms)
 			try_start(a, s);
-		else if (state_is(s, "starting") && !s->live && !s->stopping)
+		else if ((state_is(s, "starting") || state_is(s, "waiting")) && !s->live && !s->stopping)
 			try_start(a, s);
 		if (s->live && state_is(s, "starting") && !s->got_ok && !s->timed_out && !s->stopping) {
 			json_int_t lim = plan_int(s->plan, "health", "startup_timeout_s", 3600);
@@ -1199,6 +1240,7 @@ void sh_svc_rm(struct agent *a, const struct svc_req *q)
 	}
 	db_event_add(a->hd.db, util_now(), NULL, "service_removed", s->row.name);
 	json_t *o = svc_full(s);
+	json_object_set_new(o, "state", json_string("removed")); /* not the state it had */
 	for (struct sh_svc **p = &S(a)->svcs; *p; p = &(*p)->next)
 		if (*p == s) {
 			*p = s->next;
@@ -1310,6 +1352,8 @@ void sh_event(struct agent *a, enum svc_event ev, const struct svc_event_arg *ar
 		for (struct sh_svc *s = sv->svcs; s && arg->node_id; s = s->next)
 			if (s->live && strcmp(s->node_id[0], arg->node_id) == 0)
 				send_watch(a, s);
+			else if (state_is(s, "waiting") && !s->live && !s->stopping && is_head(a))
+				try_start(a, s);
 		break;
 	case SVC_EV_JOB_ENDED:
 		if (is_head(a))

@@ -38,6 +38,11 @@ void cli_text_route_check(const struct cli_answer *a)
 	if (json_is_string(json_object_get(d, "control_socket")))
 		printf("\nservice targets follow the cluster's services through sparkd on %s\n",
 		       cli_jstr(d, "control_socket"));
+	json_t *w = json_object_get(d, "warnings");
+	if (json_array_size(w))
+		putchar('\n');
+	json_array_foreach(w, i, o)
+		printf("warning: %s\n", json_string_value(o));
 }
 
 void cli_text_route_reload(const struct cli_answer *a)

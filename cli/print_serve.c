@@ -187,6 +187,8 @@ static void svc_line(json_t *o)
 	if (wait)
 		printf(", waiting for %s to be ready", wait);
 	printf("\n");
+	if (strcmp(cli_jstr(o, "state"), "waiting") == 0)
+		printf("%s\n", cli_jstr(o, "last_error"));
 	if (json_is_string(json_object_get(o, "note")))
 		printf("%s\n", cli_jstr(o, "note"));
 }

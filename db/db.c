@@ -272,6 +272,35 @@ static const char *const migrations[] = {
 	"  created_at  INTEGER NOT NULL,"
 	"  updated_at  INTEGER NOT NULL"
 	") STRICT;",
+	/* 9: a service may be `waiting` for a member that is away (issue 28).
+	 * SQLite cannot change a CHECK: the table is made again and its rows
+	 * copied (nothing references it). */
+	"CREATE TABLE services_new ("
+	"  name        TEXT PRIMARY KEY NOT NULL CHECK (length(name) BETWEEN 1 AND 63),"
+	"  group_name  TEXT NOT NULL CHECK (length(group_name) > 0),"
+	"  recipe      TEXT NOT NULL DEFAULT '',"
+	"  runtime     TEXT NOT NULL DEFAULT '',"
+	"  model       TEXT NOT NULL DEFAULT '',"
+	"  owner       TEXT NOT NULL CHECK (length(owner) > 0),"
+	"  uid         INTEGER NOT NULL DEFAULT -1,"
+	"  state       TEXT NOT NULL CHECK (state IN ('starting', 'ready', 'unhealthy', "
+	"              'restarting', 'waiting', 'failed', 'stopped')),"
+	"  plan        TEXT NOT NULL CHECK (json_valid(plan)),"
+	"  caller      TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(caller)),"
+	"  need        TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(need)),"
+	"  endpoint    TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(endpoint)),"
+	"  run_id      INTEGER NOT NULL DEFAULT 0 CHECK (run_id >= 0),"
+	"  run_started INTEGER NOT NULL DEFAULT 0,"
+	"  restarts    INTEGER NOT NULL DEFAULT 0 CHECK (restarts >= 0),"
+	"  failures    INTEGER NOT NULL DEFAULT 0 CHECK (failures >= 0),"
+	"  forced      INTEGER NOT NULL DEFAULT 0 CHECK (forced IN (0, 1)),"
+	"  last_error  TEXT NOT NULL DEFAULT '',"
+	"  created_at  INTEGER NOT NULL,"
+	"  updated_at  INTEGER NOT NULL"
+	") STRICT;"
+	"INSERT INTO services_new SELECT * FROM services;"
+	"DROP TABLE services;"
+	"ALTER TABLE services_new RENAME TO services;",
 };
 #define DB_SCHEMA_VERSION ((int)ARRAY_SIZE(migrations))
 

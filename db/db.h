@@ -101,7 +101,9 @@ int db_node_set_memory(db *d, const char *id, int64_t total, int64_t available, 
  * first. */
 int db_node_transition(db *d, const char *id, const char *state, const char *detail, int64_t now);
 int db_node_set_drained(db *d, const char *id, bool drained);
-/* Remove the node and revoke its certificate serial, in one transaction. */
+/* Remove the node and revoke its certificate serial, in one transaction; the
+ * groups it was in lose it and their shape (`single` when one member is left,
+ * else `unknown`, with a note that names it). */
 int db_node_remove(db *d, const char *id, int64_t now);
 /* 1 if this serial was revoked, 0 if not. */
 int db_cert_revoked(db *d, const char *serial);
@@ -289,7 +291,7 @@ typedef struct db_service {
 	char model[256];
 	char owner[64];       /* user name of who started it */
 	int64_t uid;
-	char state[16];       /* starting|ready|unhealthy|restarting|failed|stopped */
+	char state[16];       /* starting|ready|unhealthy|restarting|waiting|failed|stopped */
 	int64_t run_id;
 	int64_t run_started;  /* Unix seconds the current run was launched */
 	int restarts, failures;
@@ -309,6 +311,9 @@ int db_service_list(db *d, db_service **out, size_t *n);
  * updated_at of s->name (endpoint NULL: unchanged). -ENOENT: no such one. */
 int db_service_update(db *d, const db_service *s);
 int db_service_remove(db *d, const char *name);
+/* How many services are on group (NULL: any) with a rank on node_id (NULL:
+ * any), whatever their state; list gets "NAME (STATE), ..." (cut at len). */
+int db_services_using(db *d, const char *group, const char *node_id, char *list, size_t len);
 void db_service_free(db_service *s);
 void db_services_free(db_service *v, size_t n);
 

@@ -302,6 +302,12 @@ int db_node_set_drained(db *d, const char *id, bool drained)
 
 static const char SQL_NODE_DELETE[] =
 	"DELETE FROM nodes WHERE id = ?1";
+/* The groups the node leaves were planned with it: their shape no longer
+ * holds (a pair left with one member is not a pair). */
+static const char SQL_NODE_GROUPS_RESHAPE[] =
+	"UPDATE groups SET shape = CASE (SELECT count(*) FROM group_members m "
+	"WHERE m.group_name = groups.name) WHEN 2 THEN 'single' ELSE 'unknown' END, note = ?2 "
+	"WHERE name IN (SELECT group_name FROM group_members WHERE node_id = ?1)";
 static const char SQL_CERT_REVOKE[] =
 	"INSERT INTO revoked_certs (serial, node_id, revoked_at) VALUES (?1, ?2, ?3) "
 	"ON CONFLICT (serial) DO NOTHING";
@@ -319,6 +325,14 @@ int db_node_remove(db *d, const char *id, int64_t now)
 	if (e == 0 && strcmp(n.role, "head") == 0)
 		e = -EPERM;
 	sqlite3_stmt *s = NULL;
+	char note[200];
+	snprintf(note, sizeof note, "%s was removed from the cluster after this group was planned "
+		 "with it; remove the group and create it again to plan it anew", e == 0 ? n.name : "");
+	if (e == 0 && (s = db_stmt(d, SQL_NODE_GROUPS_RESHAPE, &e))) {
+		db_bind_str(s, 1, id);
+		db_bind_str(s, 2, note);
+		e = db_exec(d, s, "node_groups_reshape");
+	}
 	if (e == 0 && (s = db_stmt(d, SQL_NODE_DELETE, &e))) {
 		db_bind_str(s, 1, id);
 		e = db_exec(d, s, "node_delete");

@@ -4,6 +4,7 @@
 #include "db_internal.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +29,12 @@ static const char SQL_SVC_UPDATE[] =
 	"failures = ?6, last_error = ?7, endpoint = coalesce(?8, endpoint), updated_at = ?9 "
 	"WHERE name = ?1";
 static const char SQL_SVC_DELETE[] = "DELETE FROM services WHERE name = ?1";
+/* Services on group ?1 (NULL: any) whose plan has a rank on node ?2 (NULL:
+ * any node). */
+static const char SQL_SVC_USING[] =
+	"SELECT name, state FROM services WHERE (?1 IS NULL OR group_name = ?1) AND "
+	"(?2 IS NULL OR EXISTS (SELECT 1 FROM json_each(plan, '$.ranks') r "
+	"WHERE json_extract(r.value, '$.node_id') = ?2)) ORDER BY created_at, name";
 
 static const char *json_or(const char *s, const char *dflt)
 {
@@ -196,4 +203,33 @@ int db_service_remove(db *d, const char *name)
 		return e;
 	db_bind_str(s, 1, name);
 	return db_update_one(d, s, "service_delete");
+}
+
+int db_services_using(db *d, const char *group, const char *node_id, char *list, size_t len)
+{
+	if (!d || (!group && !node_id) || !list || !len)
+		return -EINVAL;
+	list[0] = '\0';
+	int e = 0;
+	sqlite3_stmt *s = db_stmt(d, SQL_SVC_USING, &e);
+	if (!s)
+		return e;
+	if (group)
+		db_bind_str(s, 1, group);
+	if (node_id)
+		db_bind_str(s, 2, node_id);
+	int rc, n = 0;
+	size_t o = 0;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		const char *name = (const char *)sqlite3_column_text(s, 0);
+		const char *state = (const char *)sqlite3_column_text(s, 1);
+		if (o < len)
+			o += (size_t)snprintf(list + o, len - o, "%s%s (%s)", n ? ", " : "",
+					      name ? name : "", state ? state : "");
+		n++;
+	}
+	if (rc != SQLITE_DONE)
+		e = db_fail(d, rc, "service_using");
+	db_done(s);
+	return e < 0 ? e : n;
 }

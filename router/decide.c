@@ -246,7 +246,9 @@ uint64_t decide_rand(uint64_t *state)
 	return z ^ (z >> 31);
 }
 
-static bool text_match(const struct cond *c, const char *text)
+/* Keywords, then the regular expression (bounded: rx.h), over one text. A
+ * regex that hits a limit does not match; *limited counts those. */
+static bool text_match(const struct cond *c, const char *text, int *limited)
 {
 	if (c->n_keywords) {
 		bool any = false;
@@ -255,12 +257,16 @@ static bool text_match(const struct cond *c, const char *text)
 		if (!any)
 			return false;
 	}
-	if (c->has_regex && regexec(&c->regex, text, 0, NULL, 0) != 0)
-		return false;
-	return true;
+	if (!c->has_regex)
+		return true;
+	int m = rx_match(c->regex, text, strlen(text));
+	if (m < 0 && limited)
+		(*limited)++;
+	return m == 1;
 }
 
-bool cond_match(const struct cond *c, const struct req_info *r, header_fn hdr, void *hctx)
+static bool cond_holds(const struct cond *c, const struct req_info *r, header_fn hdr, void *hctx,
+		       int *limited)
 {
 	if (c->min_tokens >= 0 && r->tokens < c->min_tokens)
 		return false;
@@ -291,14 +297,29 @@ bool cond_match(const struct cond *c, const struct req_info *r, header_fn hdr, v
 		const char *s = r->system ? r->system : "";
 		switch (c->scope) {
 		case SCOPE_LAST_USER:
-			return text_match(c, a);
+			return text_match(c, a, limited);
 		case SCOPE_SYSTEM:
-			return text_match(c, s);
+			return text_match(c, s, limited);
 		case SCOPE_ANY:
-			return text_match(c, a) || text_match(c, s);
+			return text_match(c, a, limited) || text_match(c, s, limited);
 		}
 	}
 	return true;
+}
+
+bool cond_match(const struct cond *c, const struct req_info *r, header_fn hdr, void *hctx)
+{
+	return cond_holds(c, r, hdr, hctx, NULL);
+}
+
+bool route_has_regex(const struct route *rt)
+{
+	if (!rt || rt->type != ROUTE_RULES)
+		return false;
+	for (size_t i = 0; i < rt->n_rules; i++)
+		if (rt->rules[i].when.has_regex)
+			return true;
+	return false;
 }
 
 static void chain_add(struct decision *d, int t)
@@ -386,9 +407,15 @@ int route_decide_live(const struct policy *p, const struct req_info *r, header_f
 		break;
 	case ROUTE_RULES: {
 		size_t i;
-		for (i = 0; i < rt->n_rules; i++)
-			if (cond_match(&rt->rules[i].when, r, hdr, hctx))
+		for (i = 0; i < rt->n_rules; i++) {
+			int limited = 0;
+			bool m = cond_holds(&rt->rules[i].when, r, hdr, hctx, &limited);
+			if (limited && !d->regex_limited++)
+				util_strlcpy(d->regex_limited_rule, rt->rules[i].name,
+					     sizeof d->regex_limited_rule);
+			if (m)
 				break;
+		}
 		if (i < rt->n_rules) {
 			d->target = rt->rules[i].target;
 			snprintf(d->rule, sizeof d->rule, "%s", rt->rules[i].name);

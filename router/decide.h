@@ -45,6 +45,8 @@ struct decision {
 	int chain[DECISION_MAX_CHAIN];      /* target, then the route's fallbacks (no repeats) */
 	size_t n_chain;
 	bool pending;                       /* classifier route: ask the judge, then classifier_pick */
+	int regex_limited;                  /* regex matches that hit a limit (rx.h): no match */
+	char regex_limited_rule[POLICY_NAME_MAX]; /* the first rule where one did */
 };
 
 /* Next random number of a weighted route (splitmix64 over *state). */
@@ -61,6 +63,12 @@ int route_decide_live(const struct policy *p, const struct req_info *r, header_f
 		      uint64_t *rng, const struct svc_table *svcs, struct decision *d);
 /* Does a rule's condition hold (exported for the tests)? */
 bool cond_match(const struct cond *c, const struct req_info *r, header_fn hdr, void *hctx);
+/* Is rt a rules route with a regex: condition? Deciding on it may take up
+ * to the regex limits' time (docs/router.md): the server decides it off its
+ * event loop. route_decide touches nothing but its arguments, the policy and
+ * req_info read-only, so it may run in another thread while nothing
+ * changes them (hdr must then be a lookup of the caller's own copy). */
+bool route_has_regex(const struct route *rt);
 
 /* Classifier routes. classifier_body: the chat completion request for the
  * judge (the route's prompt with {{message}}, {{system}} and {{targets}}

@@ -53,6 +53,42 @@ struct reload_ctx {
 	const char *path;
 };
 
+/* route check's warnings: rule regexes whose time only the match limits
+ * bound (docs/router.md, "Regular expressions"). */
+static json_t *warnings(const struct policy *p)
+{
+	json_t *w = json_array();
+	for (size_t i = 0; i < p->n_routes; i++) {
+		const struct route *rt = &p->routes[i];
+		for (size_t k = 0; k < rt->n_rules; k++) {
+			const struct cond *c = &rt->rules[k].when;
+			const char *why = c->has_regex ? rx_unbounded(rx_pattern(c->regex)) : NULL;
+			if (!why)
+				continue;
+			char m[1600];
+			snprintf(m, sizeof m,
+				 "routes.%s.rules.%zu.when.regex '%s': %s; only its match limit bounds it "
+				 "(%d steps per start position over at most %d KiB; past it the rule counts "
+				 "as no match)",
+				 rt->name, k, rx_pattern(c->regex), why, RX_MATCH_LIMIT, RX_TEXT_MAX / 1024);
+			json_array_append_new(w, json_string(m));
+		}
+	}
+	return w;
+}
+
+/* The same, in the log (at start and at each reload). */
+static void log_warnings(const struct policy *p)
+{
+	json_t *w = warnings(p);
+	size_t i;
+	json_t *e;
+	json_array_foreach(w, i, e)
+		log_warn("regex_unbounded", "policy=%s warning=%s", log_q(p->path),
+			 log_q(json_string_value(e)));
+	json_decref(w);
+}
+
 /* SIGHUP: check the policy file again and swap it in, or keep the old one. */
 static void on_hup(uv_signal_t *h, int sig)
 {
@@ -71,6 +107,7 @@ static void on_hup(uv_signal_t *h, int sig)
 	}
 	log_info("policy_reloaded", "policy=%s routes=%zu targets=%zu", log_q(rc->path),
 		 p->n_routes, p->n_targets);
+	log_warnings(p);
 }
 
 /* Write our pid to path and hold a write lock on it while we run (fcntl, so
@@ -121,8 +158,9 @@ static json_t *summary(const struct policy *p)
 	for (size_t i = 0; i < p->n_routes; i++)
 		json_array_append_new(r, json_pack("{s:s, s:s}", "name", p->routes[i].name, "type",
 						   route_type_name(p->routes[i].type)));
-	return json_pack("{s:s, s:b, s:s, s:i, s:o, s:o}", "policy", p->path, "valid", 1, "listen",
-			 p->listen, "api_keys", (int)p->n_api_keys, "targets", t, "routes", r);
+	return json_pack("{s:s, s:b, s:s, s:i, s:o, s:o, s:o}", "policy", p->path, "valid", 1,
+			 "listen", p->listen, "api_keys", (int)p->n_api_keys, "targets", t, "routes", r,
+			 "warnings", warnings(p));
 }
 
 int main(int argc, char **argv)
@@ -211,6 +249,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	bool svc = policy_has_service_targets(p);
+	if (so.log_path && policy_log_path_check(so.log_path, err, sizeof err) < 0) {
+		fprintf(stderr, "spark-router: --log: %s\n", err);
+		policy_free(p);
+		return 2;
+	}
+	json_t *warn = warnings(p);
 	if (check) {
 		if (!strcmp(out_fmt, "json")) {
 			json_t *o = summary(p);
@@ -225,10 +269,17 @@ int main(int argc, char **argv)
 			if (svc)
 				printf("service targets follow the cluster's services through sparkd on %s: each is a target while its service is ready\n",
 				       so.control_socket);
+			size_t i;
+			json_t *e;
+			json_array_foreach(warn, i, e)
+				printf("warning: %s\n", json_string_value(e));
 		}
+		json_decref(warn);
 		policy_free(p);
 		return 0;
 	}
+	json_decref(warn);
+	log_warnings(p);
 	signal(SIGPIPE, SIG_IGN);
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {

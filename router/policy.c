@@ -5,11 +5,13 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #define DEPTH 8
 
@@ -345,15 +347,15 @@ static int parse_cond(struct pctx *c, json_t *w, struct cond *cd)
 	json_t *re = json_object_get(w, "regex");
 	if (re) {
 		if (!json_is_string(re) || !*json_string_value(re) ||
-		    strlen(json_string_value(re)) > 1024)
-			return fail(c, "regex", "expected a regular expression of 1-1024 characters");
-		int e = regcomp(&cd->regex, json_string_value(re),
-				REG_EXTENDED | REG_ICASE | REG_NOSUB | REG_NEWLINE);
-		if (e) {
-			char m[128];
-			regerror(e, &cd->regex, m, sizeof m);
-			return fail(c, "regex", "not a POSIX extended regular expression: %s", m);
-		}
+		    strlen(json_string_value(re)) > RX_PATTERN_MAX)
+			return fail(c, "regex", "expected a regular expression of 1-%d characters",
+				    RX_PATTERN_MAX);
+		char m[200];
+		int e = rx_compile(json_string_value(re), &cd->regex, m, sizeof m);
+		if (e == -EINVAL)
+			return fail(c, "regex", "not a valid regular expression: %s", m);
+		if (e < 0)
+			return e;
 		cd->has_regex = true;
 	}
 	json_t *h = json_object_get(w, "header");
@@ -716,6 +718,11 @@ int policy_parse(const char *name, const char *text, size_t len, struct policy *
 		goto out;
 	p->max_connections = (int)mc;
 	p->idle_timeout_s = (int)it;
+	char why[PATH_MAX + 100];
+	if (p->log_path && policy_log_path_check(p->log_path, why, sizeof why) < 0) {
+		r = fail(&c, "log", "%s", why);
+		goto out;
+	}
 	if (p->listen) {
 		char msg[160];
 		if (util_check_hostport(p->listen, 0, msg, sizeof msg) < 0) {
@@ -843,8 +850,7 @@ static void free_cond(struct cond *c)
 		free(c->keywords[i]);
 	for (size_t i = 0; i < c->n_models; i++)
 		free(c->models[i]);
-	if (c->has_regex)
-		regfree(&c->regex);
+	rx_free(c->regex);
 	free(c->header_name);
 	free(c->header_value);
 }
@@ -902,6 +908,44 @@ int policy_target_index(const struct policy *p, const char *name)
 		if (!strcmp(p->targets[i].name, name))
 			return (int)i;
 	return -1;
+}
+
+int policy_log_path_check(const char *path, char *why, size_t whylen)
+{
+	if (!strcmp(path, "-"))
+		return 0;
+	/* where it really is: the file, else its directory, without links */
+	char real[PATH_MAX], dir[PATH_MAX];
+	if (!realpath(path, real)) {
+		util_strlcpy(dir, path, sizeof dir);
+		char *slash = strrchr(dir, '/');
+		const char *base = slash ? slash + 1 : path;
+		if (slash == dir)
+			dir[1] = 0;
+		else if (slash)
+			*slash = 0;
+		else
+			util_strlcpy(dir, ".", sizeof dir);
+		char rd[PATH_MAX];
+		if (!realpath(dir, rd) ||
+		    (size_t)snprintf(real, sizeof real, "%s/%s", rd, base) >= sizeof real)
+			util_strlcpy(real, path, sizeof real);
+	}
+	static const char *const no[] = {"/proc", "/sys", "/dev"};
+	for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+		size_t n = strlen(no[i]);
+		if (!strncmp(real, no[i], n) && (real[n] == 0 || real[n] == '/')) {
+			snprintf(why, whylen, "%s is under %s, not a place for a log file (use a file in "
+				 "/var/log, or - for standard output)", path, no[i]);
+			return -EINVAL;
+		}
+	}
+	struct stat st;
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		snprintf(why, whylen, "%s exists and is not a regular file", path);
+		return -EINVAL;
+	}
+	return 0;
 }
 
 const char *route_type_name(enum route_type t)

@@ -7,7 +7,8 @@
 #ifndef SPARK_ROUTER_POLICY_H
 #define SPARK_ROUTER_POLICY_H
 
-#include <regex.h>
+#include "rx.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -64,7 +65,7 @@ struct cond {
 	char *keywords[POLICY_MAX_LIST];  /* any one, case-insensitive substring */
 	size_t n_keywords;
 	bool has_regex;
-	regex_t regex;                    /* POSIX extended, case-insensitive */
+	struct rx *regex;                 /* case-insensitive, bounded (rx.h) */
 	char *models[POLICY_MAX_LIST];    /* requested model name is one of these */
 	size_t n_models;
 	char *header_name;                /* header present (and equal to header_value) */
@@ -139,6 +140,10 @@ const struct route *policy_route(const struct policy *p, const char *model);
 int policy_target_index(const struct policy *p, const char *name);
 
 const char *route_type_name(enum route_type t);
+/* Is path a place for the routing log (log:, --log)? "-" (stdout) is;
+ * anything under /proc, /sys or /dev (also through a symbolic link), and an
+ * existing file that is not a regular file, are not: -EINVAL with why. */
+int policy_log_path_check(const char *path, char *why, size_t whylen);
 bool policy_has_service_targets(const struct policy *p);
 /* Does a service owned by owner (as svc_watch says) count for service target tg? */
 bool policy_owner_ok(const struct target *tg, const char *owner);

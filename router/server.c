@@ -89,6 +89,13 @@ struct server {
 	size_t rnd_off;                  /* used up to here; sizeof rnd: draw again */
 };
 
+/* A header a rule of the request's route asks about, copied for a decision
+ * made off the loop (MHD's memory is not the worker's to read). */
+struct hsnap {
+	const char *name;                /* the policy's */
+	char *value;                     /* malloc'd, NULL: absent */
+};
+
 struct rq {
 	struct server *s;
 	struct gen *g;                   /* the policy it was decided on */
@@ -144,6 +151,13 @@ struct rq {
 	char *line;                      /* a streamed answer's current SSE line (for usage) */
 	size_t llen;
 	bool lskip;                      /* the line is too long to matter: skip to its end */
+	/* a rules route with regexes is decided in libuv's thread pool
+	 * (route_has_regex): the request is suspended meanwhile, and counts
+	 * one handle so it outlives the work */
+	uv_work_t work;
+	int work_rc;
+	struct hsnap hs[POLICY_MAX_RULES];
+	size_t nhs;
 };
 
 static uint64_t now_ns(void)
@@ -1052,14 +1066,137 @@ static int service_model_target(const struct gen *g, const struct svc_table *t, 
 	return -1;
 }
 
-/* Parse and decide; false when an error answer was made. */
-static bool parse_and_decide(struct rq *r, enum req_kind kind)
+enum decided { DECIDE_ANSWERED, DECIDE_DONE, DECIDE_LATER };
+
+/* The decision is made: report regex limits, ask the classifier if the
+ * route has one. */
+static void decided(struct rq *r)
+{
+	struct server *s = r->s;
+	r->decided = true;
+	r->cur = -1;
+	if (r->d.regex_limited) {
+		char l[200], rule[POLICY_NAME_MAX * 2];
+		metrics_label(rule, sizeof rule, r->d.regex_limited_rule);
+		snprintf(l, sizeof l, "route=\"%s\",rule=\"%s\"", r->d.route->name, rule);
+		metrics_add(s->m, "spark_router_regex_limit_total", l, r->d.regex_limited);
+		log_warn("regex_limit", "request_id=%s route=%s rule=%s matches=%d note=%s", r->id,
+			 r->d.route->name, r->d.regex_limited_rule, r->d.regex_limited,
+			 log_q("the rule's regex hit its match limit and counts as no match"));
+	}
+	if (!r->d.pending) {
+		observe_overhead(r);
+		return;
+	}
+	if (start_judge(r) < 0) {
+		classifier_pick(r->g->p, NULL, 0, 0, "the request to it could not be made", &r->d);
+		judge_metric(r, "error");
+		observe_overhead(r);
+	}
+}
+
+/* After the decision: the answer of /v1/decision, or the first attempt. */
+static void go_on(struct rq *r)
+{
+	if (r->d.pending)
+		return;
+	if (r->ep == EP_DECISION)
+		answer_decision(r);
+	else
+		begin_attempt(r);
+}
+
+static void no_route(struct rq *r)
+{
+	char m[400];
+	snprintf(m, sizeof m,
+		 "the model '%.200s' does not exist here: GET /v1/models lists the routes of this spark-router",
+		 r->ri.model);
+	answer_error(r, 404, "invalid_request_error", "model_not_found", m);
+}
+
+static const char *snap_lookup(void *ctx, const char *name)
+{
+	struct rq *r = ctx;
+	for (size_t i = 0; i < r->nhs; i++)
+		if (!strcasecmp(r->hs[i].name, name))
+			return r->hs[i].value;
+	return NULL;
+}
+
+static void snap_free(struct rq *r)
+{
+	for (size_t i = 0; i < r->nhs; i++)
+		free(r->hs[i].value);
+	r->nhs = 0;
+}
+
+/* In the thread pool: only the request's own req_info, header copies and
+ * decision, and its generation's immutable policy. */
+static void decide_work(uv_work_t *w)
+{
+	struct rq *r = w->data;
+	uint64_t rng = 0; /* a rules route draws nothing */
+	r->work_rc = route_decide_live(r->g->p, &r->ri, snap_lookup, r, &rng, NULL, &r->d);
+}
+
+static void decide_done(uv_work_t *w, int status)
+{
+	(void)status;
+	struct rq *r = w->data;
+	r->handles--;
+	snap_free(r);
+	if (r->mhd_done) {
+		rq_maybe_free(r);
+		return;
+	}
+	if (r->client_gone)
+		return;
+	if (r->work_rc < 0) {
+		no_route(r);
+	} else {
+		decided(r);
+		go_on(r);
+	}
+	if (r->response_ready)
+		resume(r);
+}
+
+/* Decide rt (a rules route with regexes) in the thread pool: its regexes may
+ * take up to their limits' time (docs/router.md), the loop goes on. */
+static int decide_later(struct rq *r, const struct route *rt)
+{
+	for (size_t i = 0; i < rt->n_rules; i++) {
+		const char *h = rt->rules[i].when.header_name;
+		if (!h)
+			continue;
+		const char *v = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, h);
+		r->hs[r->nhs].name = h;
+		r->hs[r->nhs].value = v ? strdup(v) : NULL;
+		if (v && !r->hs[r->nhs].value) {
+			snap_free(r);
+			return -ENOMEM;
+		}
+		r->nhs++;
+	}
+	r->work.data = r;
+	if (uv_queue_work(r->s->loop, &r->work, decide_work, decide_done) < 0) {
+		snap_free(r);
+		return -ENOMEM;
+	}
+	r->handles++;
+	return 0;
+}
+
+/* Parse and decide: DECIDE_ANSWERED when an error answer was made,
+ * DECIDE_LATER when decide_done goes on. */
+static enum decided parse_and_decide(struct rq *r, enum req_kind kind)
 {
 	struct server *s = r->s;
 	char err[300];
 	if (req_parse(r->body ? r->body : "", r->blen, kind, &r->ri, &r->json, err, sizeof err) < 0) {
 		answer_error(r, 400, "invalid_request_error", "invalid_request", err);
-		return false;
+		return DECIDE_ANSWERED;
 	}
 	r->have_ri = true;
 	const struct route *rt = policy_route(r->g->p, r->ri.model);
@@ -1080,26 +1217,14 @@ static bool parse_and_decide(struct rq *r, enum req_kind kind)
 		snprintf(r->d.reason, sizeof r->d.reason,
 			 "no route is named \"%.64s\", but service %s (target %s) serves that model",
 			 r->ri.model, r->g->p->targets[st].service, r->g->p->targets[st].name);
+	} else if (route_has_regex(rt) && decide_later(r, rt) == 0) {
+		return DECIDE_LATER;
 	} else if (route_decide_live(r->g->p, &r->ri, hdr_lookup, r->c, rng, svcs(s), &r->d) < 0) {
-		char m[400];
-		snprintf(m, sizeof m,
-			 "the model '%.200s' does not exist here: GET /v1/models lists the routes of this spark-router",
-			 r->ri.model);
-		answer_error(r, 404, "invalid_request_error", "model_not_found", m);
-		return false;
+		no_route(r);
+		return DECIDE_ANSWERED;
 	}
-	r->decided = true;
-	r->cur = -1;
-	if (!r->d.pending) {
-		observe_overhead(r);
-		return true;
-	}
-	if (start_judge(r) < 0) {
-		classifier_pick(r->g->p, NULL, 0, 0, "the request to it could not be made", &r->d);
-		judge_metric(r, "error");
-		observe_overhead(r);
-	}
-	return true;
+	decided(r);
+	return DECIDE_DONE;
 }
 
 static void answer_decision(struct rq *r)
@@ -1118,18 +1243,14 @@ static void do_decision(struct rq *r)
 {
 	const char *b = r->body ? r->body : "";
 	enum req_kind k = memmem(b, r->blen, "\"messages\"", 10) ? REQ_CHAT : REQ_COMPLETIONS;
-	if (!parse_and_decide(r, k))
-		return;
-	if (!r->d.pending)
-		answer_decision(r);
+	if (parse_and_decide(r, k) == DECIDE_DONE)
+		go_on(r);
 }
 
 static void do_proxy(struct rq *r)
 {
-	if (!parse_and_decide(r, r->ep == EP_CHAT ? REQ_CHAT : REQ_COMPLETIONS))
-		return;
-	if (!r->d.pending)
-		begin_attempt(r);
+	if (parse_and_decide(r, r->ep == EP_CHAT ? REQ_CHAT : REQ_COMPLETIONS) == DECIDE_DONE)
+		go_on(r);
 }
 
 static bool authorized(struct server *s, struct MHD_Connection *c)
@@ -1717,6 +1838,8 @@ int server_start(uv_loop_t *loop, struct policy *p, const struct server_opts *o,
 		       "Time to the first answer byte (streams: first chunk), by route");
 	metrics_family(s->m, "spark_router_routing_overhead_seconds", METRIC_HISTOGRAM,
 		       "Time to parse a request and decide its target, by route type");
+	metrics_family(s->m, "spark_router_regex_limit_total", METRIC_COUNTER,
+		       "Rule regex matches that hit a match limit (counted as no match), by route and rule");
 	metrics_family(s->m, "spark_router_classifier_total", METRIC_COUNTER,
 		       "Classifier calls by route and outcome (ok; else the default target was used)");
 	metrics_family(s->m, "spark_router_target_cooled", METRIC_GAUGE,

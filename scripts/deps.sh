@@ -5,7 +5,7 @@ set -euo pipefail
 
 BUILD_PKGS="gcc meson ninja-build pkg-config libuv1-dev libsqlite3-dev libssl-dev
  libjansson-dev libyaml-dev libssh-dev libnl-3-dev libnl-route-3-dev libibverbs-dev
- libcriterion-dev libopenblas-dev libmicrohttpd-dev libcurl4-openssl-dev iproute2 python3"
+ libcriterion-dev libopenblas-dev libmicrohttpd-dev libcurl4-openssl-dev libpcre2-dev iproute2 python3"
 TEST_PKGS="clang libclang-rt-14-dev valgrind openssh-server openmpi-bin libopenmpi-dev
  python3-numpy python3-torch netplan.io
  gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user-static debhelper lintian debootstrap

@@ -80,7 +80,8 @@ int plan_topo_from_run(const char *cls, const char *result, const char *const *r
 /* Whether the latest stored validation (result, its verdict JSON text, its
  * age in seconds) failed in a way that concerns a group of these nodes: a
  * "fail" finding naming one of them among its ends, or naming no node at
- * all (cluster-wide). 1 with why filled ("the latest cabling validation, 12 s
+ * all (cluster-wide). `expect_mismatch` (a --expect the cabling was not) is
+ * no failure of the cabling: the cables may be right for what they are. 1 with why filled ("the latest cabling validation, 12 s
  * ago, FAILed: MESSAGE; fix: FIX"), else 0. Parses the verdict (jansson);
  * why is never cut off mid-word (it ends in "..." if it would overflow). */
 int plan_cabling_failed(const char *result, const char *verdict, long long age_s,

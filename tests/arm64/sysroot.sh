@@ -15,7 +15,7 @@ set -euo pipefail
 CACHE=${1:-${SPARK_ARM64_CACHE:-/var/cache/sparkctl-arm64}}
 PKGS="libc6-dev libuv1-dev libsqlite3-dev libssl-dev libjansson-dev libyaml-dev libssh-dev
  libnl-3-dev libnl-route-3-dev libibverbs-dev libcriterion-dev libopenblas-dev libgcc-s1
- libmicrohttpd-dev libcurl4-openssl-dev"
+ libmicrohttpd-dev libcurl4-openssl-dev libpcre2-dev"
 A=$CACHE/apt
 SYSROOT=$CACHE/sysroot
 STAMP=$SYSROOT/.sparkctl-sysroot

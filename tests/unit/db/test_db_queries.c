@@ -281,6 +281,14 @@ Test(db_queries, node_groups_and_group_nodes)
 	cr_assert_eq(db_group_nodes(D, "alpha", &ns, &n), 0);
 	cr_expect_eq(n, 0);
 	free(ns);
+	/* ... and their shape no longer holds: one member left is single, none
+	 * unknown, the note names the node */
+	db_group g;
+	cr_assert_eq(db_group_get(D, "zeta", &g), 0);
+	cr_expect_str_eq(g.shape, "single");
+	cr_expect(strstr(g.note, "spark-3 was removed"), "%s", g.note);
+	cr_assert_eq(db_group_get(D, "alpha", &g), 0);
+	cr_expect_str_eq(g.shape, "unknown");
 	cr_assert_eq(db_group_nodes(D, "no-such-group", &ns, &n), 0);
 	cr_expect_eq(n, 0);
 	free(ns);

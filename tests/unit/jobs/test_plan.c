@@ -304,9 +304,14 @@ Test(plan_run, cabling_failed_names_the_failure)
 	cr_expect_eq(plan_cabling_failed("warn", verdict, 12, g12, 2, why, sizeof why), 0);
 	cr_expect_eq(plan_cabling_failed("pass", NULL, 12, g12, 2, why, sizeof why), 0);
 	/* a failure naming no node concerns every group */
-	const char *nonode = "{\"findings\":[{\"code\":\"expect_mismatch\",\"severity\":\"fail\","
-			     "\"message\":\"expected a switch, found a ring\",\"fix\":\"recable\",\"ends\":[]}]}";
+	const char *nonode = "{\"findings\":[{\"code\":\"no_nodes\",\"severity\":\"fail\","
+			     "\"message\":\"no node\",\"fix\":\"join nodes\",\"ends\":[]}]}";
 	cr_expect_eq(plan_cabling_failed("fail", nonode, 3, g34, 2, why, sizeof why), 1);
+	/* but a --expect the cabling was not is no failure of the cabling (issue 28) */
+	const char *expect = "{\"findings\":[{\"code\":\"expect_mismatch\",\"severity\":\"fail\","
+			     "\"message\":\"expected a switch, found a ring\",\"fix\":\"recable\",\"ends\":[]}]}";
+	cr_expect_eq(plan_cabling_failed("fail", expect, 3, g34, 2, why, sizeof why), 0,
+		     "an expectation alone blocks no run: %s", why);
 	/* too small a buffer: ends in "..." */
 	char small[40];
 	cr_expect_eq(plan_cabling_failed("fail", verdict, 12, g12, 2, small, sizeof small), 1);

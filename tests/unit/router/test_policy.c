@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *GOOD =
 	"targets:\n"
@@ -595,4 +596,34 @@ Test(policy, sticky_and_sessions_keys)
 	policy_free(p);
 	char *e = refuse("targets: {a: {url: 'http://x:1'}}\nroutes: {w: {type: weighted, targets: [a], sticky: always}}\n");
 	cr_assert(strstr(e, "expected off, header or hash"), "%s", e);
+}
+
+/* issue 27: route check accepted log: /proc/self/mem */
+Test(policy, the_log_is_a_regular_file_in_a_sane_place)
+{
+	static const char *const bad[] = {"/proc/self/mem", "/sys/kernel/x", "/dev/sda", "/dev/null",
+					  "/tmp", "/proc"};
+	char text[512], why[600];
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		snprintf(text, sizeof text, "log: %s\ntargets:\n  a: {url: http://127.0.0.1:1/v1}\n"
+			 "routes:\n  r: {type: passthrough, target: a}\n", bad[i]);
+		char *e = refuse(text);
+		cr_assert(strstr(e, "p.yaml:1:6: log: "), "%s", e);
+		cr_assert_eq(policy_log_path_check(bad[i], why, sizeof why), -EINVAL, "%s", bad[i]);
+	}
+	/* through a symbolic link too */
+	char link[] = "/tmp/spark-router-test-logXXXXXX";
+	cr_assert_not_null(mkdtemp(link));
+	char lp[600];
+	snprintf(lp, sizeof lp, "%s/l.jsonl", link);
+	cr_assert_eq(symlink("/proc/self/mem", lp), 0);
+	cr_assert_eq(policy_log_path_check(lp, why, sizeof why), -EINVAL);
+	cr_assert(strstr(why, "under /proc"), "%s", why);
+	unlink(lp);
+	/* a file that does not exist yet, or a regular one, or stdout, are fine */
+	snprintf(lp, sizeof lp, "%s/new.jsonl", link);
+	cr_assert_eq(policy_log_path_check(lp, why, sizeof why), 0, "%s", why);
+	cr_assert_eq(policy_log_path_check("-", why, sizeof why), 0);
+	cr_assert_eq(policy_log_path_check("relative.jsonl", why, sizeof why), 0, "%s", why);
+	rmdir(link);
 }
