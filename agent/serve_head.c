@@ -53,6 +53,8 @@
 #define SH_MAX_WATCHERS 64
 #define SH_MAX_NODES 8
 #define SH_MAX_MODELS 64
+#define SH_START_HOLD_S 600        /* a start holds others on its nodes back this long at most */
+#define SH_MAX_ADDRS 17             /* a node's addresses an endpoint may name */
 #define SH_GIB (1024.0 * 1024.0 * 1024.0)
 
 struct sh_svc {
@@ -168,8 +170,9 @@ static json_t *svc_brief(const struct sh_svc *s)
 	json_t *models = json_object_get(s->endpoint, "models");
 	json_object_set_new(ep, "models", json_is_array(models) ? json_deep_copy(models) : json_array());
 	json_int_t ctx = plan_int(s->plan, "admission", "context", 0);
-	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:s}", "name", s->row.name,
-			 "group", s->row.group_name, "state", s->row.state, "runtime", s->row.runtime,
+	return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:s}", "name", s->row.name,
+			 "owner", s->row.owner, "group", s->row.group_name, "state", s->row.state,
+			 "runtime", s->row.runtime,
 			 "model", s->row.model, "run",
 			 s->live ? json_integer(s->row.run_id) : json_null(), "endpoint", ep,
 			 "max_context", ctx > 0 ? json_integer(ctx) : json_null(), "updated_at", at);
@@ -188,7 +191,6 @@ static json_t *svc_full(const struct sh_svc *s)
 	}
 	char at[32];
 	rfc3339(s->row.created_at, at, sizeof at);
-	json_object_set_new(o, "owner", json_string(s->row.owner));
 	json_object_set_new(o, "recipe", json_string(s->row.recipe));
 	json_object_set_new(o, "created_at", json_string(at));
 	json_object_set_new(o, "last_run", s->row.run_id ? json_integer(s->row.run_id) : json_null());
@@ -307,14 +309,20 @@ static void send_unwatch(struct agent *a, struct sh_svc *s)
 /* ---- runs -------------------------------------------------------------------------- */
 
 /* Another service on a shared node whose start is under way (or waits
- * longer): this one waits for it to become ready or fail. */
+ * longer): this one waits for it to become ready or fail, but not for a
+ * run that has been starting for SH_START_HOLD_S already (issue 27: one
+ * user's server that never becomes ready would hold every other service on
+ * its nodes back until its own start-up timeout, 60 minutes by default). */
 static struct sh_svc *blocker(struct agent *a, const struct sh_svc *s)
 {
+	int64_t now = util_now();
 	for (struct sh_svc *t = S(a)->svcs; t; t = t->next) {
 		if (t == s || !state_is(t, "starting") || !shares_node(s, t))
 			continue;
-		if (t->live)
+		if (t->live && now - t->row.run_started < SH_START_HOLD_S)
 			return t;
+		if (t->live)
+			continue;
 		if (t->waiting_for[0] && (t->row.created_at < s->row.created_at ||
 					  (t->row.created_at == s->row.created_at &&
 					   strcmp(t->row.name, s->row.name) < 0)))
@@ -750,6 +758,157 @@ static int64_t node_budget(const db_node *n)
 	return n->mem_at > 0 && n->mem_budget > 0 ? n->mem_budget : 0;
 }
 
+/* "http://ADDR:PORT" of an address (IPv6 in brackets). */
+static void url_of(const char *addr, json_int_t port, char *out, size_t len)
+{
+	snprintf(out, len, strchr(addr, ':') ? "http://[%s]:%lld" : "http://%s:%lld", addr,
+		 (long long)port);
+}
+
+/* Is u (a trailing '/' allowed) http://ADDR:PORT of addr, with or without
+ * brackets around an IPv6 address (the CLI renders them without)? */
+static bool url_is(const char *u, const char *addr, json_int_t port)
+{
+	char want[160];
+	size_t n = strlen(u);
+	while (n > 7 && u[n - 1] == '/')
+		n--;
+	url_of(addr, port, want, sizeof want);
+	if (strlen(want) == n && strncmp(u, want, n) == 0)
+		return true;
+	snprintf(want, sizeof want, "http://%s:%lld", addr, (long long)port);
+	return strlen(want) == n && strncmp(u, want, n) == 0;
+}
+
+/* The addresses of a node, from what the head knows of it: [0] its
+ * management (agent) address, then the IPv4 addresses of its last fabric
+ * report. The count. */
+static size_t node_addrs(struct agent *a, const char *node_id, char out[][64], size_t max)
+{
+	db_node nd;
+	int port;
+	if (db_node_get(a->hd.db, node_id, &nd) < 0 ||
+	    util_split_hostport(nd.address, 7300, out[0], 64, &port) < 0)
+		out[0][0] = '\0'; /* unknown */
+	size_t n = 1;
+	json_t *rep = a->hooks.fabric_report ? a->hooks.fabric_report(a, node_id) : NULL;
+	size_t i, k, x;
+	json_t *p, *t, *ad;
+	json_array_foreach(json_object_get(json_object_get(rep, "discovery"), "ports"), i, p)
+		json_array_foreach(json_object_get(p, "twins"), k, t)
+			json_array_foreach(json_object_get(t, "ipv4"), x, ad) {
+				const char *c = json_string_value(ad);
+				size_t l = c ? strcspn(c, "/") : 0;
+				if (n < max && l > 0 && l < 64) {
+					memcpy(out[n], c, l);
+					out[n++][l] = '\0';
+				}
+			}
+	json_decref(rep);
+	return n;
+}
+
+/* A health path: '/' then printable characters without spaces. */
+static bool path_ok(const char *p)
+{
+	if (p[0] != '/' || strlen(p) > 200)
+		return false;
+	for (; *p; p++)
+		if ((unsigned char)*p <= ' ' || (unsigned char)*p >= 0x7f)
+			return false;
+	return true;
+}
+
+/* A service's endpoint is where its rank 0 runs (issue 27): the plan's
+ * endpoint.url must be http://ADDR:PORT with ADDR an address of rank 0's
+ * node on the network the plan names (management: its agent address;
+ * fabric: an address of its last fabric report, or its agent address) and
+ * PORT the plan's port; management_url must be that node's agent address
+ * and the port. The head writes both back in their canonical form, and the
+ * health check (send_watch) is endpoint.url + health.path: a plan cannot
+ * make the router or root's sparkd go to another host. 0, or -1 after
+ * answering. */
+static int check_endpoint(struct agent *a, const struct svc_req *q, struct sh_svc *s)
+{
+	char addrs[SH_MAX_ADDRS][64];
+	size_t na = node_addrs(a, s->node_id[0], addrs, SH_MAX_ADDRS);
+	json_int_t port = plan_int(s->plan, NULL, "port", 0);
+	const char *url = plan_str(s->plan, "endpoint", "url");
+	const char *murl = plan_str(s->plan, "endpoint", "management_url");
+	bool mgmt_only = strcmp(plan_str(s->plan, NULL, "net"), "management") == 0;
+	const char *host = NULL;
+	if (port < 1 || port > 65535) {
+		svc_error(q, "bad_request", "the plan's port must be 1 to 65535");
+		return -1;
+	}
+	for (size_t i = 0; i < na && !host; i++)
+		if (addrs[i][0] && (i == 0 || !mgmt_only) && url_is(url, addrs[i], port))
+			host = addrs[i];
+	if (!host) {
+		char list[400];
+		size_t o = 0;
+		list[0] = '\0';
+		for (size_t i = 0; i < na && o < sizeof list; i++)
+			if (addrs[i][0] && (i == 0 || !mgmt_only))
+				o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", o ? ", " : "",
+						      addrs[i]);
+		svc_error(q, "bad_request", "the plan's endpoint.url '%.200s' is not where rank 0 runs: "
+			  "a service's endpoint is http://ADDR:%lld with ADDR an address of %s (%s); "
+			  "render the plan again ('sparkctl serve ... --dry-run')", url, (long long)port,
+			  s->node_name[0], list[0] ? list : "none known");
+		return -1;
+	}
+	if (*murl && (!addrs[0][0] || !url_is(murl, addrs[0], port))) {
+		svc_error(q, "bad_request", "the plan's endpoint.management_url '%.200s' is not "
+			  "http://%s:%lld, the management address of %s (rank 0); render the plan again",
+			  murl, addrs[0][0] ? addrs[0] : "?", (long long)port, s->node_name[0]);
+		return -1;
+	}
+	const char *hpath = plan_str(s->plan, "health", "path");
+	if (*hpath && !path_ok(hpath)) {
+		svc_error(q, "bad_request", "the plan's health.path must be an HTTP path ('/' and "
+			  "printable characters, no spaces)");
+		return -1;
+	}
+	/* health.url (what --dry-run shows) is on the service's own port: on
+	 * rank 0's node's loopback or its endpoint; sparkd checks
+	 * endpoint.url + health.path */
+	const char *hurl = plan_str(s->plan, "health", "url");
+	if (*hurl) {
+		char want[300];
+		bool ok = false;
+		static const char *const local[] = {"127.0.0.1", "localhost", "::1"};
+		for (size_t i = 0; i < 4 && !ok; i++) {
+			const char *h = i < 3 ? local[i] : host;
+			url_of(h, port, want, sizeof want);
+			size_t l = strlen(want);
+			ok = strncmp(hurl, want, l) == 0 && strcmp(hurl + l, *hpath ? hpath : "/health") == 0;
+			snprintf(want, sizeof want, "http://%s:%lld", h, (long long)port);
+			l = strlen(want);
+			ok |= strncmp(hurl, want, l) == 0 && strcmp(hurl + l, *hpath ? hpath : "/health") == 0;
+		}
+		if (!ok) {
+			svc_error(q, "bad_request", "the plan's health.url '%.200s' is not the service's "
+				  "own endpoint (port %lld on rank 0's node, path health.path); health "
+				  "checks go only there", hurl, (long long)port);
+			return -1;
+		}
+	}
+	json_t *ep = json_object_get(s->plan, "endpoint");
+	if (!json_is_object(ep)) {
+		ep = json_object();
+		json_object_set_new(s->plan, "endpoint", ep);
+	}
+	char canon[160];
+	url_of(host, port, canon, sizeof canon);
+	json_object_set_new(ep, "url", json_string(canon));
+	if (addrs[0][0]) {
+		url_of(addrs[0], port, canon, sizeof canon);
+		json_object_set_new(ep, "management_url", json_string(canon));
+	}
+	return 0;
+}
+
 /* Check the plan against the group: ranks are its members in order (every
  * one: a run is a job of the whole group), each with an argv of strings and
  * an env of strings. Fills s's nodes and adds "node_id" to each
@@ -830,12 +989,7 @@ static int check_plan(struct agent *a, const struct svc_req *q, struct sh_svc *s
 	}
 	s->n_nodes = n;
 	free(members);
-	const char *url = plan_str(s->plan, "endpoint", "url");
-	if (strncmp(url, "http://", 7) != 0 || strlen(url) > 200) {
-		svc_error(q, "bad_request", "the plan's endpoint.url must be http://ADDR:PORT");
-		return -1;
-	}
-	return 0;
+	return check_endpoint(a, q, s);
 }
 
 /* Memory admission: fills admission {nodes:[...], fits, note}. false when

@@ -12,8 +12,8 @@ void cli_text_route_check(const struct cli_answer *a)
 	printf("%s: valid: %zu targets, %zu routes, listen %s, %lld api keys\n", cli_jstr(d, "policy"),
 	       json_array_size(targets), json_array_size(routes), cli_jstr(d, "listen"),
 	       cli_jnum(d, "api_keys"));
-	static const char *const th[] = {"TARGET", "KIND", "ADDRESS", "NETWORK", "MAX_CONTEXT"};
-	out_table *t = out_table_new(5, th);
+	static const char *const th[] = {"TARGET", "KIND", "ADDRESS", "NETWORK", "OWNER", "MAX_CONTEXT"};
+	out_table *t = out_table_new(6, th);
 	size_t i;
 	json_t *o;
 	json_array_foreach(targets, i, o) {
@@ -21,7 +21,7 @@ void cli_text_route_check(const struct cli_answer *a)
 		if (json_is_integer(json_object_get(o, "max_context")))
 			snprintf(ctx, sizeof ctx, "%lld", cli_jnum(o, "max_context"));
 		const char *row[] = {cli_jstr(o, "name"), cli_jstr(o, "kind"), cli_jstr(o, "address"),
-				     cli_jstr(o, "network"), ctx};
+				     cli_jstr(o, "network"), cli_jstr(o, "owner"), ctx};
 		out_table_row(t, row);
 	}
 	out_table_print(t, stdout);

@@ -462,12 +462,23 @@ void target_resolve(const struct policy *p, int t, const struct svc_table *svcs,
 	out->state = sv ? sv->state : svcs && svcs->connected ? "absent" : "disconnected";
 	if (!sv)
 		return;
+	out->owner = sv->owner;
+	if (!policy_owner_ok(tg, sv->owner)) { /* someone else's service of that name */
+		out->state = "other_owner";
+		return;
+	}
 	if (sv->max_context)
 		out->max_context = sv->max_context;
 	if (!tg->model)
 		out->model = sv->n_models ? sv->models[0] : sv->model[0] ? sv->model : NULL;
 	out->usable = svc_usable(sv, tg->management) &&
 		      svc_base_url(sv, tg->management, out->base, sizeof out->base);
+}
+
+const struct svc_info *target_service(const struct target *tg, const struct svc_table *svcs)
+{
+	const struct svc_info *sv = svcs && tg->kind == TARGET_SERVICE ? svc_find(svcs, tg->service) : NULL;
+	return sv && policy_owner_ok(tg, sv->owner) ? sv : NULL;
 }
 
 json_t *decision_json(const struct policy *p, const struct decision *d,
@@ -490,6 +501,9 @@ json_t *decision_json(const struct policy *p, const struct decision *d,
 	if (t->kind != TARGET_SERVICE)
 		return o;
 	json_object_set_new(o, "service", json_string(t->service));
+	json_object_set_new(o, "owner", json_string(t->owner ? t->owner : "*"));
+	if (rv.owner)
+		json_object_set_new(o, "service_owner", json_string(rv.owner));
 	json_object_set_new(o, "state", json_string(rv.state));
 	json_object_set_new(o, "network", json_string(t->management ? "management" : "fabric"));
 	if (rv.usable) {
@@ -501,6 +515,11 @@ json_t *decision_json(const struct policy *p, const struct decision *d,
 		snprintf(note, sizeof note,
 			 "spark-router has no snapshot of the cluster's services from sparkd (see its "
 			 "log: sparkd_watch_lost); requests to this target go to the route's fallbacks");
+	else if (!strcmp(rv.state, "other_owner"))
+		snprintf(note, sizeof note,
+			 "service %s belongs to %s, not %s (the target's owner:): spark-router does not "
+			 "follow it; requests to this target go to the route's fallbacks",
+			 t->service, rv.owner && *rv.owner ? rv.owner : "an unknown user", t->owner);
 	else if (!strcmp(rv.state, "absent"))
 		snprintf(note, sizeof note,
 			 "the cluster has no service %s; requests to this target go to the route's fallbacks",

@@ -105,17 +105,24 @@ int usage_read(const char *text, size_t len, long long *prompt, long long *compl
 struct resolved {
 	bool usable;
 	const char *state;           /* "url"; a service's state, "absent" (not in the
-				      * snapshot) or "disconnected" (no snapshot) */
+				      * snapshot), "disconnected" (no snapshot) or
+				      * "other_owner" (the service belongs to another
+				      * user than the target's owner:) */
+	const char *owner;           /* the service's owner when the snapshot has it */
 	char base[SVC_URL_MAX + 8];  /* the OpenAI base URL (.../v1) when usable */
 	const char *model;           /* the model name sent upstream, NULL: the client's */
 	long long max_context;       /* tokens, 0: unknown */
 };
 void target_resolve(const struct policy *p, int t, const struct svc_table *svcs,
 		    struct resolved *out);
+/* The service a service target follows in svcs: the one of its name, when
+ * it belongs to the target's owner (policy_owner_ok); else NULL. */
+const struct svc_info *target_service(const struct target *tg, const struct svc_table *svcs);
 
 /* {"route", "route_type", "target", "target_kind", "rule", "reason",
  *  "fallbacks": [...], "resolvable", "max_context"?, and for a service target
- *  "service", "state", "url"? and a "note" when it is not resolvable}. */
+ *  "service", "owner" (the one the target requires), "service_owner"? (the
+ *  service's), "state", "url"? and a "note" when it is not resolvable}. */
 json_t *decision_json(const struct policy *p, const struct decision *d,
 		      const struct svc_table *svcs);
 

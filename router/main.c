@@ -146,9 +146,11 @@ static json_t *summary(const struct policy *p)
 		json_t *o = json_pack("{s:s, s:s, s:s}", "name", tg->name, "kind",
 				      tg->kind == TARGET_URL ? "url" : "service", "address",
 				      tg->url ? tg->url : tg->service);
-		if (tg->kind == TARGET_SERVICE)
+		if (tg->kind == TARGET_SERVICE) {
 			json_object_set_new(o, "network",
 					    json_string(tg->management ? "management" : "fabric"));
+			json_object_set_new(o, "owner", json_string(tg->owner ? tg->owner : "*"));
+		}
 		if (tg->max_context)
 			json_object_set_new(o, "max_context", json_integer(tg->max_context));
 		json_array_append_new(t, o);

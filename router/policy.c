@@ -138,18 +138,40 @@ static int get_bool(struct pctx *c, json_t *obj, const char *key, int *out)
 	return 0;
 }
 
-static bool valid_name(const char *s)
+/* 1 to max-1 characters, each a letter, a digit or one of extra. */
+static bool word_of(const char *s, size_t max, const char *extra)
 {
 	size_t n = strlen(s);
-	if (n == 0 || n >= POLICY_NAME_MAX)
+	if (n == 0 || n >= max)
 		return false;
 	for (size_t i = 0; i < n; i++) {
 		unsigned char ch = (unsigned char)s[i];
 		if (!(ch >= 'a' && ch <= 'z') && !(ch >= 'A' && ch <= 'Z') && !(ch >= '0' && ch <= '9') &&
-		    !strchr("-_.:/", ch))
+		    !strchr(extra, ch))
 			return false;
 	}
 	return true;
+}
+
+static bool valid_name(const char *s)
+{
+	return word_of(s, POLICY_NAME_MAX, "-_.:/");
+}
+
+/* A user name as useradd takes it: 1-32 letters, digits, '_', '.', '-',
+ * not starting with '-'. */
+static bool valid_user(const char *s)
+{
+	return s[0] != '-' && word_of(s, 33, "_.-");
+}
+
+/* owner: (of a target, or the policy's default): a user name or "*". */
+static int check_owner(struct pctx *c, const char *owner)
+{
+	if (owner && strcmp(owner, "*") != 0 && !valid_user(owner))
+		return fail(c, "owner", "expected a user name (1-32 of letters, digits, '_', '.', '-') "
+			    "or \"*\" (any owner)");
+	return 0;
 }
 
 /* A string, or a list of strings, into out[] (strdup'd). */
@@ -220,7 +242,7 @@ static int parse_target(struct pctx *c, const char *name, json_t *t)
 					   "max_concurrency", "queue", "queue_timeout_ms",
 					   "connect_timeout_ms", "timeout_ms", "weight",
 					   "cooldown_after", "cooldown_s", "network", "max_context",
-					   NULL};
+					   "owner", NULL};
 	struct policy *p = c->p;
 	if (!valid_name(name))
 		return fail(c, NULL, "a target name is 1-63 of letters, digits and -_.:/");
@@ -245,6 +267,7 @@ static int parse_target(struct pctx *c, const char *name, json_t *t)
 	    (r = get_intv(c, t, "cooldown_s", 1, 3600, &tg->cooldown_s)) < 0 ||
 	    (r = get_str(c, t, "url", &tg->url)) < 0 ||
 	    (r = get_str(c, t, "service", &tg->service)) < 0 ||
+	    (r = get_str(c, t, "owner", &tg->owner)) < 0 ||
 	    (r = get_str(c, t, "api_key_env", &tg->api_key_env)) < 0 ||
 	    (r = get_str(c, t, "model", &tg->model)) < 0 ||
 	    (r = get_intv(c, t, "max_concurrency", 0, 100000, &tg->max_concurrency)) < 0 ||
@@ -261,6 +284,13 @@ static int parse_target(struct pctx *c, const char *name, json_t *t)
 		return fail(c, "url", "expected an http:// or https:// URL without spaces");
 	if (tg->service && !valid_name(tg->service))
 		return fail(c, "service", "not a valid service name");
+	if (tg->owner && !tg->service)
+		return fail(c, "owner", "only service targets take owner: (the user whose service it follows)");
+	if ((r = check_owner(c, tg->owner)) < 0)
+		return r;
+	if (tg->service && !tg->owner &&
+	    !(tg->owner = strdup(p->service_owner ? p->service_owner : POLICY_SERVICE_OWNER)))
+		return fail(c, NULL, "out of memory");
 	if (tg->url && json_object_get(t, "network"))
 		return fail(c, "network", "only service targets take network: (a URL target is its url:)");
 	if (tg->service && tg->api_key_env)
@@ -659,7 +689,7 @@ int policy_parse(const char *name, const char *text, size_t len, struct policy *
 {
 	static const char *const keys[] = {"listen", "api_keys", "log", "max_body_bytes",
 					   "max_connections", "idle_timeout_s", "default_route",
-					   "sessions", "targets", "routes", "network", NULL};
+					   "sessions", "targets", "routes", "network", "owner", NULL};
 	json_t *root = NULL;
 	*out = NULL;
 	int r = cfg_parse(name, text, len, &root, err, errlen);
@@ -682,7 +712,9 @@ int policy_parse(const char *name, const char *text, size_t len, struct policy *
 	    (r = get_int(&c, root, "max_body_bytes", 1024, 1LL << 30, &p->max_body_bytes)) < 0 ||
 	    (r = get_int(&c, root, "max_connections", 1, 100000, &mc)) < 0 ||
 	    (r = get_int(&c, root, "idle_timeout_s", 1, 3600, &it)) < 0 ||
-	    (r = get_network(&c, root, &p->management)) < 0)
+	    (r = get_network(&c, root, &p->management)) < 0 ||
+	    (r = get_str(&c, root, "owner", &p->service_owner)) < 0 ||
+	    (r = check_owner(&c, p->service_owner)) < 0)
 		goto out;
 	p->max_connections = (int)mc;
 	p->idle_timeout_s = (int)it;
@@ -831,6 +863,7 @@ void policy_free(struct policy *p)
 		struct target *t = &p->targets[i];
 		free(t->url);
 		free(t->service);
+		free(t->owner);
 		free(t->api_key_env);
 		free(t->model);
 	}
@@ -851,6 +884,7 @@ void policy_free(struct policy *p)
 	free(p->log_path);
 	free(p->default_route);
 	free(p->session_header);
+	free(p->service_owner);
 	free(p);
 }
 
@@ -935,4 +969,9 @@ bool policy_has_service_targets(const struct policy *p)
 		if (p->targets[i].kind == TARGET_SERVICE)
 			return true;
 	return false;
+}
+
+bool policy_owner_ok(const struct target *tg, const char *owner)
+{
+	return !tg->owner || strcmp(tg->owner, "*") == 0 || (owner && strcmp(tg->owner, owner) == 0);
 }

@@ -18,6 +18,7 @@
 #define POLICY_MAX_RULES 64
 #define POLICY_MAX_LIST 16 /* keywords, models, weighted targets, fallbacks, api keys */
 #define POLICY_NAME_MAX 64
+#define POLICY_SERVICE_OWNER "root" /* whose service a service: target follows by default */
 
 enum target_kind { TARGET_URL, TARGET_SERVICE };
 
@@ -26,6 +27,9 @@ struct target {
 	enum target_kind kind;
 	char *url;          /* TARGET_URL: base URL, e.g. http://127.0.0.1:8001/v1 */
 	char *service;      /* TARGET_SERVICE: cluster service name (issue 19) */
+	char *owner;        /* TARGET_SERVICE: the user the service must belong to
+			     * (owner:, else the policy's owner:, else
+			     * POLICY_SERVICE_OWNER; "*": anyone) */
 	char *api_key_env;  /* environment variable holding the upstream key, or NULL */
 	char *model;        /* model name sent upstream instead of the client's, or NULL */
 	int max_concurrency; /* 0: no limit */
@@ -112,6 +116,8 @@ struct policy {
 	int idle_timeout_s;
 	char *default_route;              /* route for unknown model names, or NULL (404) */
 	bool management;                  /* network: management (the default for service targets) */
+	char *service_owner;              /* owner: the default owner of service targets, or NULL
+					   * (POLICY_SERVICE_OWNER) */
 	char *session_header;             /* "x-session-id" unless set */
 	int session_ttl_s;
 	int max_sessions;
@@ -139,5 +145,7 @@ const char *route_type_name(enum route_type t);
  * existing file that is not a regular file, are not: -EINVAL with why. */
 int policy_log_path_check(const char *path, char *why, size_t whylen);
 bool policy_has_service_targets(const struct policy *p);
+/* Does a service owned by owner (as svc_watch says) count for service target tg? */
+bool policy_owner_ok(const struct target *tg, const char *owner);
 
 #endif

@@ -82,6 +82,7 @@ struct server {
 	struct cluster *cl;              /* the svc_watch subscription, or NULL */
 	char *sock;                      /* its control socket */
 	bool usable[POLICY_MAX_TARGETS]; /* of the current policy's targets, last logged */
+	bool ignored[POLICY_MAX_TARGETS]; /* its service is someone else's: logged */
 	/* random bytes for request ids, drawn from RAND_bytes 1.5 KiB at a time
 	 * (a call per request cost 3% of the router's instructions) */
 	unsigned char rnd[1536];
@@ -850,7 +851,7 @@ static void begin_attempt(struct rq *r)
 		break;
 	case 503:
 		answer_error(r, 503, "server_error", "target_unresolvable",
-			     "no target of this route is usable: its cluster services are not ready, or spark-router has no snapshot of them from sparkd (POST /v1/decision says which); retry later or add a URL target to the route's fallbacks");
+			     "no target of this route is usable: its cluster services are not ready, belong to another user than the target's owner:, or spark-router has no snapshot of them from sparkd (POST /v1/decision says which); retry later or add a URL target to the route's fallbacks");
 		break;
 	case 400:
 		answer_error(r, 400, "invalid_request_error", "context_length_exceeded",
@@ -1010,7 +1011,7 @@ static void do_models(struct rq *r)
 	/* the models of ready services: a request naming one goes to its service */
 	for (size_t i = 0; t && i < p->n_targets; i++) {
 		const struct target *tg = &p->targets[i];
-		const struct svc_info *sv = tg->kind == TARGET_SERVICE ? svc_find(t, tg->service) : NULL;
+		const struct svc_info *sv = target_service(tg, t);
 		if (!sv || !svc_usable(sv, tg->management))
 			continue;
 		for (size_t m = 0; m < sv->n_models; m++)
@@ -1058,7 +1059,7 @@ static int service_model_target(const struct gen *g, const struct svc_table *t, 
 {
 	for (size_t i = 0; t && m && i < g->p->n_targets; i++) {
 		const struct target *tg = &g->p->targets[i];
-		const struct svc_info *sv = tg->kind == TARGET_SERVICE ? svc_find(t, tg->service) : NULL;
+		const struct svc_info *sv = target_service(tg, t);
 		if (sv && svc_usable(sv, tg->management) && svc_has_model(sv, m))
 			return (int)i;
 	}
@@ -1680,6 +1681,13 @@ static void targets_check(struct server *s, bool quiet)
 		char l[128];
 		snprintf(l, sizeof l, "target=\"%s\"", tg->name);
 		metrics_set(s->m, "spark_router_target_usable", l, rv.usable);
+		bool ignored = !strcmp(rv.state, "other_owner");
+		if (ignored && !s->ignored[i])
+			log_warn("service_target_ignored", "target=%s service=%s owner=%s want_owner=%s "
+				 "why=%s", tg->name, tg->service, log_q(rv.owner ? rv.owner : ""),
+				 log_q(tg->owner ? tg->owner : ""),
+				 log_q("the service belongs to another user than the target's owner:"));
+		s->ignored[i] = ignored;
 		if (rv.usable == s->usable[i])
 			continue;
 		s->usable[i] = rv.usable;
@@ -1734,6 +1742,7 @@ int server_reload(struct server *s, struct policy *p)
 		target_gauges(s, g, (int)i);
 	gen_unref(old);
 	memset(s->usable, 0, sizeof s->usable);
+	memset(s->ignored, 0, sizeof s->ignored);
 	if (cluster_follow(s) < 0)
 		log_error("sparkd_watch_failed", "socket=%s error=%s", log_q(s->sock), log_q(strerror(errno)));
 	targets_check(s, false);

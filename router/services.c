@@ -62,6 +62,7 @@ static bool read_service(const json_t *o, struct svc_info *s)
 	util_strlcpy(s->name, name, sizeof s->name);
 	util_strlcpy(s->state, state, sizeof s->state);
 	if (opt_str(o, "group", s->group, sizeof s->group, printable) < 0 ||
+	    opt_str(o, "owner", s->owner, sizeof s->owner, printable) < 0 ||
 	    opt_str(o, "model", s->model, sizeof s->model, printable) < 0)
 		return false;
 	json_t *mc = json_object_get(o, "max_context");

@@ -20,6 +20,7 @@
 struct svc_info {
 	char name[SVC_NAME_MAX];
 	char group[SVC_NAME_MAX];
+	char owner[SVC_NAME_MAX];    /* the user who started it ("" from an older sparkd) */
 	char state[16];              /* starting, ready, unhealthy, restarting, waiting, failed, stopped */
 	char model[SVC_URL_MAX];     /* the record's model (may be empty) */
 	char url[SVC_URL_MAX];       /* endpoint.url: http://FABRIC_ADDR:PORT, or "" */

@@ -2,7 +2,8 @@
  * common/cfg's cfg_locate for error positions). Invariants that abort: a
  * refused policy yields no policy and a message "fuzz.yaml:LINE:COL: ..."; an
  * accepted one has at least one target and route, every index in range, and
- * a decision for each of its routes names a target of the policy (for a
+ * every service target has an owner (a URL target none), and "" is nobody
+ * unless the owner is "*"; a decision for each of its routes names a target of the policy (for a
  * classifier route, after a failed judge: its default). */
 #include "decide.h"
 #include "policy.h"
@@ -58,6 +59,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (!p || p->n_targets == 0 || p->n_routes == 0 || !p->listen)
 		abort();
+	/* a service target has an owner (root unless set), a URL target none */
+	for (size_t i = 0; i < p->n_targets; i++) {
+		const struct target *tg = &p->targets[i];
+		if ((tg->kind == TARGET_SERVICE) != !!tg->owner || (tg->owner && !*tg->owner) ||
+		    (tg->owner && policy_owner_ok(tg, "") != !strcmp(tg->owner, "*")))
+			abort();
+	}
 	const char *body = "{\"model\":\"m\",\"tools\":[{}],\"messages\":[{\"role\":\"system\","
 			   "\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"prove it\"}]}";
 	struct req_info ri;

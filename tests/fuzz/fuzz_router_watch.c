@@ -5,7 +5,7 @@
  * Invariants that abort: a refused frame leaves the table as it was; a table
  * holds at most SVC_MAX services of distinct, non-empty names, each with at
  * most SVC_MAX_MODELS models; a usable service has an http:// base URL
- * ending in /v1. */
+ * ending in /v1; a usable service target's service belongs to its owner. */
 #include "decide.h"
 #include "policy.h"
 #include "proto.h"
@@ -45,6 +45,11 @@ static void check_table(const struct svc_table *t, const struct policy *p)
 		struct resolved rv;
 		target_resolve(p, (int)i, t, &rv);
 		if (rv.usable && strncmp(rv.base, "http://", 7))
+			abort();
+		/* a usable service target follows a service of its owner only */
+		const struct target *tg = &p->targets[i];
+		const struct svc_info *sv = target_service(tg, t);
+		if (tg->kind == TARGET_SERVICE && rv.usable && (!sv || strcmp(sv->owner, tg->owner)))
 			abort();
 	}
 }

@@ -29,10 +29,10 @@ STATE=$DIR/services.json
 services() { # JSON of the services array -> the fake sparkd's next snapshot
   printf '{"services": %s}' "$1" >"$STATE.tmp" && mv "$STATE.tmp" "$STATE"
 }
-qwen() { # STATE -> one service record in the contract's shape
-  printf '{"name":"qwen","group":"g1","state":"%s","runtime":"vllm","model":"Qwen/Qwen3-8B","run":3,
+qwen() { # STATE [OWNER] -> one service record in the contract's shape
+  printf '{"name":"qwen","owner":"%s","group":"g1","state":"%s","runtime":"vllm","model":"Qwen/Qwen3-8B","run":3,
     "endpoint":{"url":"http://127.0.0.1:%s","management_url":"http://127.0.0.1:%s","models":["qwen3-8b"]},
-    "max_context":32768,"updated_at":"2026-12-02T00:00:00Z"}' "$1" "$PORT_b" "$PORT_a"
+    "max_context":32768,"updated_at":"2026-12-02T00:00:00Z"}' "${2:-root}" "$1" "$PORT_b" "$PORT_a"
 }
 services "[$(qwen ready)]"
 node "$FAKED" "$SOCK" "$STATE" >"$DIR/sparkd.out" 2>"$DIR/sparkd.log" &
@@ -64,7 +64,7 @@ ok "--check names the control socket service targets come from"
 
 [ -x "$SPARKCTL" ] || die "no sparkctl in the build"
 "$SPARKCTL" --socket "$SOCK" route check "$DIR/policy.yaml" >"$DIR/rcheck.out" || die "route check refused the policy"
-grep -q "^pool  *service  *qwen  *fabric" "$DIR/rcheck.out" && grep -q "through sparkd on $SOCK" "$DIR/rcheck.out" ||
+grep -q "^pool  *service  *qwen  *fabric  *root" "$DIR/rcheck.out" && grep -q "through sparkd on $SOCK" "$DIR/rcheck.out" ||
   die "route check: $(cat "$DIR/rcheck.out")"
 printf 'targets:\n  a: {service: q, network: wifi}\n' >"$DIR/bad.yaml"
 if "$SPARKCTL" route check "$DIR/bad.yaml" 2>"$DIR/rcheck.err"; then die "route check accepted a bad policy"; fi
@@ -147,6 +147,32 @@ code=$(chat svc back)
 [ "$code" = 200 ] && grep -q 'from b: back' "$DIR/body" || die "after ready again: $code"
 metric 'spark_router_target_usable{target="pool"} 1' || die "usable gauge not 1"
 ok "a service that is not ready (or gone) leaves routing: fallbacks answer, weighted draws skip it, else 503; back when ready"
+
+# issue 27: a job user serves under the name the admin's service left free;
+# the targets follow root's service only (owner: root, the default)
+services "[$(qwen ready mallory)]"
+wait_for 5 usable svc false || die "mallory's qwen is followed: $(decision svc)"
+decision svc >"$DIR/dec"
+grep -q '"state":"other_owner"' "$DIR/dec" && grep -q '"owner":"root"' "$DIR/dec" &&
+  grep -q '"service_owner":"mallory"' "$DIR/dec" && grep -q 'belongs to mallory, not root' "$DIR/dec" ||
+  die "decision: $(cat "$DIR/dec")"
+wait_for 5 grep -q 'msg=service_target_ignored target=pool service=qwen owner=mallory want_owner=root' "$DIR/router.log" ||
+  die "no service_target_ignored in the log"
+nb=$(stat_of "$PORT_b" requests)
+code=$(chat svc hello)
+[ "$code" = 200 ] && [ "$(hdr x-spark-target)" = a ] && grep -q 'from a: hello' "$DIR/body" ||
+  die "fallback past mallory's service: $code $(cat "$DIR/body")"
+code=$(chat svconly hello)
+[ "$code" = 503 ] && grep -q '"code":"target_unresolvable"' "$DIR/body" && grep -q "another user than the target's owner" "$DIR/body" ||
+  die "503 past mallory's service: $code $(cat "$DIR/body")"
+code=$(chat qwen3-8b hello)
+[ "$code" = 404 ] || die "a model of mallory's service: $code $(cat "$DIR/body")"
+curl -sS "$U/v1/models" >"$DIR/models"
+if grep -q '"id":"qwen3-8b"' "$DIR/models"; then die "/v1/models lists mallory's service's models"; fi
+[ "$(stat_of "$PORT_b" requests)" = "$nb" ] || die "mallory's endpoint got a request"
+services "[$(qwen ready)]"
+wait_for 5 usable svc true || die "root's qwen is not followed again: $(decision svc)"
+ok "a service of the target's name owned by another user is not followed (decision other_owner, log, fallback, 503, no models)"
 
 conns() { grep -c '^CONN' "$DIR/sparkd.out"; }
 conns_at_least() { [ "$(conns)" -ge "$1" ]; }

@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <ctype.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <netinet/in.h>
 #include <openssl/evp.h>
@@ -46,6 +47,7 @@ static struct hs_server *S;
 static struct hs_client *CL[MAX_CLIENTS];
 static char USER_NAME[32], GROUP_JOB[32], GROUP_ADM[32];
 static bool user_made, gjob_made, gadm_made;
+static pid_t router_pid; /* a spark-router a test started, stopped by teardown */
 
 static struct h_result run_cmd(const char *a0, ...)
 {
@@ -82,6 +84,11 @@ static bool retry_del(const char *tool, const char *name)
 
 static void teardown(void)
 {
+	if (router_pid > 0) {
+		kill(router_pid, SIGKILL);
+		waitpid(router_pid, NULL, 0);
+		router_pid = 0;
+	}
 	hs_server_stop(S);
 	S = NULL;
 	for (int i = 0; i < MAX_CLIENTS; i++) {
@@ -90,6 +97,12 @@ static void teardown(void)
 	}
 	h_cluster_free(C);
 	C = NULL;
+	/* a job of the test user (a service's ranks outlive sparkd: they are
+	 * re-adopted after a restart) would make userdel fail: end them */
+	if (user_made) {
+		struct h_result k = run_cmd("/usr/bin/pkill", "-KILL", "-U", USER_NAME, NULL);
+		h_result_free(&k);
+	}
 	/* userdel/groupdel fail while another process holds /etc/passwd's lock: retry */
 	if (user_made)
 		user_made = !retry_del("/usr/sbin/userdel", USER_NAME);
@@ -1583,4 +1596,157 @@ Test(security, memory_reports_are_checked_and_only_the_senders, .timeout = 90)
 	cr_expect_eq(hs_send_frame(m, "{\"v\":1,\"type\":\"heartbeat\",\"id\":0}"), 0);
 	cr_expect(h_wait_state(C, 0, "node-2", "ready", 5000) >= 0, "the session stopped working");
 	hs_close(m);
+}
+
+/* ---- issue 27: a job user squatting a service name the admin's left free ---- */
+
+/* Start spark-router with policy on node 0's socket, stderr in log: its pid
+ * and (in *port) the port it listens on. */
+static pid_t router_up(const char *policy, const char *log, int *port)
+{
+	pid_t p = fork();
+	cr_assert(p >= 0);
+	if (p == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (fd < 0 || dup2(fd, 2) < 0)
+			_exit(127);
+		execl(h_bin("router/spark-router"), "spark-router", "--policy", policy, "--listen",
+		      "127.0.0.1:0", "--socket", C->nodes[0].sock, (char *)NULL);
+		_exit(127);
+	}
+	router_pid = p;
+	*port = 0;
+	for (int t = 0; t < 100 && !*port; t++) {
+		char *l = slurp(log), *m = strstr(l, "msg=router_listen");
+		char *q = m ? strstr(m, " port=") : NULL;
+		if (q)
+			*port = atoi(q + 6);
+		free(l);
+		if (!*port)
+			usleep(100000);
+	}
+	cr_assert_gt(*port, 0, "spark-router did not start: %s", slurp(log));
+	return p;
+}
+
+static bool file_has(const char *path, const char *what)
+{
+	char *l = slurp(path);
+	bool has = strstr(l, what) != NULL;
+	free(l);
+	return has;
+}
+
+/* A job user (the socket's group) may serve under a name root's service left
+ * free, but (1) not with an endpoint, a management URL or a health URL on
+ * another host or port than where its rank 0 runs: refused, nothing
+ * recorded; and (2) with a legal endpoint, spark-router's service: target of
+ * that name (owner root, the default) does not follow the user's service:
+ * the decision says whose it is, a request gets 503, the log says so. On
+ * main's code the foreign endpoint was accepted and the router followed the
+ * name alone. */
+Test(security, svc_name_squatting_by_a_job_user, .timeout = 120)
+{
+	make_user(false);
+	cluster(1, 1);
+	open_socket_to(0, GROUP_JOB);
+	int port = free_port();
+	char text[400];
+	snprintf(text, sizeof text, "name: chat\nruntime: command\nmodel: none\nport: %d\n"
+		 "command: [sleep, \"600\"]\nmemory: \"1\"\n", port);
+	write_file(rfile("chat.yaml"), text);
+	chmod(rfile("chat.yaml"), 0644);
+	struct h_result r = ctl_t(0, 20, "serve", rfile("chat.yaml"), "--group", "all", "--dry-run",
+				  "-o", "json", NULL);
+	cr_assert_eq(r.rc, 0, "serve --dry-run: %s", r.err);
+	json_t *plan = h_json(&r);
+	h_result_free(&r);
+	const char *url = json_string_value(json_object_get(json_object_get(plan, "endpoint"), "url"));
+	cr_assert(url, "the plan has an endpoint");
+	char own[128];
+	snprintf(own, sizeof own, "http://127.0.0.1:%d", port);
+	cr_assert_str_eq(url, own, "the rendered endpoint is rank 0's address and the port");
+
+	/* foreign endpoints: another host, another port, a foreign management
+	 * URL, a health URL elsewhere: refused, whoever asks */
+	char other[4][128];
+	snprintf(other[0], 128, "http://127.0.0.2:%d", port);
+	snprintf(other[1], 128, "http://127.0.0.1:%d", port + 1);
+	snprintf(other[2], 128, "http://127.0.0.1:%d@127.0.0.2", port);
+	snprintf(other[3], 128, "http://127.0.0.1:%d/../x", port);
+	static const char *const keys[][2] = {{"endpoint", "url"}, {"endpoint", "url"},
+					      {"endpoint", "url"}, {"endpoint", "url"},
+					      {"endpoint", "management_url"}, {"health", "url"}};
+	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+		json_t *pl = json_deep_copy(plan);
+		const char *v = i < 4 ? other[i] : other[0];
+		char hv[160];
+		if (i == 5) {
+			snprintf(hv, sizeof hv, "%s/health", other[0]);
+			v = hv;
+		}
+		json_object_set_new(json_object_get(pl, keys[i][0]), keys[i][1], json_string(v));
+		json_t *req = json_pack("{s:i, s:s, s:i, s:s, s:s, s:o}", "v", 1, "type", "svc_start",
+					"id", 1, "name", "chat", "group", "all", "plan", pl);
+		char *txt = json_dumps(req, JSON_COMPACT);
+		json_decref(req);
+		char *code = ctl_code(C->nodes[0].sock, txt, USER_NAME);
+		cr_expect_str_eq(code, "bad_request", "a job user's svc_start with %s.%s = %s was "
+				 "answered %s", keys[i][0], keys[i][1], v, code);
+		free(code);
+		free(txt);
+	}
+	r = ctl_t(0, 10, "svc", "show", "chat", NULL);
+	cr_expect_neq(r.rc, 0, "a refused svc_start recorded service chat: %s", r.out);
+	h_result_free(&r);
+	cr_expect(!log_has(0, "service_created"), "a refused plan was recorded");
+
+	/* the same name with a legal endpoint: the user's service */
+	r = as_user(0, "serve", rfile("chat.yaml"), "--group", "all", "-o", "json", NULL);
+	cr_assert_eq(r.rc, 0, "a job user's serve with its own endpoint: %s%s", r.out, r.err);
+	h_result_free(&r);
+	r = ctl_t(0, 10, "svc", "ls", "-o", "json", NULL);
+	cr_assert_eq(r.rc, 0, "%s", r.err);
+	json_t *ls = h_json(&r);
+	h_result_free(&r);
+	json_t *svc = json_array_get(json_object_get(ls, "services"), 0);
+	cr_expect_str_eq(json_string_value(json_object_get(svc, "owner")) ?: "(none)", USER_NAME,
+			 "svc ls (the svc_watch object) names the owner");
+	json_decref(ls);
+
+	/* spark-router's target of that name, default owner: not followed */
+	write_file(rfile("policy.yaml"), "targets:\n  chat: {service: chat, network: management}\n"
+					 "routes:\n  chat: {type: passthrough, target: chat}\n");
+	int rport;
+	pid_t rp = router_up(rfile("policy.yaml"), rfile("router.log"), &rport);
+	char want[160];
+	snprintf(want, sizeof want, "msg=service_target_ignored target=chat service=chat owner=%s "
+		 "want_owner=root", USER_NAME);
+	bool logged = false;
+	for (int t = 0; t < 100 && !(logged = file_has(rfile("router.log"), want)); t++)
+		usleep(100000);
+	cr_expect(logged, "the router does not log that it ignores %s's service: %s", USER_NAME,
+		  slurp(rfile("router.log")));
+	char u[128];
+	snprintf(u, sizeof u, "http://127.0.0.1:%d/v1/decision", rport);
+	char *cv[] = {"/usr/bin/curl", "-sS", "--max-time", "5", u, "-d",
+		      "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", NULL};
+	r = h_run(cv);
+	cr_expect(strstr(r.out, "\"state\":\"other_owner\"") && strstr(r.out, "\"resolvable\":false") &&
+		  strstr(r.out, "not root"), "decision: %s%s", r.out, r.err);
+	h_result_free(&r);
+	snprintf(u, sizeof u, "http://127.0.0.1:%d/v1/chat/completions", rport);
+	char *cc[] = {"/usr/bin/curl", "-sS", "--max-time", "5", "-o", "/dev/null", "-w", "%{http_code}",
+		      u, "-H", "content-type: application/json", "-d",
+		      "{\"model\":\"chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", NULL};
+	r = h_run(cc);
+	cr_expect_str_eq(r.out, "503", "a request to the route: %s %s", r.out, r.err);
+	h_result_free(&r);
+	kill(rp, SIGTERM);
+	waitpid(rp, NULL, 0);
+	router_pid = 0;
+	r = ctl_t(0, 30, "svc", "stop", "chat", NULL);
+	cr_expect_eq(r.rc, 0, "root's svc stop of the user's service: %s", r.err);
+	h_result_free(&r);
+	json_decref(plan);
 }

@@ -20,12 +20,12 @@
 
 #define SNAP(svcs) "{\"v\":1,\"type\":\"stream\",\"id\":1,\"data\":{\"services\":[" svcs "]}}"
 #define QWEN_READY                                                                           \
-	"{\"name\":\"qwen\",\"group\":\"g1\",\"state\":\"ready\",\"runtime\":\"vllm\","   \
+	"{\"name\":\"qwen\",\"owner\":\"root\",\"group\":\"g1\",\"state\":\"ready\",\"runtime\":\"vllm\","   \
 	"\"model\":\"Qwen/Qwen3-8B\",\"run\":7,\"endpoint\":{\"url\":\"http://169.254.1.1:8000\"," \
 	"\"management_url\":\"http://169.254.100.1:8000\",\"models\":[\"qwen3-8b\",\"qwen3-8b-lora\"]}," \
 	"\"max_context\":32768,\"updated_at\":\"2026-12-01T23:00:00Z\"}"
 #define QWEN_STARTING                                                                        \
-	"{\"name\":\"qwen\",\"group\":\"g1\",\"state\":\"starting\",\"runtime\":\"vllm\","\
+	"{\"name\":\"qwen\",\"owner\":\"root\",\"group\":\"g1\",\"state\":\"starting\",\"runtime\":\"vllm\","\
 	"\"model\":\"Qwen/Qwen3-8B\",\"run\":8,\"endpoint\":{\"url\":\"http://169.254.1.1:8000\"," \
 	"\"management_url\":null,\"models\":[]},\"max_context\":null,\"updated_at\":\"2026-12-01T23:01:00Z\"}"
 
@@ -249,7 +249,7 @@ Test(services, decisions_explain_a_service_target)
 	cr_assert_eq(rv.max_context, 131072);
 	cr_assert_str_eq(rv.base, "http://127.0.0.1:8001/v1");
 	/* ready, but without a management endpoint */
-	cr_assert_eq(frame(SNAP("{\"name\":\"qwen\",\"state\":\"ready\",\"endpoint\":{\"url\":\"http://169.254.1.1:8000\"}}"), &t, err), 1);
+	cr_assert_eq(frame(SNAP("{\"name\":\"qwen\",\"owner\":\"root\",\"state\":\"ready\",\"endpoint\":{\"url\":\"http://169.254.1.1:8000\"}}"), &t, err), 1);
 	o = decide_json(p, "mgmt", &t);
 	cr_assert(json_is_false(json_object_get(o, "resolvable")));
 	cr_assert(strstr(jstr(o, "note"), "no management endpoint"), "%s", jstr(o, "note"));
@@ -561,4 +561,101 @@ Test(cluster, no_sparkd_is_retried_quietly)
 	memset(longp, 'x', sizeof longp - 1);
 	longp[sizeof longp - 1] = 0;
 	cr_assert_null(cluster_new(&loop, longp, on_changed, &w));
+}
+
+/* Issue 27: a user may start a service under a name the admin's left free;
+ * a service target follows only a service of its owner: (root unless set;
+ * "*" follows any), and says whose it found. */
+static const char *OWNER_POLICY =
+	"targets:\n"
+	"  big: {url: 'http://127.0.0.1:8001/v1'}\n"
+	"  pool: {service: qwen}\n"
+	"  alices: {service: qwen, owner: alice}\n"
+	"  anyone: {service: qwen, owner: '*'}\n"
+	"routes:\n"
+	"  fast: {type: passthrough, target: pool, fallbacks: [big]}\n"
+	"  alice: {type: passthrough, target: alices}\n";
+
+#define QWEN_OF(owner)                                                                        \
+	"{\"name\":\"qwen\"" owner ",\"state\":\"ready\",\"endpoint\":{\"url\":"                 \
+	"\"http://169.254.9.9:8000\",\"models\":[\"qwen3-8b\"]}}"
+
+Test(services, a_service_target_follows_only_its_owner)
+{
+	char err[600];
+	struct policy *p;
+	cr_assert_eq(policy_parse("t.yaml", OWNER_POLICY, strlen(OWNER_POLICY), &p, err, sizeof err), 0,
+		     "%s", err);
+	const struct target *pool = &p->targets[policy_target_index(p, "pool")];
+	cr_assert_str_eq(pool->owner, "root", "the default owner of a service target");
+	struct svc_table t = {0};
+	/* mallory's service under the name the admin's left free */
+	cr_assert_eq(frame(SNAP(QWEN_OF(",\"owner\":\"mallory\"")), &t, err), 1);
+	cr_assert_str_eq(svc_find(&t, "qwen")->owner, "mallory");
+	json_t *o = decide_json(p, "fast", &t);
+	cr_assert(json_is_false(json_object_get(o, "resolvable")), "mallory's service is followed");
+	cr_assert_str_eq(jstr(o, "state"), "other_owner");
+	cr_assert_str_eq(jstr(o, "owner"), "root");
+	cr_assert_str_eq(jstr(o, "service_owner"), "mallory");
+	cr_assert(strstr(jstr(o, "note"), "belongs to mallory, not root"), "%s", jstr(o, "note"));
+	cr_assert_null(json_object_get(o, "url"));
+	json_decref(o);
+	struct resolved rv;
+	target_resolve(p, policy_target_index(p, "pool"), &t, &rv);
+	cr_assert(!rv.usable);
+	cr_assert_null(target_service(pool, &t));
+	target_resolve(p, policy_target_index(p, "alices"), &t, &rv);
+	cr_assert(!rv.usable, "alice's target follows mallory's service");
+	target_resolve(p, policy_target_index(p, "anyone"), &t, &rv);
+	cr_assert(rv.usable, "owner: '*' follows any owner");
+	cr_assert_str_eq(rv.base, "http://169.254.9.9:8000/v1");
+	/* alice's own */
+	cr_assert_eq(frame(SNAP(QWEN_OF(",\"owner\":\"alice\"")), &t, err), 1);
+	target_resolve(p, policy_target_index(p, "alices"), &t, &rv);
+	cr_assert(rv.usable);
+	target_resolve(p, policy_target_index(p, "pool"), &t, &rv);
+	cr_assert(!rv.usable);
+	/* a record without an owner (an older sparkd) is nobody's */
+	cr_assert_eq(frame(SNAP(QWEN_OF("")), &t, err), 1);
+	target_resolve(p, policy_target_index(p, "pool"), &t, &rv);
+	cr_assert(!rv.usable);
+	cr_assert_str_eq(rv.state, "other_owner");
+	/* root's */
+	cr_assert_eq(frame(SNAP(QWEN_OF(",\"owner\":\"root\"")), &t, err), 1);
+	o = decide_json(p, "fast", &t);
+	cr_assert(json_is_true(json_object_get(o, "resolvable")));
+	cr_assert_str_eq(jstr(o, "service_owner"), "root");
+	json_decref(o);
+	cr_assert_eq(target_service(pool, &t), svc_find(&t, "qwen"));
+	/* an owner that is not a string breaks the contract */
+	cr_assert_eq(frame(SNAP(QWEN_OF(",\"owner\":7")), &t, err), -EBADMSG);
+	svc_table_clear(&t);
+	policy_free(p);
+	/* owner: is for service targets, and names a user */
+	static const char *const bad[] = {
+		"targets:\n  a: {url: 'http://127.0.0.1:1/v1', owner: root}\n",
+		"targets:\n  a: {service: q, owner: 'bad user'}\n",
+		"targets:\n  a: {service: q, owner: ''}\n",
+		"targets:\n  a: {service: q, owner: -rf}\n",
+		"targets:\n  a: {service: q, owner: [root]}\n",
+		"owner: root\ntargets:\n  a: {url: 'http://127.0.0.1:1/v1', owner: root}\n",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		struct policy *q = NULL;
+		cr_assert_lt(policy_parse("b.yaml", bad[i], strlen(bad[i]), &q, err, sizeof err), 0,
+			     "accepted: %s", bad[i]);
+		cr_assert(strstr(err, "targets.a.owner"), "%s", err);
+	}
+	/* the policy's owner: is the default of its service targets */
+	static const char OWNED[] = "owner: alice\ntargets:\n  a: {service: q}\n"
+				    "  b: {service: q, owner: root}\n  u: {url: 'http://127.0.0.1:1/v1'}\n"
+				    "routes:\n  r: {type: passthrough, target: a}\n";
+	cr_assert_eq(policy_parse("o.yaml", OWNED, strlen(OWNED), &p, err, sizeof err), 0, "%s", err);
+	cr_assert_str_eq(p->targets[0].owner, "alice");
+	cr_assert_str_eq(p->targets[1].owner, "root");
+	cr_assert_null(p->targets[2].owner);
+	policy_free(p);
+	static const char BADTOP[] = "owner: 'a b'\ntargets:\n  a: {service: q}\n";
+	cr_assert_lt(policy_parse("o.yaml", BADTOP, strlen(BADTOP), &p, err, sizeof err), 0);
+	cr_assert(strstr(err, "o.yaml:1:8: owner: expected a user name"), "%s", err);
 }
