@@ -178,8 +178,9 @@ Test(decode_bad, bad_requests)
 }
 
 /* A job of a pushed model: --model NAME is found in SPARK_MODEL_DIR (the
- * node's store), a directory of that name in the working directory wins, and
- * without the store the name is no model. */
+ * node's store), first, even when the working directory holds a folder of
+ * that name (issue 28); a name the store lacks is a folder here, and without
+ * either the name is no model. */
 Test(decode_bad, model_name_from_the_store)
 {
 	char path[700], *out;
@@ -193,7 +194,16 @@ Test(decode_bad, model_name_from_the_store)
 	snprintf(path, sizeof(path), "\"model\": \"%s/model\"", dir);
 	cr_assert(strstr(out, path), "the store's copy was not loaded: %s", out);
 	free(out);
-	/* from dir itself, ./model is a directory: it is used as given */
+	/* from dir itself, where ./model is a folder too: the store's copy */
+	cr_assert_eq(tu_sh(dir, "cd %s && SPARK_MODEL_DIR=%s %s --model model --tokens 2 -o json",
+	                   dir, dir, tu_decode_bin()), 0);
+	snprintf(path, sizeof(path), "%s/out", dir);
+	out = tu_slurp(path, NULL);
+	cr_assert(out);
+	snprintf(path, sizeof(path), "\"model\": \"%s/model\"", dir);
+	cr_assert(strstr(out, path), "the folder here was preferred over the store's copy: %s", out);
+	free(out);
+	/* from dir itself, ./model is a directory the store lacks: it is used as given */
 	cr_assert_eq(tu_sh(dir, "cd %s && SPARK_MODEL_DIR=/nonexistent %s --model model --tokens 2 -o json",
 	                   dir, tu_decode_bin()), 0);
 	expect_error(1, "model", "--model no-such-model-here");
