@@ -157,7 +157,10 @@ int mm_store_finish_file(const char *root, const struct mm_manifest *m, size_t f
 /* Remove files under ROOT/NAME that m does not list (an older version's). */
 int mm_store_prune(const char *root, const struct mm_manifest *m);
 
-/* The models of a store: [{"name", "files", "bytes", "complete", "pushed_at"}]. */
+/* The models of a store: [{"name", "files", "files_complete", "bytes",
+ * "complete", "pushed_at", "finished_at", "version" (12 hex digits of the
+ * content's digest), "changed_at" (the last replacement or removal of a file
+ * under its final name, or null)}]. */
 int mm_store_list(const char *root, json_t **out, char *err, size_t errlen);
 /* Remove ROOT/NAME and its record; -ENOENT when neither exists. */
 int mm_store_remove(const char *root, const char *name, char *err, size_t errlen);

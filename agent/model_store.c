@@ -1,7 +1,8 @@
 /* model_store: the node-side store of pushed models (model_manifest.h).
  * ROOT/NAME/PATH complete files, ROOT/NAME/PATH.sparkpart files being
  * received, ROOT/.meta/NAME.json {"manifest", "complete":[paths],
- * "pushed_at", "finished_at"}.
+ * "pushed_at", "finished_at", "changed_at" (the last time a file under a
+ * final name was replaced or removed)}.
  * A file under its final name is never written again (but for a repair of
  * a damaged chunk with its right bytes): a new version is received in a
  * new .sparkpart and renamed over it, so a server that has the old file
@@ -430,6 +431,11 @@ int mm_store_begin(const char *root, const struct mm_manifest *m, const struct m
 		free(buf);
 		return -ENOMEM;
 	}
+	json_t *old = NULL;
+	if (meta_load(root, m->name, &old) == 0 &&
+	    json_is_integer(json_object_get(old, "changed_at")))
+		json_object_set(meta, "changed_at", json_object_get(old, "changed_at"));
+	json_decref(old);
 	for (size_t i = 0; r == 0 && i < m->nfiles; i++) {
 		const struct mm_file *f = &m->files[i];
 		char final[PATH_MAX], part[PATH_MAX];
@@ -618,6 +624,7 @@ int mm_store_finish_file(const char *root, const struct mm_manifest *m, size_t f
 		return r;
 	if (!json_is_array(json_object_get(meta, "complete")))
 		json_object_set_new(meta, "complete", json_array());
+	json_object_set_new(meta, "changed_at", json_integer(util_now()));
 	if ((r = complete_add(meta, f->path)) == 0) {
 		if (json_array_size(json_object_get(meta, "complete")) == m->nfiles)
 			json_object_set_new(meta, "finished_at", json_integer(util_now()));
@@ -632,6 +639,7 @@ static struct {
 	const struct mm_manifest *m;
 	size_t base;
 	int err;
+	bool removed; /* a final file went */
 } prune_ctx;
 
 static int prune_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
@@ -647,10 +655,15 @@ static int prune_one(const char *path, const struct stat *st, int type, struct F
 	char tmp[PATH_MAX];
 	util_strlcpy(tmp, rel, sizeof tmp);
 	size_t n = strlen(tmp), sl = strlen(MM_PART_SUFFIX);
-	if (n > sl && !strcmp(tmp + n - sl, MM_PART_SUFFIX))
+	bool part = n > sl && !strcmp(tmp + n - sl, MM_PART_SUFFIX);
+	if (part)
 		tmp[n - sl] = 0;
-	if (!find_file(prune_ctx.m, tmp) && unlink(path) < 0 && errno != ENOENT)
+	if (find_file(prune_ctx.m, tmp))
+		return 0;
+	if (unlink(path) < 0 && errno != ENOENT)
 		prune_ctx.err = -errno;
+	else if (!part)
+		prune_ctx.removed = true;
 	return 0;
 }
 
@@ -662,8 +675,15 @@ int mm_store_prune(const char *root, const struct mm_manifest *m)
 	prune_ctx.m = m;
 	prune_ctx.base = strlen(dir) + 1;
 	prune_ctx.err = 0;
+	prune_ctx.removed = false;
 	if (nftw(dir, prune_one, 16, FTW_DEPTH | FTW_PHYS) < 0 && errno != ENOENT)
 		return -errno;
+	json_t *meta;
+	if (prune_ctx.removed && meta_load(root, m->name, &meta) == 0) {
+		json_object_set_new(meta, "changed_at", json_integer(util_now()));
+		meta_save(root, m->name, meta);
+		json_decref(meta);
+	}
 	return prune_ctx.err;
 }
 
@@ -704,6 +724,33 @@ int mm_store_remove(const char *root, const char *name, char *err, size_t errlen
 		return -e;
 	}
 	return 0;
+}
+
+/* A model's version: the first 12 hex digits of SHA-256 over every file's
+ * path, size and chunk hashes (not its mtime): the same bytes, the same
+ * version, on every node. */
+static void version_of(const struct mm_manifest *m, char out[13])
+{
+	size_t len = 0;
+	for (size_t i = 0; i < m->nfiles; i++)
+		len += strlen(m->files[i].path) + 24 + (size_t)m->files[i].nchunks * MM_HASH_LEN;
+	uint8_t *buf = malloc(len + 1), h[MM_HASH_LEN];
+	size_t off = 0;
+	snprintf(out, 13, "unknown");
+	if (!buf)
+		return;
+	for (size_t i = 0; i < m->nfiles; i++) {
+		const struct mm_file *f = &m->files[i];
+		off += (size_t)snprintf((char *)buf + off, len + 1 - off, "%s%c%" PRIu64 "%c", f->path,
+					0, f->size, 0);
+		if (f->nchunks)
+			memcpy(buf + off, m->hashes[f->first_chunk], (size_t)f->nchunks * MM_HASH_LEN);
+		off += (size_t)f->nchunks * MM_HASH_LEN;
+	}
+	if (mm_hash(buf, off, h) == 0)
+		for (int i = 0; i < 6; i++)
+			snprintf(out + 2 * i, 3, "%02x", h[i]);
+	free(buf);
 }
 
 int mm_store_list(const char *root, json_t **out, char *err, size_t errlen)
@@ -747,12 +794,16 @@ int mm_store_list(const char *root, json_t **out, char *err, size_t errlen)
 				done++;
 		}
 		json_t *fin = json_object_get(meta, "finished_at");
+		json_t *chg = json_object_get(meta, "changed_at");
+		char ver[13];
+		version_of(m, ver);
 		json_array_append_new(
-		    *out, json_pack("{s:s, s:I, s:I, s:I, s:b, s:O, s:O}", "name", m->name, "files",
-				    (json_int_t)m->nfiles, "files_complete", (json_int_t)done, "bytes",
-				    (json_int_t)m->total_bytes, "complete", done == m->nfiles,
+		    *out, json_pack("{s:s, s:I, s:I, s:I, s:b, s:O, s:O, s:s, s:O}", "name", m->name,
+				    "files", (json_int_t)m->nfiles, "files_complete", (json_int_t)done,
+				    "bytes", (json_int_t)m->total_bytes, "complete", done == m->nfiles,
 				    "pushed_at", json_object_get(meta, "pushed_at") ?: json_null(),
-				    "finished_at", fin ? fin : json_null()));
+				    "finished_at", fin ? fin : json_null(), "version", ver,
+				    "changed_at", chg ? chg : json_null()));
 		mm_free(m);
 		json_decref(meta);
 	}

@@ -10,6 +10,8 @@
 #     complete, names the service and says how to move it; the same prompt
 #     gets the same greedy answer as before, from the same run and processes;
 #   - a shorter new version: the same, and no rank killed by SIGBUS;
+#   - `svc show` names the store copy on each node and its version, and
+#     after the push that the run started before the copy changed;
 #   - `svc restart`: the new run answers as the last version does when
 #     spark-decode runs it directly.
 set -euo pipefail
@@ -108,7 +110,13 @@ greedy() {
 }
 [ "$(greedy)" = "$(cat "$DIR/v1.direct")" ] ||
   die "web answers $(greedy), not as v1 ($(cat "$DIR/v1.direct")); ./tiny gives $(cat "$DIR/tiny.direct")"
-ok "web serves the store's copy of tiny (v1's answer), not ./tiny of the directory serve ran from"
+# copy_field EXPR: EXPR over c = svc show's model_copy
+copy_field() { svc_field web "(lambda c: ($1))(d['model_copy'])"; }
+ver1=$(ctl 1 model ls --node "$P-1" -o json | jq_py '[m["version"] for m in d["nodes"][0]["models"] if m["name"] == "tiny"][0]')
+[ "$(copy_field "c['source'], [(n['node'], n['path'].endswith('/tiny'), n['version'], n['run_started_before']) for n in c['nodes']]")" = \
+  "('store', [('$P-1', True, '$ver1', False), ('$P-2', True, '$ver1', False)])" ] ||
+  die "svc show's model_copy: $(svc_field web 'd.get("model_copy")') (version $ver1)"
+ok "web serves the store's copy of tiny (v1's answer), not ./tiny of the directory serve ran from; svc show names that copy and version $ver1"
 
 # same_run WHAT: the service still ready on the run and processes it started with
 same_run() {
@@ -133,7 +141,12 @@ PY
 same_run "after v2"
 cmp -s "$DIR/v2/model.safetensors" "$(ctl 1 model ls --node "$P-1" -o json | jq_py 'd["nodes"][0]["dir"]')/tiny/model.safetensors" ||
   die "node 1's store does not hold v2"
-ok "v2 (same size) pushed under web: complete, names web on both nodes in JSON, web answers as before on run $RUN"
+[ "$(copy_field "[(n['version'] != '$ver1', n['run_started_before']) for n in c['nodes']]")" = "[(True, True), (True, True)]" ] ||
+  die "svc show after v2: $(svc_field web 'd.get("model_copy")')"
+ctl 1 svc show web >"$DIR/show.txt" || die "svc show"
+grep -q "changed after the run started: the run serves the version before" "$DIR/show.txt" &&
+  grep -q "'sparkctl svc restart web' moves it" "$DIR/show.txt" || die "svc show: $(cat "$DIR/show.txt")"
+ok "v2 (same size) pushed under web: complete, names web on both nodes in JSON, web answers as before on run $RUN; svc show says the run serves the version before"
 
 push v3
 grep -q "^Service web still serves the version of tiny it started with on $P-1, $P-2 .*'sparkctl svc restart web'" \
@@ -149,7 +162,9 @@ push v3 -o json
 ctl 1 svc restart web >/dev/null || die "svc restart"
 wait_state web ready 60 "d['run'] != $RUN" || die "web after restart: $(svc_field web 'd["state"], d["run"], d["last_error"]')"
 [ "$(greedy)" = "$(cat "$DIR/v3.direct")" ] || die "after svc restart web answers $(greedy), not v3's ($(cat "$DIR/v3.direct"))"
-ok "svc restart: run $(svc_field web 'd["run"]') answers as v3; a push that moved nothing named no service"
+[ "$(copy_field "[n['run_started_before'] for n in c['nodes']]")" = "[False, False]" ] ||
+  die "svc show after the restart: $(svc_field web 'd.get("model_copy")')"
+ok "svc restart: run $(svc_field web 'd["run"]') answers as v3 and holds the current copy; a push that moved nothing named no service"
 
 [ "$(ctl 1 svc stop web -o json | jq_py 'd["state"]')" = stopped ] || die "svc stop"
 sl_no_sanitizer_report

@@ -639,6 +639,14 @@ static void new_version_under_a_mapping(size_t new_len)
 	cr_assert_neq(map, MAP_FAILED);
 	close(fd);
 	uint8_t *v1 = pattern(old_len, 1);
+	json_t *list;
+	cr_assert_eq(mm_store_list(store, &list, err, sizeof err), 0);
+	char ver1[16];
+	snprintf(ver1, sizeof ver1, "%s",
+		 json_string_value(json_object_get(json_array_get(list, 0), "version")));
+	cr_assert_eq(strlen(ver1), 12, "a version of 12 hex digits: %s", ver1);
+	cr_assert(json_is_integer(json_object_get(json_array_get(list, 0), "changed_at")));
+	json_decref(list);
 	/* version 2: chunk 0 kept, the rest changed (and maybe shorter) */
 	uint8_t *v2 = pattern(new_len, 5);
 	memcpy(v2, v1, CS);
@@ -671,6 +679,10 @@ static void new_version_under_a_mapping(size_t new_len)
 	struct stat st2;
 	stat(fin, &st2);
 	cr_assert_eq(st2.st_ino, st1.st_ino, "nothing to move: the file stays");
+	cr_assert_eq(mm_store_list(store, &list, err, sizeof err), 0);
+	const char *ver2 = json_string_value(json_object_get(json_array_get(list, 0), "version"));
+	cr_assert(ver2 && strlen(ver2) == 12 && strcmp(ver2, ver1), "version %s after %s", ver2, ver1);
+	json_decref(list);
 	json_t *bad;
 	cr_assert_eq(mm_store_verify(store, "m", &bad, err, sizeof err), 0);
 	cr_assert_eq(json_array_size(bad), 0);
