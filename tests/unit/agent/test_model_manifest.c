@@ -388,6 +388,21 @@ static void same_content(const struct mm_manifest *m)
 	}
 }
 
+/* make_model() pushed whole into the store: its manifest */
+static struct mm_manifest *stored_model(void)
+{
+	make_model();
+	struct mm_manifest *m;
+	char err[256] = "";
+	cr_assert_eq(mm_build(src, "m", CS, &m, err, sizeof err), 0, "%s", err);
+	struct mm_have h;
+	cr_assert_eq(mm_store_have(store, m, &h, err, sizeof err), 0, "%s", err);
+	cr_assert_eq(mm_store_begin(store, m, &h, err, sizeof err), 0, "%s", err);
+	receive(m, &h, -1);
+	mm_have_free(&h);
+	return m;
+}
+
 TestSuite(store, .init = setup, .fini = teardown);
 
 Test(store, receive_verify_rename)
@@ -618,15 +633,9 @@ static int read_mapping(const uint8_t *map, const uint8_t *want, size_t len, boo
 static void new_version_under_a_mapping(size_t new_len)
 {
 	const size_t old_len = 2 * CS + 17;
-	make_model();
-	struct mm_manifest *m;
+	struct mm_manifest *m = stored_model();
 	char err[256] = "";
-	cr_assert_eq(mm_build(src, "m", CS, &m, err, sizeof err), 0, "%s", err);
 	struct mm_have h;
-	cr_assert_eq(mm_store_have(store, m, &h, err, sizeof err), 0, "%s", err);
-	cr_assert_eq(mm_store_begin(store, m, &h, err, sizeof err), 0, "%s", err);
-	receive(m, &h, -1);
-	mm_have_free(&h);
 	mm_free(m);
 	/* the server: the shard mapped, as spark-decode maps safetensors */
 	char fin[600];
@@ -709,15 +718,9 @@ Test(store, new_version_shorter_leaves_a_mapping_alone)
  * keeps the old version until the new one is complete. */
 Test(store, new_version_resumed_keeps_the_old_file_until_complete)
 {
-	make_model();
-	struct mm_manifest *m;
+	struct mm_manifest *m = stored_model();
 	char err[256] = "";
-	cr_assert_eq(mm_build(src, "m", CS, &m, err, sizeof err), 0, "%s", err);
 	struct mm_have h;
-	mm_store_have(store, m, &h, err, sizeof err);
-	mm_store_begin(store, m, &h, err, sizeof err);
-	receive(m, &h, -1);
-	mm_have_free(&h);
 	mm_free(m);
 	uint8_t *v1 = pattern(2 * CS + 17, 1), *v2 = pattern(2 * CS + 17, 6);
 	memcpy(v2, v1, CS); /* chunk 0 kept, chunks 1 and 2 new */
