@@ -96,6 +96,10 @@ struct mm_have {
 	size_t count;          /* bits set */
 	uint64_t bytes;        /* their bytes */
 	uint64_t *bits;
+	/* of those, the ones found only in the file under the final name (an
+	 * older version's or a damaged copy): mm_store_begin copies them into
+	 * the new .sparkpart; NULL when none (the source's own have) */
+	uint64_t *in_final;
 };
 void mm_have_free(struct mm_have *h);
 bool mm_have_test(const struct mm_have *h, size_t chunk);
@@ -106,8 +110,9 @@ int mm_store_paths(const char *root, const struct mm_manifest *m, size_t file, c
 
 /* What of m this node already holds, for resume: a complete file recorded
  * in ROOT/.meta/NAME.json with the same chunks, size and its own mtime counts
- * whole without being read; any other final or partial file of that path is
- * re-hashed chunk by chunk and only the chunks that match count. */
+ * whole without being read; any other partial, then final, file of that path
+ * is re-hashed chunk by chunk and only the chunks that match count (those
+ * found only in the final file are marked in in_final). */
 int mm_store_have(const char *root, const struct mm_manifest *m, struct mm_have *out, char *err,
 		  size_t errlen);
 
@@ -122,22 +127,27 @@ int mm_space_check(const char *node, uint64_t need, uint64_t avail, char *err, s
 /* Begin receiving m: ROOT/NAME and its folders, ROOT/.meta/NAME.json (the
  * manifest, files not complete yet), and for every file not complete its
  * .sparkpart (space reserved with posix_fallocate, so a disk never fills
- * half-way; a final file that does not match is moved to its .sparkpart
- * first). Files that are complete and files of an older manifest that this
- * one does not list are left alone (mm_store_prune removes the latter). */
+ * half-way), into which the chunks held in the final file are copied. A
+ * file under its final name is never written: it stays (a running server
+ * may have it open or mapped) until mm_store_finish_file renames the new
+ * one over it, a new inode. Files that are complete and files of an older
+ * manifest that this one does not list are left alone (mm_store_prune
+ * removes the latter). */
 int mm_store_begin(const char *root, const struct mm_manifest *m, const struct mm_have *have,
 		   char *err, size_t errlen);
 /* Check chunk i against the manifest (-EBADMSG: not written) and write it into
  * its file's .sparkpart. */
 int mm_store_put(const char *root, const struct mm_manifest *m, size_t chunk, const void *data,
 		 size_t len);
-/* Read chunk i back from the store (the final file, else the .sparkpart) into
+/* Read chunk i back from the store (the .sparkpart while there is one, else
+ * the final file) into
  * buf (chunk_size bytes); -EBADMSG when what is there no longer matches its
  * hash (a damaged disk), -ENOENT when neither file is there. */
 int mm_store_get(const char *root, const struct mm_manifest *m, size_t chunk, void *buf,
 		 uint32_t *len);
 /* Write a good copy of chunk i (checked against the manifest first: -EBADMSG)
- * over a damaged one in its final file (else its .sparkpart), keeping the
+ * over a damaged one in its .sparkpart (else its final file: the bytes a
+ * server that mapped it reads become the right ones again), keeping the
  * file's size and giving it back the manifest's mtime, then fsync. */
 int mm_store_repair(const char *root, const struct mm_manifest *m, size_t chunk, const void *data,
 		    size_t len);
@@ -147,7 +157,10 @@ int mm_store_finish_file(const char *root, const struct mm_manifest *m, size_t f
 /* Remove files under ROOT/NAME that m does not list (an older version's). */
 int mm_store_prune(const char *root, const struct mm_manifest *m);
 
-/* The models of a store: [{"name", "files", "bytes", "complete", "pushed_at"}]. */
+/* The models of a store: [{"name", "files", "files_complete", "bytes",
+ * "complete", "pushed_at", "finished_at", "version" (12 hex digits of the
+ * content's digest), "changed_at" (the last replacement or removal of a file
+ * under its final name, or null)}]. */
 int mm_store_list(const char *root, json_t **out, char *err, size_t errlen);
 /* Remove ROOT/NAME and its record; -ENOENT when neither exists. */
 int mm_store_remove(const char *root, const char *name, char *err, size_t errlen);

@@ -1,7 +1,12 @@
 /* model_store: the node-side store of pushed models (model_manifest.h).
  * ROOT/NAME/PATH complete files, ROOT/NAME/PATH.sparkpart files being
  * received, ROOT/.meta/NAME.json {"manifest", "complete":[paths],
- * "pushed_at", "finished_at"}. */
+ * "pushed_at", "finished_at", "changed_at" (the last time a file under a
+ * final name was replaced or removed)}.
+ * A file under its final name is never written again (but for a repair of
+ * a damaged chunk with its right bytes): a new version is received in a
+ * new .sparkpart and renamed over it, so a server that has the old file
+ * open or mapped keeps the old inode's bytes until it closes them. */
 #include "model_manifest.h"
 
 #include "util.h"
@@ -24,12 +29,18 @@
 void mm_have_free(struct mm_have *h)
 {
 	free(h->bits);
+	free(h->in_final);
 	memset(h, 0, sizeof *h);
 }
 
 bool mm_have_test(const struct mm_have *h, size_t chunk)
 {
 	return chunk < h->nchunks && (h->bits[chunk / 64] >> (chunk % 64) & 1);
+}
+
+static bool bit_test(const uint64_t *bits, size_t chunk)
+{
+	return bits && (bits[chunk / 64] >> (chunk % 64) & 1);
 }
 
 static void have_set(struct mm_have *h, const struct mm_manifest *m, size_t chunk)
@@ -165,9 +176,10 @@ static int64_t st_mtime_ns(const struct stat *st)
 	return (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
 }
 
-/* Hash the chunks of file f found in the file at path; set those that match. */
+/* Hash the chunks of file f not yet held found in the file at path; set
+ * those that match (and mark them in mark, when given). */
 static int rehash(const char *path, const struct mm_manifest *m, const struct mm_file *f,
-		  uint8_t *buf, struct mm_have *h)
+		  uint8_t *buf, struct mm_have *h, uint64_t *mark)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
@@ -182,6 +194,8 @@ static int rehash(const char *path, const struct mm_manifest *m, const struct mm
 		size_t want = f->size - off < m->chunk_size ? (size_t)(f->size - off) : m->chunk_size;
 		if (off + want > (uint64_t)st.st_size)
 			break;
+		if (mm_have_test(h, f->first_chunk + c))
+			continue;
 		size_t got = 0;
 		while (got < want) {
 			ssize_t k = pread(fd, buf + got, want - got, (off_t)(off + got));
@@ -191,8 +205,11 @@ static int rehash(const char *path, const struct mm_manifest *m, const struct mm
 				break;
 			got += (size_t)k;
 		}
-		if (got == want && mm_check_chunk(m, f->first_chunk + c, buf, want) == 0)
+		if (got == want && mm_check_chunk(m, f->first_chunk + c, buf, want) == 0) {
 			have_set(h, m, f->first_chunk + c);
+			if (mark)
+				mark[(f->first_chunk + c) / 64] |= 1ull << ((f->first_chunk + c) % 64);
+		}
 	}
 	close(fd);
 	return 0;
@@ -204,8 +221,11 @@ int mm_store_have(const char *root, const struct mm_manifest *m, struct mm_have 
 	memset(out, 0, sizeof *out);
 	out->nchunks = m->nchunks;
 	out->bits = calloc(m->nchunks / 64 + 1, sizeof *out->bits);
-	if (!out->bits)
+	out->in_final = calloc(m->nchunks / 64 + 1, sizeof *out->in_final);
+	if (!out->bits || !out->in_final) {
+		mm_have_free(out);
 		return -ENOMEM;
+	}
 	json_t *meta = NULL;
 	struct mm_manifest *old = NULL;
 	if (meta_load(root, m->name, &meta) == 0) {
@@ -225,13 +245,21 @@ int mm_store_have(const char *root, const struct mm_manifest *m, struct mm_have 
 		const struct mm_file *of = old ? find_file(old, f->path) : NULL;
 		if (fin && of && meta_complete(meta, f->path) && same_file_entry(m, f, old, of) &&
 		    (uint64_t)st.st_size == f->size && st_mtime_ns(&st) == f->mtime_ns) {
-			for (uint32_t c = 0; c < f->nchunks; c++)
-				have_set(out, m, f->first_chunk + c);
+			for (uint32_t c = 0; c < f->nchunks; c++) {
+				size_t k = f->first_chunk + c;
+				have_set(out, m, k);
+				out->in_final[k / 64] |= 1ull << (k % 64);
+			}
 			continue;
 		}
-		r = rehash(fin ? final : part, m, f, buf, out);
+		/* the new version's partial file first, then what of it the file
+		 * under the final name (an older version, a damaged copy) holds */
+		const char *at = part;
+		r = rehash(part, m, f, buf, out, NULL);
+		if (r == 0 && fin)
+			r = rehash(at = final, m, f, buf, out, out->in_final);
 		if (r < 0)
-			snprintf(err, errlen, "%s: %s", fin ? final : part, strerror(-r));
+			snprintf(err, errlen, "%s: %s", at, strerror(-r));
 	}
 	free(buf);
 	mm_free(old);
@@ -271,27 +299,25 @@ int mm_store_space(const char *root, const struct mm_manifest *m, const struct m
 		else
 			*s = 0;
 	}
-	/* Partial files already hold their whole size (posix_fallocate), so what
-	 * they occupy is counted as theirs: need is what is not yet allocated. */
-	uint64_t n = m->total_bytes - (have ? have->bytes : 0);
+	/* A file held whole under its final name needs nothing. Any other is
+	 * received whole into its partial file (what the final file holds is
+	 * copied there: the final file is never written), which holds its whole
+	 * size once made (posix_fallocate): need is what is not yet allocated. */
+	uint64_t n = 0;
 	for (size_t i = 0; i < m->nfiles; i++) {
 		char part[PATH_MAX];
 		struct stat st;
 		const struct mm_file *f = &m->files[i];
+		uint32_t infin = 0;
+		for (uint32_t c = 0; have && c < f->nchunks; c++)
+			infin += bit_test(have->in_final, f->first_chunk + c);
+		if (f->nchunks && infin == f->nchunks)
+			continue;
+		uint64_t alloc = 0;
 		if (mm_store_paths(root, m, i, NULL, 0, part, sizeof part) == 0 &&
-		    lstat(part, &st) == 0 && S_ISREG(st.st_mode)) {
-			uint64_t held = 0;
-			for (uint32_t c = 0; have && c < f->nchunks; c++) {
-				uint32_t len;
-				mm_chunk_file(m, f->first_chunk + c, NULL, &len);
-				if (mm_have_test(have, f->first_chunk + c))
-					held += len;
-			}
-			uint64_t alloc = (uint64_t)st.st_blocks * 512;
-			uint64_t missing = f->size - held;
-			uint64_t extra = alloc > held ? alloc - held : 0;
-			n -= extra < missing ? extra : missing;
-		}
+		    lstat(part, &st) == 0 && S_ISREG(st.st_mode))
+			alloc = (uint64_t)st.st_blocks * 512;
+		n += alloc < f->size ? f->size - alloc : 0;
 	}
 	*need = n;
 	*avail = (uint64_t)sv.f_bavail * sv.f_frsize;
@@ -333,6 +359,57 @@ static int complete_add(json_t *meta, const char *path)
 		       : 0;
 }
 
+/* All of len bytes at off into buf: 0, or -EIO when the file is shorter. */
+static int read_at(int fd, void *buf, size_t len, uint64_t off)
+{
+	size_t got = 0;
+	while (got < len) {
+		ssize_t k = pread(fd, (uint8_t *)buf + got, len - got, (off_t)(off + got));
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return -errno;
+		if (k == 0)
+			return -EIO;
+		got += (size_t)k;
+	}
+	return 0;
+}
+
+static int write_at(int fd, const void *data, size_t len, uint64_t off);
+
+/* Copy the chunks of f that have found only in the final file into the
+ * partial file pfd, each checked again (the final file is only read). */
+static int copy_from_final(const char *final, int pfd, const struct mm_manifest *m,
+			   const struct mm_file *f, const struct mm_have *have, uint8_t *buf,
+			   char *err, size_t errlen)
+{
+	int fd = open(final, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0) {
+		int e = errno;
+		snprintf(err, errlen, "%s: %s", final, strerror(e));
+		return -e;
+	}
+	int r = 0;
+	for (uint32_t c = 0; r == 0 && c < f->nchunks; c++) {
+		size_t k = f->first_chunk + c;
+		if (!bit_test(have->in_final, k))
+			continue;
+		uint64_t off = (uint64_t)c * m->chunk_size;
+		size_t len = f->size - off < m->chunk_size ? (size_t)(f->size - off) : m->chunk_size;
+		r = read_at(fd, buf, len, off);
+		if (r == 0 && mm_check_chunk(m, k, buf, len) < 0) {
+			snprintf(err, errlen, "%s: changed while the push began; run the push again",
+				 final);
+			r = -EAGAIN;
+		}
+		if (r == 0)
+			r = write_at(pfd, buf, len, off);
+	}
+	close(fd);
+	return r;
+}
+
 int mm_store_begin(const char *root, const struct mm_manifest *m, const struct mm_have *have,
 		   char *err, size_t errlen)
 {
@@ -348,16 +425,25 @@ int mm_store_begin(const char *root, const struct mm_manifest *m, const struct m
 	json_t *meta = mj ? json_pack("{s:o, s:[], s:I, s:n}", "manifest", mj, "complete",
 				       "pushed_at", (json_int_t)util_now(), "finished_at")
 			  : NULL;
-	if (!meta)
+	uint8_t *buf = malloc(m->chunk_size);
+	if (!meta || !buf) {
+		json_decref(meta);
+		free(buf);
 		return -ENOMEM;
+	}
+	json_t *old = NULL;
+	if (meta_load(root, m->name, &old) == 0 &&
+	    json_is_integer(json_object_get(old, "changed_at")))
+		json_object_set(meta, "changed_at", json_object_get(old, "changed_at"));
+	json_decref(old);
 	for (size_t i = 0; r == 0 && i < m->nfiles; i++) {
 		const struct mm_file *f = &m->files[i];
 		char final[PATH_MAX], part[PATH_MAX];
 		if ((r = mm_store_paths(root, m, i, final, sizeof final, part, sizeof part)) < 0)
 			break;
-		size_t held = 0;
+		size_t infin = 0;
 		for (uint32_t c = 0; c < f->nchunks; c++)
-			held += mm_have_test(have, f->first_chunk + c);
+			infin += bit_test(have->in_final, f->first_chunk + c);
 		struct stat st;
 		bool fin = lstat(final, &st) == 0;
 		if (fin && !S_ISREG(st.st_mode)) {
@@ -369,8 +455,10 @@ int mm_store_begin(const char *root, const struct mm_manifest *m, const struct m
 			snprintf(err, errlen, "%s: cannot make its folder (%s)", final, strerror(-r));
 			break;
 		}
-		if (held == f->nchunks && (fin || f->size == 0)) {
-			/* complete where it stands (an empty file: made now) */
+		if ((fin && infin == f->nchunks && (uint64_t)st.st_size == f->size) ||
+		    (!fin && f->size == 0)) {
+			/* complete where it stands (an empty file: made now); its
+			 * bytes are not touched, only its mode and mtime */
 			int fd = open(final, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
 			if (fd < 0 || ftruncate(fd, (off_t)f->size) < 0 || settle_file(fd, f) < 0) {
 				r = -errno;
@@ -384,13 +472,10 @@ int mm_store_begin(const char *root, const struct mm_manifest *m, const struct m
 			r = complete_add(meta, f->path);
 			continue;
 		}
-		/* Never a partial file under the final name: a final file that does
-		 * not match becomes the partial one (what in it matches is kept). */
-		if (fin && rename(final, part) < 0) {
-			r = -errno;
-			snprintf(err, errlen, "%s: %s", final, strerror(errno));
-			break;
-		}
+		/* Never a partial file under the final name, and never a byte
+		 * written into the final file: a server may have it mapped. The new
+		 * version is a new file; what of it the final file holds is copied
+		 * into it, and it is renamed over the final one once complete. */
 		int fd = open(part, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 		if (fd < 0) {
 			r = -errno;
@@ -404,12 +489,16 @@ int mm_store_begin(const char *root, const struct mm_manifest *m, const struct m
 			if (e && e != EOPNOTSUPP && e != EINVAL) /* tmpfs/overlay quirks: space was checked */
 				r = -e;
 		}
+		if (r == 0 && infin)
+			r = copy_from_final(final, fd, m, f, have, buf, err, errlen);
 		close(fd);
 		if (r < 0) {
-			snprintf(err, errlen, "%s: %s", part, strerror(-r));
+			if (!err[0])
+				snprintf(err, errlen, "%s: %s", part, strerror(-r));
 			break;
 		}
 	}
+	free(buf);
 	if (r == 0 && json_array_size(json_object_get(meta, "complete")) == m->nfiles)
 		json_object_set_new(meta, "finished_at", json_integer(util_now())); /* nothing to move */
 	if (r == 0)
@@ -423,7 +512,7 @@ int mm_store_begin(const char *root, const struct mm_manifest *m, const struct m
 				held += mm_have_test(have, f->first_chunk + c);
 			char part[PATH_MAX];
 			struct stat st;
-			if (held == f->nchunks && f->nchunks &&
+			if (held == f->nchunks &&
 			    mm_store_paths(root, m, i, NULL, 0, part, sizeof part) == 0 &&
 			    lstat(part, &st) == 0)
 				r = mm_store_finish_file(root, m, i);
@@ -488,11 +577,11 @@ int mm_store_repair(const char *root, const struct mm_manifest *m, size_t chunk,
 	if ((r = mm_store_paths(root, m, (size_t)(f - m->files), final, sizeof final, part,
 				sizeof part)) < 0)
 		return r;
-	bool is_final = true;
-	int fd = open(final, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+	bool is_final = false;
+	int fd = open(part, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0) {
-		is_final = false;
-		fd = open(part, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+		is_final = true;
+		fd = open(final, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
 	}
 	if (fd < 0)
 		return -errno;
@@ -535,6 +624,7 @@ int mm_store_finish_file(const char *root, const struct mm_manifest *m, size_t f
 		return r;
 	if (!json_is_array(json_object_get(meta, "complete")))
 		json_object_set_new(meta, "complete", json_array());
+	json_object_set_new(meta, "changed_at", json_integer(util_now()));
 	if ((r = complete_add(meta, f->path)) == 0) {
 		if (json_array_size(json_object_get(meta, "complete")) == m->nfiles)
 			json_object_set_new(meta, "finished_at", json_integer(util_now()));
@@ -549,6 +639,7 @@ static struct {
 	const struct mm_manifest *m;
 	size_t base;
 	int err;
+	bool removed; /* a final file went */
 } prune_ctx;
 
 static int prune_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
@@ -564,10 +655,15 @@ static int prune_one(const char *path, const struct stat *st, int type, struct F
 	char tmp[PATH_MAX];
 	util_strlcpy(tmp, rel, sizeof tmp);
 	size_t n = strlen(tmp), sl = strlen(MM_PART_SUFFIX);
-	if (n > sl && !strcmp(tmp + n - sl, MM_PART_SUFFIX))
+	bool part = n > sl && !strcmp(tmp + n - sl, MM_PART_SUFFIX);
+	if (part)
 		tmp[n - sl] = 0;
-	if (!find_file(prune_ctx.m, tmp) && unlink(path) < 0 && errno != ENOENT)
+	if (find_file(prune_ctx.m, tmp))
+		return 0;
+	if (unlink(path) < 0 && errno != ENOENT)
 		prune_ctx.err = -errno;
+	else if (!part)
+		prune_ctx.removed = true;
 	return 0;
 }
 
@@ -579,8 +675,15 @@ int mm_store_prune(const char *root, const struct mm_manifest *m)
 	prune_ctx.m = m;
 	prune_ctx.base = strlen(dir) + 1;
 	prune_ctx.err = 0;
+	prune_ctx.removed = false;
 	if (nftw(dir, prune_one, 16, FTW_DEPTH | FTW_PHYS) < 0 && errno != ENOENT)
 		return -errno;
+	json_t *meta;
+	if (prune_ctx.removed && meta_load(root, m->name, &meta) == 0) {
+		json_object_set_new(meta, "changed_at", json_integer(util_now()));
+		meta_save(root, m->name, meta);
+		json_decref(meta);
+	}
 	return prune_ctx.err;
 }
 
@@ -621,6 +724,33 @@ int mm_store_remove(const char *root, const char *name, char *err, size_t errlen
 		return -e;
 	}
 	return 0;
+}
+
+/* A model's version: the first 12 hex digits of SHA-256 over every file's
+ * path, size and chunk hashes (not its mtime): the same bytes, the same
+ * version, on every node. */
+static void version_of(const struct mm_manifest *m, char out[13])
+{
+	size_t len = 0;
+	for (size_t i = 0; i < m->nfiles; i++)
+		len += strlen(m->files[i].path) + 24 + (size_t)m->files[i].nchunks * MM_HASH_LEN;
+	uint8_t *buf = malloc(len + 1), h[MM_HASH_LEN];
+	size_t off = 0;
+	snprintf(out, 13, "unknown");
+	if (!buf)
+		return;
+	for (size_t i = 0; i < m->nfiles; i++) {
+		const struct mm_file *f = &m->files[i];
+		off += (size_t)snprintf((char *)buf + off, len + 1 - off, "%s%c%" PRIu64 "%c", f->path,
+					0, f->size, 0);
+		if (f->nchunks)
+			memcpy(buf + off, m->hashes[f->first_chunk], (size_t)f->nchunks * MM_HASH_LEN);
+		off += (size_t)f->nchunks * MM_HASH_LEN;
+	}
+	if (mm_hash(buf, off, h) == 0)
+		for (int i = 0; i < 6; i++)
+			snprintf(out + 2 * i, 3, "%02x", h[i]);
+	free(buf);
 }
 
 int mm_store_list(const char *root, json_t **out, char *err, size_t errlen)
@@ -664,12 +794,16 @@ int mm_store_list(const char *root, json_t **out, char *err, size_t errlen)
 				done++;
 		}
 		json_t *fin = json_object_get(meta, "finished_at");
+		json_t *chg = json_object_get(meta, "changed_at");
+		char ver[13];
+		version_of(m, ver);
 		json_array_append_new(
-		    *out, json_pack("{s:s, s:I, s:I, s:I, s:b, s:O, s:O}", "name", m->name, "files",
-				    (json_int_t)m->nfiles, "files_complete", (json_int_t)done, "bytes",
-				    (json_int_t)m->total_bytes, "complete", done == m->nfiles,
+		    *out, json_pack("{s:s, s:I, s:I, s:I, s:b, s:O, s:O, s:s, s:O}", "name", m->name,
+				    "files", (json_int_t)m->nfiles, "files_complete", (json_int_t)done,
+				    "bytes", (json_int_t)m->total_bytes, "complete", done == m->nfiles,
 				    "pushed_at", json_object_get(meta, "pushed_at") ?: json_null(),
-				    "finished_at", fin ? fin : json_null()));
+				    "finished_at", fin ? fin : json_null(), "version", ver,
+				    "changed_at", chg ? chg : json_null()));
 		mm_free(m);
 		json_decref(meta);
 	}
@@ -747,9 +881,10 @@ int mm_store_get(const char *root, const struct mm_manifest *m, size_t chunk, vo
 			       sizeof part);
 	if (r < 0)
 		return r;
-	int fd = open(final, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	/* while a new version is received, the final file is the old one */
+	int fd = open(part, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
-		fd = open(part, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		fd = open(final, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return -errno;
 	size_t got = 0;

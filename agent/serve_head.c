@@ -194,6 +194,8 @@ static json_t *svc_full(const struct sh_svc *s)
 	json_object_set_new(o, "recipe", json_string(s->row.recipe));
 	json_object_set_new(o, "created_at", json_string(at));
 	json_object_set_new(o, "last_run", s->row.run_id ? json_integer(s->row.run_id) : json_null());
+	rfc3339(s->row.run_started, at, sizeof at);
+	json_object_set_new(o, "run_started_at", s->live ? json_string(at) : json_null());
 	json_object_set_new(o, "restarts", json_integer(s->row.restarts));
 	json_object_set_new(o, "failures", json_integer(s->row.failures));
 	json_object_set_new(o, "restart", json_deep_copy(json_object_get(s->plan, "restart")));

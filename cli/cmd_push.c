@@ -259,6 +259,56 @@ static void push_opt(int c, const char *v, void *arg)
 		o->dry = true;
 }
 
+/* The services that serve model NAME (`model: NAME`, a bare name: each
+ * node's store) with a rank on a node where this push wrote: the store put
+ * the new files beside the old ones (new inodes), so their processes keep
+ * the version they started with until they restart. Added to the answer as
+ * services_on_old_version [{name, state, run, nodes: [names]}]; nothing is
+ * added when the head cannot say (its answer is not an error of the push). */
+static void old_version_services(struct cli_ctx *ctx, const char *name, json_t *data)
+{
+	json_t *changed = json_object(), *out = json_array(), *sl = NULL;
+	size_t i;
+	json_t *nd;
+	json_array_foreach(json_object_get(data, "nodes"), i, nd)
+		if (cli_jnum(nd, "chunks_written") > 0)
+			json_object_set(changed, cli_jstr(nd, "node"), json_object_get(nd, "name"));
+	char *code = NULL, *msg = NULL;
+	if (json_object_size(changed) &&
+	    cli_call_raw(ctx, "svc_ls", NULL, &sl, 0, &code, &msg) == 0) {
+		json_t *s;
+		json_array_foreach(json_object_get(sl, "services"), i, s) {
+			if (strcmp(cli_jstr(s, "model"), name) || !json_is_integer(json_object_get(s, "run")))
+				continue;
+			json_t *sh = NULL, *nodes = json_array();
+			free(code);
+			free(msg);
+			code = msg = NULL;
+			if (cli_call_raw(ctx, "svc_show", json_pack("{s:s}", "name", cli_jstr(s, "name")),
+					 &sh, 0, &code, &msg) == 0) {
+				size_t k;
+				json_t *r;
+				json_array_foreach(json_object_get(sh, "nodes"), k, r)
+					if (json_object_get(changed, cli_jstr(r, "node_id")))
+						json_array_append(nodes, json_object_get(r, "node"));
+			}
+			if (json_array_size(nodes))
+				json_array_append_new(out, json_pack("{s:s, s:s, s:O, s:O}", "name",
+								     cli_jstr(s, "name"), "state",
+								     cli_jstr(s, "state"), "run",
+								     json_object_get(s, "run"), "nodes",
+								     nodes));
+			json_decref(nodes);
+			json_decref(sh);
+		}
+	}
+	free(code);
+	free(msg);
+	json_decref(sl);
+	json_decref(changed);
+	json_object_set_new(data, "services_on_old_version", out);
+}
+
 int cmd_model_push(struct cli_ctx *ctx, int argc, char **argv)
 {
 	static const struct option lo[] = {{"group", required_argument, NULL, 'g'},
@@ -467,6 +517,8 @@ int cmd_model_push(struct cli_ctx *ctx, int argc, char **argv)
 								? json_object_get(nd, "lanes")
 								: json_null()));
 		json_object_set_new(data, "route", rt);
+		if (!dry)
+			old_version_services(ctx, name, data);
 		cli_output(ctx, req, data, NULL);
 		if (!dry && !json_is_true(json_object_get(data, "complete"))) {
 			char bad[512] = "";

@@ -797,9 +797,86 @@ int cmd_svc_ls(struct cli_ctx *ctx, int argc, char **argv)
 	return cli_request(ctx, "svc_ls", group_req(&o), 0, NULL);
 }
 
+/* A service whose model is a bare name serves each node's store copy
+ * (SPARK_MODEL_DIR/NAME; spark-decode takes it before a folder of that name
+ * where serve ran). model_copy {source "store", name, nodes: [{node, path
+ * (null: not in that node's store), version, complete, changed_at,
+ * run_started_before}]} says where it is on each of the service's nodes,
+ * its version, and whether the run started before that copy last changed:
+ * the run then serves the version before it (its processes keep the
+ * replaced files open) until `svc restart`. Added by the CLI from
+ * model_ls_all; left out when the head cannot say. */
+static void svc_model_copy(struct cli_ctx *ctx, json_t *svc)
+{
+	const char *model = cli_jstr(svc, "model");
+	if (!*model || strchr(model, '/') || strchr(model, ':'))
+		return;
+	json_t *ls = NULL;
+	char *code = NULL, *msg = NULL;
+	if (cli_call_raw(ctx, "model_ls_all", NULL, &ls, 0, &code, &msg) < 0) {
+		free(code);
+		free(msg);
+		return;
+	}
+	time_t started = 0;
+	struct tm tm = {0};
+	const char *rs = cli_jstr(svc, "run_started_at");
+	if (*rs && strptime(rs, "%Y-%m-%dT%H:%M:%SZ", &tm))
+		started = timegm(&tm);
+	json_t *nodes = json_array();
+	size_t i, k, j;
+	json_t *r, *n, *md;
+	json_array_foreach(json_object_get(svc, "nodes"), i, r) {
+		json_t *e = json_pack("{s:s, s:n, s:n, s:b, s:n, s:b}", "node", cli_jstr(r, "node"),
+				      "path", "version", "complete", 0, "changed_at",
+				      "run_started_before", 0);
+		json_array_foreach(json_object_get(ls, "nodes"), k, n) {
+			if (strcmp(cli_jstr(n, "id"), cli_jstr(r, "node_id")))
+				continue;
+			json_array_foreach(json_object_get(n, "models"), j, md) {
+				if (strcmp(cli_jstr(md, "name"), model))
+					continue;
+				char path[4200];
+				snprintf(path, sizeof path, "%s/%s", cli_jstr(n, "dir"), model);
+				json_object_set_new(e, "path", json_string(path));
+				json_object_set(e, "version", json_object_get(md, "version"));
+				json_object_set(e, "complete", json_object_get(md, "complete"));
+				json_t *ch = json_object_get(md, "changed_at");
+				if (json_is_integer(ch)) {
+					char at[32];
+					time_t t = (time_t)json_integer_value(ch);
+					struct tm g;
+					if (gmtime_r(&t, &g) && strftime(at, sizeof at, "%Y-%m-%dT%H:%M:%SZ", &g))
+						json_object_set_new(e, "changed_at", json_string(at));
+					json_object_set_new(e, "run_started_before",
+							    json_boolean(started && t > started));
+				}
+			}
+		}
+		json_array_append_new(nodes, e);
+	}
+	json_object_set_new(svc, "model_copy", json_pack("{s:s, s:s, s:o}", "source", "store", "name",
+							 model, "nodes", nodes));
+	json_decref(ls);
+}
+
 int cmd_svc_show(struct cli_ctx *ctx, int argc, char **argv)
 {
-	return svc_one(ctx, argc, argv, "svc_show", 0);
+	static const struct option lo[] = {CLI_OPT_END};
+	struct svc_args o;
+	int rc = svc_parse(ctx, argc, argv, lo, true, &o);
+	if (rc)
+		return rc;
+	json_t *req = json_pack("{s:s}", "name", o.name), *d = NULL;
+	if (cli_call(ctx, "svc_show", json_incref(req), &d, 0)) {
+		json_decref(req);
+		return 1;
+	}
+	svc_model_copy(ctx, d);
+	cli_output(ctx, req, d, NULL);
+	json_decref(req);
+	json_decref(d);
+	return 0;
 }
 
 int cmd_svc_stop(struct cli_ctx *ctx, int argc, char **argv)

@@ -191,4 +191,17 @@ void cli_text_model_push(const struct cli_answer *a)
 	       : !strcmp(net, "mixed") ? "over the fabric where nodes reach each other there, else "
 					 "their agent addresses"
 				       : "over the nodes' agent addresses: no fabric address between them");
+	/* the new files stand beside the old ones: running servers keep theirs */
+	json_array_foreach(json_object_get(a->data, "services_on_old_version"), i, n) {
+		char nodes[512] = "";
+		size_t k, off = 0;
+		json_t *v;
+		json_array_foreach(json_object_get(n, "nodes"), k, v)
+			off += (size_t)snprintf(nodes + off, off < sizeof nodes ? sizeof nodes - off : 0,
+						"%s%s", k ? ", " : "", json_string_value(v));
+		printf("Service %s still serves the version of %s it started with on %s (its "
+		       "processes keep the replaced files open); 'sparkctl svc restart %s' moves it to "
+		       "this one.\n",
+		       cli_jstr(n, "name"), cli_jstr(a->data, "name"), nodes, cli_jstr(n, "name"));
+	}
 }

@@ -272,7 +272,25 @@ void cli_text_svc_show(const struct cli_answer *a)
 		printf("%-14swaits for %s (a shared node) to be ready\n", "", cli_jstr(o, "waiting_for"));
 	printf("%-14s%s\n", "Group:", cli_jstr(o, "group"));
 	printf("%-14s%s (recipe %s)\n", "Runtime:", cli_jstr(o, "runtime"), cli_jstr(o, "recipe"));
-	printf("%-14s%s\n", "Model:", cli_jstr(o, "model"));
+	json_t *mc = json_object_get(o, "model_copy");
+	printf("%-14s%s%s\n", "Model:", cli_jstr(o, "model"), mc ? " (each node's store)" : "");
+	size_t i;
+	json_t *n;
+	json_array_foreach(json_object_get(mc, "nodes"), i, n) {
+		if (!json_is_string(json_object_get(n, "path"))) {
+			printf("%-14s%s: not in its store (a folder of that name where serve ran, if any)\n",
+			       "", cli_jstr(n, "node"));
+			continue;
+		}
+		printf("%-14s%s: %s, version %s%s%s\n", "", cli_jstr(n, "node"), cli_jstr(n, "path"),
+		       cli_jstr(n, "version"), json_is_true(json_object_get(n, "complete")) ? "" : " (partial)",
+		       json_is_true(json_object_get(n, "run_started_before"))
+			   ? "; changed after the run started: the run serves the version before"
+			   : "");
+		if (json_is_true(json_object_get(n, "run_started_before")))
+			printf("%-14s('sparkctl svc restart %s' moves it to this one)\n", "",
+			       cli_jstr(o, "name"));
+	}
 	printf("%-14s%s\n", "Owner:", cli_jstr(o, "owner"));
 	if (json_is_integer(run))
 		printf("%-14sjob %lld\n", "Run:", (long long)json_integer_value(run));
@@ -293,8 +311,6 @@ void cli_text_svc_show(const struct cli_answer *a)
 		printf("%-14sadmitted over a node's memory budget (--force)\n", "Memory:");
 	static const char *const hdr[] = {"RANK", "NODE", "NEED"};
 	out_table *t = out_table_new(3, hdr);
-	size_t i;
-	json_t *n;
 	json_array_foreach(json_object_get(o, "nodes"), i, n) {
 		char rank[16], need[32];
 		out_fmt(rank, sizeof rank, "%lld", cli_jnum(n, "rank"));

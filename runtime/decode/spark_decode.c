@@ -48,15 +48,17 @@ typedef struct {
 
 /* A model pushed with `sparkctl model push` lies in each node's own store,
  * which a job gets as SPARK_MODEL_DIR, at a path that differs per node. So
- * --model NAME (no '/') that is no directory here is looked up in that store:
- * one recipe (`model: NAME`) then serves the pushed copy on every node. */
+ * --model NAME (no '/') is looked up in that store first: one recipe
+ * (`model: NAME`) then serves the pushed copy on every node, whatever folder
+ * of that name the directory it was started from holds (issue 28); a NAME
+ * the store lacks is a directory here as given. Which one it loaded is in
+ * the report (`model`) and, when served, on stderr (the job's log). */
 static void resolve_store_model(args_t *a)
 {
 	const char *store = getenv("SPARK_MODEL_DIR");
 	struct stat st;
 
-	if (!a->model_dir || strchr(a->model_dir, '/') || !store || !*store ||
-	    (stat(a->model_dir, &st) == 0 && S_ISDIR(st.st_mode)))
+	if (!a->model_dir || strchr(a->model_dir, '/') || !store || !*store)
 		return;
 	if ((size_t)snprintf(a->store_path, sizeof(a->store_path), "%s/%s", store, a->model_dir) >=
 	    sizeof(a->store_path))
@@ -75,8 +77,8 @@ static void usage(FILE *f)
 	        "\n"
 	        "model:\n"
 	        "  --model DIR          Hugging Face directory: config.json + *.safetensors (f32/f16/bf16);\n"
-	        "                       a bare NAME not found here is looked up in $SPARK_MODEL_DIR\n"
-	        "                       (the node's store of `sparkctl model push`)\n"
+	        "                       a bare NAME is looked up in $SPARK_MODEL_DIR first (the\n"
+	        "                       node's store of `sparkctl model push`), then here\n"
 	        "  --synthetic SHAPE    deterministic weights of a catalog shape (--list-shapes)\n"
 	        "  --layers N           use only the first N layers (to fit memory)\n"
 	        "  --dtype f32|f16|bf16 synthetic weights' type (default bf16)\n"
@@ -595,6 +597,8 @@ int main(int argc, char **argv)
 	if (!a.model_dir == !a.shape_name)
 		USAGE_ERR("give exactly one of --model DIR and --synthetic SHAPE");
 	resolve_store_model(&a);
+	if (a.serve && a.model_dir == a.store_path)
+		fprintf(stderr, PROG ": model %s from the node's store (SPARK_MODEL_DIR)\n", a.model_dir);
 	if (dec_parse_ids(a.prompt_s, &a.prompt, &a.n_prompt) < 0)
 		USAGE_ERR("--prompt wants token ids like 1,2,3");
 	if (a.shape_name &&

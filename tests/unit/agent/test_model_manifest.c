@@ -5,9 +5,12 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -385,6 +388,21 @@ static void same_content(const struct mm_manifest *m)
 	}
 }
 
+/* make_model() pushed whole into the store: its manifest */
+static struct mm_manifest *stored_model(void)
+{
+	make_model();
+	struct mm_manifest *m;
+	char err[256] = "";
+	cr_assert_eq(mm_build(src, "m", CS, &m, err, sizeof err), 0, "%s", err);
+	struct mm_have h;
+	cr_assert_eq(mm_store_have(store, m, &h, err, sizeof err), 0, "%s", err);
+	cr_assert_eq(mm_store_begin(store, m, &h, err, sizeof err), 0, "%s", err);
+	receive(m, &h, -1);
+	mm_have_free(&h);
+	return m;
+}
+
 TestSuite(store, .init = setup, .fini = teardown);
 
 Test(store, receive_verify_rename)
@@ -503,7 +521,7 @@ Test(store, damaged_copy_found_and_repaired)
 	cr_assert_eq(h.count, m->nchunks - 1, "all but the damaged chunk");
 	cr_assert_not(mm_have_test(&h, 3));
 	cr_assert_eq(mm_store_begin(store, m, &h, err, sizeof err), 0, "%s", err);
-	cr_assert_neq(access(fin, F_OK), 0, "the damaged file left its final name");
+	cr_assert_eq(access(fin, F_OK), 0, "the damaged file stays until the new one replaces it");
 	cr_assert_eq(access(part, F_OK), 0);
 	receive(m, &h, -1);
 	same_content(m);
@@ -578,4 +596,154 @@ Test(store, space_refused_with_numbers)
 	cr_assert_gt(avail, 0);
 	mm_have_free(&h);
 	mm_free(m);
+}
+
+/* A new version under a server that has the old one mapped (issue 28): the
+ * mapping keeps the old bytes while the new version is received and after it
+ * is complete, whether it is the same size or shorter (no SIGBUS); the final
+ * name then holds the new version, a new inode; the old inode is freed when
+ * the last mapping goes. */
+static sigjmp_buf bus_jmp;
+static void on_bus(int sig)
+{
+	(void)sig;
+	siglongjmp(bus_jmp, 1);
+}
+
+/* 1 when reading every byte of the mapping raised SIGBUS, else 0; *same:
+ * the mapping still equals want */
+static int read_mapping(const uint8_t *map, const uint8_t *want, size_t len, bool *same)
+{
+	struct sigaction sa = {.sa_handler = on_bus}, old;
+	sigaction(SIGBUS, &sa, &old);
+	volatile int bus = 0;
+	volatile unsigned sum = 0;
+	if (sigsetjmp(bus_jmp, 1) == 0) {
+		for (size_t i = 0; i < len; i++)
+			sum += map[i];
+		*same = memcmp(map, want, len) == 0;
+	} else {
+		bus = 1;
+		*same = false;
+	}
+	sigaction(SIGBUS, &old, NULL);
+	return bus;
+}
+
+static void new_version_under_a_mapping(size_t new_len)
+{
+	const size_t old_len = 2 * CS + 17;
+	struct mm_manifest *m = stored_model();
+	char err[256] = "";
+	struct mm_have h;
+	mm_free(m);
+	/* the server: the shard mapped, as spark-decode maps safetensors */
+	char fin[600];
+	snprintf(fin, sizeof fin, "%s/m/shards/model-00001.safetensors", store);
+	int fd = open(fin, O_RDONLY);
+	cr_assert_geq(fd, 0);
+	struct stat st0;
+	fstat(fd, &st0);
+	uint8_t *map = mmap(NULL, old_len, PROT_READ, MAP_PRIVATE, fd, 0);
+	cr_assert_neq(map, MAP_FAILED);
+	close(fd);
+	uint8_t *v1 = pattern(old_len, 1);
+	json_t *list;
+	cr_assert_eq(mm_store_list(store, &list, err, sizeof err), 0);
+	char ver1[16];
+	snprintf(ver1, sizeof ver1, "%s",
+		 json_string_value(json_object_get(json_array_get(list, 0), "version")));
+	cr_assert_eq(strlen(ver1), 12, "a version of 12 hex digits: %s", ver1);
+	cr_assert(json_is_integer(json_object_get(json_array_get(list, 0), "changed_at")));
+	json_decref(list);
+	/* version 2: chunk 0 kept, the rest changed (and maybe shorter) */
+	uint8_t *v2 = pattern(new_len, 5);
+	memcpy(v2, v1, CS);
+	put_file("shards/model-00001.safetensors", v2, new_len);
+	cr_assert_eq(mm_build(src, "m", CS, &m, err, sizeof err), 0, "%s", err);
+	cr_assert_eq(mm_store_have(store, m, &h, err, sizeof err), 0, "%s", err);
+	cr_assert_eq(h.count, m->nchunks - (new_len + CS - 1) / CS + 1,
+		     "all but the changed chunks of the shard are held");
+	cr_assert_eq(mm_store_begin(store, m, &h, err, sizeof err), 0, "%s", err);
+	bool same;
+	cr_assert_eq(read_mapping(map, v1, old_len, &same), 0, "no SIGBUS after the push began");
+	cr_assert(same, "the mapping still reads version 1 after the push began");
+	receive(m, &h, -1);
+	same_content(m);
+	cr_assert_eq(read_mapping(map, v1, old_len, &same), 0,
+		     "no SIGBUS under a mapping of the old version (new size %zu)", new_len);
+	cr_assert(same, "the mapping still reads version 1 once version 2 is complete");
+	struct stat st1;
+	cr_assert_eq(stat(fin, &st1), 0);
+	cr_assert_neq(st1.st_ino, st0.st_ino, "version 2 is a new inode");
+	cr_assert_eq((size_t)st1.st_size, new_len);
+	/* a second push of version 2 moves nothing and keeps its inode */
+	mm_have_free(&h);
+	cr_assert_eq(mm_store_have(store, m, &h, err, sizeof err), 0);
+	cr_assert_eq(h.count, m->nchunks);
+	uint64_t need, avail;
+	cr_assert_eq(mm_store_space(store, m, &h, &need, &avail, err, sizeof err), 0);
+	cr_assert_eq(need, 0);
+	cr_assert_eq(mm_store_begin(store, m, &h, err, sizeof err), 0, "%s", err);
+	struct stat st2;
+	stat(fin, &st2);
+	cr_assert_eq(st2.st_ino, st1.st_ino, "nothing to move: the file stays");
+	cr_assert_eq(mm_store_list(store, &list, err, sizeof err), 0);
+	const char *ver2 = json_string_value(json_object_get(json_array_get(list, 0), "version"));
+	cr_assert(ver2 && strlen(ver2) == 12 && strcmp(ver2, ver1), "version %s after %s", ver2, ver1);
+	json_decref(list);
+	json_t *bad;
+	cr_assert_eq(mm_store_verify(store, "m", &bad, err, sizeof err), 0);
+	cr_assert_eq(json_array_size(bad), 0);
+	json_decref(bad);
+	munmap(map, old_len);
+	mm_have_free(&h);
+	mm_free(m);
+	free(v1);
+	free(v2);
+}
+
+Test(store, new_version_same_size_leaves_a_mapping_alone)
+{
+	new_version_under_a_mapping(2 * CS + 17);
+}
+
+Test(store, new_version_shorter_leaves_a_mapping_alone)
+{
+	new_version_under_a_mapping(CS + 100);
+}
+
+/* An interrupted push of a new version, resumed: the chunks already in the
+ * partial file and those the old final file holds both count; the final file
+ * keeps the old version until the new one is complete. */
+Test(store, new_version_resumed_keeps_the_old_file_until_complete)
+{
+	struct mm_manifest *m = stored_model();
+	char err[256] = "";
+	struct mm_have h;
+	mm_free(m);
+	uint8_t *v1 = pattern(2 * CS + 17, 1), *v2 = pattern(2 * CS + 17, 6);
+	memcpy(v2, v1, CS); /* chunk 0 kept, chunks 1 and 2 new */
+	put_file("shards/model-00001.safetensors", v2, 2 * CS + 17);
+	cr_assert_eq(mm_build(src, "m", CS, &m, err, sizeof err), 0, "%s", err);
+	cr_assert_eq(mm_store_have(store, m, &h, err, sizeof err), 0);
+	cr_assert_eq(mm_store_begin(store, m, &h, err, sizeof err), 0, "%s", err);
+	receive(m, &h, 1); /* one new chunk in, then the agent "dies" */
+	mm_have_free(&h);
+	char fin[600];
+	snprintf(fin, sizeof fin, "%s/m/shards/model-00001.safetensors", store);
+	size_t len;
+	char *now = slurp(fin, &len);
+	cr_assert(now && len == 2 * CS + 17 && !memcmp(now, v1, len),
+		  "the final file is version 1 while version 2 is partial");
+	free(now);
+	cr_assert_eq(mm_store_have(store, m, &h, err, sizeof err), 0, "%s", err);
+	cr_assert_eq(h.count, m->nchunks - 1, "only one chunk is missing");
+	cr_assert_eq(mm_store_begin(store, m, &h, err, sizeof err), 0, "%s", err);
+	receive(m, &h, -1);
+	same_content(m);
+	mm_have_free(&h);
+	mm_free(m);
+	free(v1);
+	free(v2);
 }

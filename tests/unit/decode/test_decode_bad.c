@@ -177,23 +177,34 @@ Test(decode_bad, bad_requests)
 	expect_error(2, "--local wants", "--synthetic tiny --local 0");
 }
 
-/* A job of a pushed model: --model NAME is found in SPARK_MODEL_DIR (the
- * node's store), a directory of that name in the working directory wins, and
- * without the store the name is no model. */
-Test(decode_bad, model_name_from_the_store)
+/* spark-decode --model model run from cwd with SPARK_MODEL_DIR=store loads
+ * dir/model (the store's copy). */
+static void loads_the_store_copy(const char *cwd, const char *store, const char *why)
 {
 	char path[700], *out;
-	snprintf(path, sizeof(path), "%s/elsewhere", dir);
-	cr_assert_eq(mkdir(path, 0755), 0);
 	cr_assert_eq(tu_sh(dir, "cd %s && SPARK_MODEL_DIR=%s %s --model model --tokens 2 -o json",
-	                   path, dir, tu_decode_bin()), 0);
+	                   cwd, store, tu_decode_bin()), 0);
 	snprintf(path, sizeof(path), "%s/out", dir);
 	out = tu_slurp(path, NULL);
 	cr_assert(out);
 	snprintf(path, sizeof(path), "\"model\": \"%s/model\"", dir);
-	cr_assert(strstr(out, path), "the store's copy was not loaded: %s", out);
+	cr_assert(strstr(out, path), "%s: %s", why, out);
 	free(out);
-	/* from dir itself, ./model is a directory: it is used as given */
+}
+
+/* A job of a pushed model: --model NAME is found in SPARK_MODEL_DIR (the
+ * node's store), first, even when the working directory holds a folder of
+ * that name (issue 28); a name the store lacks is a folder here, and without
+ * either the name is no model. */
+Test(decode_bad, model_name_from_the_store)
+{
+	char path[700];
+	snprintf(path, sizeof(path), "%s/elsewhere", dir);
+	cr_assert_eq(mkdir(path, 0755), 0);
+	loads_the_store_copy(path, dir, "the store's copy was not loaded");
+	/* from dir itself, where ./model is a folder too: the store's copy */
+	loads_the_store_copy(dir, dir, "the folder here was preferred over the store's copy");
+	/* from dir itself, ./model is a directory the store lacks: it is used as given */
 	cr_assert_eq(tu_sh(dir, "cd %s && SPARK_MODEL_DIR=/nonexistent %s --model model --tokens 2 -o json",
 	                   dir, tu_decode_bin()), 0);
 	expect_error(1, "model", "--model no-such-model-here");
