@@ -404,16 +404,22 @@ int conn_send_new(conn *c, json_t *msg)
 
 /* ---------- reading ---------- */
 
-static void bad_frame(conn *c, int code, const char *why)
+/* An error frame (error code `what`), sent ahead of anything queued, then the close. */
+static void fail_with_error(conn *c, int err, const char *what, const char *why)
 {
-	log_info("conn_bad_frame", "peer=%s reason=%s", c->peer, log_q(why));
-	json_t *e = proto_error(0, "bad_frame", why);
+	json_t *e = proto_error(0, what, why);
 	uint8_t *buf;
 	size_t len;
 	if (e && proto_encode(e, &buf, &len) == 0)
 		send_encoded(c, buf, len);
 	json_decref(e);
-	close_impl(c, code, true);
+	close_impl(c, err, true);
+}
+
+static void bad_frame(conn *c, int code, const char *why)
+{
+	log_info("conn_bad_frame", "peer=%s reason=%s", c->peer, log_q(why));
+	fail_with_error(c, code, "bad_frame", why);
 }
 
 static void process_frames(conn *c)
@@ -476,13 +482,7 @@ static void frame_timeout(conn *c)
 	char why[128];
 	snprintf(why, sizeof why, "request not complete within %u ms of its first byte; closed",
 		 c->frame_ms);
-	json_t *e = proto_error(0, "timeout", why);
-	uint8_t *buf;
-	size_t len;
-	if (e && proto_encode(e, &buf, &len) == 0)
-		send_encoded(c, buf, len);
-	json_decref(e);
-	close_impl(c, -ETIMEDOUT, true);
+	fail_with_error(c, -ETIMEDOUT, "timeout", why);
 }
 
 void conn_set_binary(conn *c, size_t max) { proto_decoder_binary(&c->dec, max); }
