@@ -1201,6 +1201,32 @@ Test(security, control_socket_user_with_300_idle_and_trickling_connections_locks
 		  log_has(0, "control_idle"), "sparkd's log does not say why it closed them");
 }
 
+/* A request in flight is never idle: svc_watch (spark-router's subscription,
+ * stream frames only) outlives the 10 s idle timeout, while a connection that
+ * sent nothing beside it is closed with idle_timeout. */
+Test(security, control_stream_outlives_the_idle_timeout, .timeout = 60)
+{
+	cluster(1, 1);
+	struct hs_client *w = CL[0] = hs_connect_unix(C->nodes[0].sock);
+	struct hs_client *idle = CL[1] = hs_connect_unix(C->nodes[0].sock);
+	cr_assert(w && idle);
+	cr_assert_eq(hs_send_frame(w, "{\"v\":1,\"type\":\"svc_watch\",\"id\":7}"), 0);
+	json_t *f = hs_read_frame(w, 5000);
+	cr_assert(f, "no snapshot from svc_watch");
+	cr_assert_str_eq(json_string_value(json_object_get(f, "type")) ?: "", "stream");
+	json_decref(f);
+	long t0 = h_now_ms();
+	json_t *e = hs_read_frame(idle, 20000);
+	long dt = h_now_ms() - t0;
+	cr_assert(e, "the idle connection got no frame within 20 s");
+	cr_expect_str_eq(json_string_value(json_object_get(e, "code")) ?: "", "idle_timeout");
+	json_decref(e);
+	cr_expect(hs_wait_closed(idle, 3000), "the idle connection was not closed");
+	cr_expect(dt >= 8000, "the idle connection was closed after %ld ms (idle timeout 10 s)", dt);
+	usleep(1500000); /* a sweep after the idle one's */
+	cr_expect(!hs_peer_closed(w), "svc_watch's connection was closed with the idle ones");
+}
+
 Test(security, admin_group_member_may_administer, .timeout = 90)
 {
 	make_user(true);
