@@ -19,8 +19,10 @@
  * "pending" from the accept (or from its last answer, on a kept-alive
  * connection) until on_request's first call. A reaper thread answers a head
  * pending longer than --head-timeout with 408 and shuts the socket down, and
- * at most half of --max-conns heads may be pending at once: a newcomer beyond
- * that takes the place of the oldest (408 too). The reaper writes and shuts
+ * at most half of --max-conns heads may be pending at once: beyond that the
+ * oldest make room (408 too), once they have been pending for a second (a
+ * burst of clients whose headers are on their way must not push each other
+ * out; the reaper enforces the budget every tick). The reaper writes and shuts
  * down only its own dup of the socket, taken when the connection started and
  * closed when MHD says it closed, so a descriptor that MHD closed and the
  * kernel handed to someone else is never touched. No per-address limit: the
@@ -49,6 +51,7 @@ enum { MSG_NOOP = 0, MSG_REQUEST = 1, MSG_EXIT = 2 };
 enum { EP_NONE = 0, EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH };
 #define HDR_N 8
 #define STREAM_WAKE_S 0.002 /* a waiting stream is woken at most every 2 ms */
+#define HEAD_GRACE_S 1.0    /* a pending head is not pushed out before this age */
 
 typedef struct job {
 	serve_req_t req;
@@ -549,19 +552,33 @@ static void head_reap(hconn_t *h, const char *why)
 	shutdown(h->fd, SHUT_RDWR);
 }
 
+/* The oldest pending head, if it has been pending HEAD_GRACE_S at least (a
+ * client's headers take milliseconds: a burst of new connections must not
+ * push each other out). H.mu held. */
+static hconn_t *head_oldest(double now)
+{
+	hconn_t *old = NULL;
+	for (hconn_t *o = H.list; o; o = o->next)
+		if (o->pending && (!old || o->since < old->since))
+			old = o;
+	return old && now - old->since >= HEAD_GRACE_S ? old : NULL;
+}
+
+/* Over the budget: the oldest pending heads make room. H.mu held. */
+static void head_budget(int room)
+{
+	double now = mono_now();
+	hconn_t *old;
+	while (H.pending + room > H.budget && (old = head_oldest(now)))
+		head_reap(old, "budget");
+}
+
 /* H.mu held */
 static void head_wait(hconn_t *h)
 {
 	if (h->pending)
 		return;
-	if (H.pending >= H.budget) {
-		hconn_t *old = NULL;
-		for (hconn_t *o = H.list; o; o = o->next)
-			if (o->pending && (!old || o->since < old->since))
-				old = o;
-		if (old)
-			head_reap(old, "budget");
-	}
+	head_budget(1);
 	h->pending = 1;
 	h->since = mono_now();
 	H.pending++;
@@ -651,6 +668,7 @@ static void *head_reaper(void *arg)
 		for (hconn_t *h = H.list; h; h = h->next)
 			if (h->pending && now - h->since >= H.timeout)
 				head_reap(h, "deadline");
+		head_budget(0);
 	}
 	pthread_mutex_unlock(&H.mu);
 	return NULL;
