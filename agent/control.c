@@ -196,13 +196,15 @@ static void ctl_sweep(uv_timer_t *t)
 	for (struct ctl_client *cl = a->ctl_clients; cl; cl = cl->next) {
 		if (cl->refused || cl->closing || cl->inflight || now - cl->last_ms < a->ctl_idle_ms)
 			continue;
-		log_info("control_idle", "uid=%u idle_ms=%llu", (unsigned)cl->uid,
-			 (unsigned long long)(now - cl->last_ms));
 		char why[128];
 		snprintf(why, sizeof why, "closed after %u s without a request",
 			 a->ctl_idle_ms / 1000);
-		conn_send_new(cl->c, proto_error(0, "idle_timeout", why));
 		cl->closing = true;
+		/* -ENOTCONN: conn is closing it already (a request deadline) */
+		if (conn_send_new(cl->c, proto_error(0, "idle_timeout", why)) == -ENOTCONN)
+			continue;
+		log_info("control_idle", "uid=%u idle_ms=%llu", (unsigned)cl->uid,
+			 (unsigned long long)(now - cl->last_ms));
 		conn_close(cl->c, 0);
 	}
 }
