@@ -28,15 +28,27 @@ die() { echo "FAIL: $*" >&2; tail -n 20 "$DIR/server.log" >&2 || true; exit 1; }
 n=0
 ok() { n=$((n + 1)); echo "ok $n - $*"; }
 
+# start_server ARGS...: a server on a free loopback port (sets pid, P, U)
+start_server() {
+  "$DEC" --synthetic tiny --serve --host 127.0.0.1 --port 0 "$@" 2>"$DIR/server.log" &
+  pid=$!
+  for _ in $(seq 300); do grep -q msg=serve_ready "$DIR/server.log" && break; sleep 0.1; done
+  P=$(sed -n 's/.*msg=serve_listen.* port=\([0-9]*\).*/\1/p' "$DIR/server.log")
+  [ -n "$P" ] || die "server did not start"
+  U=http://127.0.0.1:$P
+}
+# stop_server WHAT: SIGTERM, and a clean exit 0
+stop_server() {
+  kill -TERM "$pid"
+  wait "$pid" || die "exit status after SIGTERM"
+  pid=
+  grep -q 'msg=serve_exit status=0' "$DIR/server.log" || die "no clean exit"
+  ok "exit 0 on SIGTERM after $1"
+}
+
 KEY=hostile-test-key-0123456789
 echo "$KEY" >"$DIR/key"
-"$DEC" --synthetic tiny --serve --host 127.0.0.1 --port 0 --api-key-file "$DIR/key" \
-  --max-conns 4 --idle-timeout 2 --max-body 4096 2>"$DIR/server.log" &
-pid=$!
-for _ in $(seq 300); do grep -q msg=serve_ready "$DIR/server.log" && break; sleep 0.1; done
-P=$(sed -n 's/.*msg=serve_listen.* port=\([0-9]*\).*/\1/p' "$DIR/server.log")
-[ -n "$P" ] || die "server did not start"
-U=http://127.0.0.1:$P
+start_server --api-key-file "$DIR/key" --max-conns 4 --idle-timeout 2 --max-body 4096
 code() { curl -s -o "$DIR/body" -w '%{http_code}' --max-time 10 "$@" || true; }
 alive() {
   [ "$(code -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
@@ -122,17 +134,9 @@ s.close()
 PYEOF
 alive "a client gone mid-stream"
 ok "a JSON nesting bomb (400) and a client gone mid-stream; server alive"
-kill -TERM "$pid"
-wait "$pid" || die "exit status after SIGTERM"
-pid=
-grep -q 'msg=serve_exit status=0' "$DIR/server.log" || die "no clean exit"
-ok "exit 0 on SIGTERM after the hostile clients"
+stop_server "the hostile clients"
 
-"$DEC" --synthetic tiny --serve --host 127.0.0.1 --port 0 --head-timeout 4 2>"$DIR/server.log" &
-pid=$!
-for _ in $(seq 300); do grep -q msg=serve_ready "$DIR/server.log" && break; sleep 0.1; done
-P=$(sed -n 's/.*msg=serve_listen.* port=\([0-9]*\).*/\1/p' "$DIR/server.log")
-[ -n "$P" ] || die "the second server did not start"
+start_server --head-timeout 4
 "$PY" - "$P" <<'PYEOF' || die "slow heads"
 import socket, sys, threading, time
 port = int(sys.argv[1])
@@ -203,13 +207,7 @@ ok "70 clients trickling header bytes: /health answers within 3 s throughout; ea
 
 grep -q 'msg=serve_head_timeout reason=deadline' "$DIR/server.log" || die "no head deadline in the log"
 grep -q 'msg=serve_head_timeout reason=budget' "$DIR/server.log" || die "no head budget eviction in the log"
-[ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "http://127.0.0.1:$P/health")" = 200 ] ||
-  die "/health after the tricklers left"
+[ "$(code "$U/health")" = 200 ] || die "/health after the tricklers left"
 ok "the log names both reasons (deadline, budget); /health answers after"
-
-kill -TERM "$pid"
-wait "$pid" || die "exit status after SIGTERM"
-pid=
-grep -q 'msg=serve_exit status=0' "$DIR/server.log" || die "no clean exit"
-ok "exit 0 on SIGTERM after the slow heads"
+stop_server "the slow heads"
 echo "$n passed"
