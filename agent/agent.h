@@ -35,7 +35,11 @@
 #define AGENT_PREAUTH_MS 5000           /* accept to join answered, TLS included */
 #define AGENT_PREAUTH_MAX 64            /* at once; the oldest is dropped */
 #define AGENT_SESSION_IDLE_MS 15000     /* an authenticated session with no frame */
-#define AGENT_CTL_MAX 128               /* control socket connections at once */
+#define AGENT_CTL_MAX 128               /* control socket connections served at once */
+#define AGENT_CTL_RESERVED 16           /* of those, kept for root and sparkd's own user */
+#define AGENT_CTL_PER_UID 32            /* served at once per other user (security.control_per_user) */
+#define AGENT_CTL_IDLE_MS 10000         /* no request in flight (security.control_idle_s) */
+#define AGENT_CTL_REQUEST_MS 5000       /* a request's first byte to its last (security.control_request_s) */
 #define AGENT_CTL_FRAME (256 * 1024)    /* largest control request */
 #define AGENT_JOIN_EXPIRE_S 600         /* a join that never connected is undone */
 
@@ -69,6 +73,7 @@ struct identity {
 
 struct agent;
 struct session;
+struct ctl_client;
 struct pending; /* peers.c: a request sent to the head, waiting for its answer */
 struct mail;    /* peers.c: the own-node mailbox */
 struct ask;     /* peers.c: a request to a node */
@@ -187,6 +192,12 @@ struct agent {
 	int64_t join_expire_s;    /* security.join_expire_s */
 	int64_t mem_budget;       /* serve.memory_budget_gib in bytes, 0: the planner's share */
 	unsigned ctl_conns;       /* open control socket connections */
+	struct ctl_client *ctl_clients; /* control.c: every open control connection */
+	uv_timer_t ctl_timer;     /* control.c: closes idle control connections */
+	bool ctl_timer_on;
+	unsigned ctl_idle_ms;     /* security.control_idle_s */
+	unsigned ctl_request_ms;  /* security.control_request_s */
+	unsigned ctl_per_uid;     /* security.control_per_user */
 	unsigned port_conns;      /* worker: open agent-port connections */
 	SSL_CTX *srv_ctx;         /* our listener: our cert, verifies peers against the CA */
 	SSL_CTX *cli_ctx;         /* outgoing mutual TLS to the head */
@@ -215,7 +226,8 @@ int control_start(struct agent *a, char *err, size_t errlen);
 void control_stop(struct agent *a);
 
 /* identity.c */
-/* security.* of the config: admin_group, join_expire_s. */
+/* security.* of the config: admin_group, join_expire_s, control_idle_s,
+ * control_request_s, control_per_user. */
 int agent_security_config(struct agent *a, char *err, size_t errlen);
 void identity_paths(struct agent *a, const char *file, char *out, size_t len);
 int identity_load(struct agent *a, char *err, size_t errlen);

@@ -2,7 +2,18 @@
  * SO_PEERCRED: root, the daemon's own user, or a member of the socket's group.
  * Every request gets its caller from the kernel, is looked up in the
  * services' request tables (service.h) and served here, or, for a
- * head-served one on a worker, forwarded to the head (peers.c). */
+ * head-served one on a worker, forwarded to the head (peers.c).
+ *
+ * Limits (issue 27, docs/protocol.md "Limits"): AGENT_CTL_MAX connections
+ * are served at once, of which AGENT_CTL_RESERVED only for root and sparkd's
+ * own user, and at most security.control_per_user per other user; a refused
+ * connection gets one error frame (`busy`, `forbidden`) and is closed, and a
+ * user holding twice its share (or others holding twice AGENT_CTL_MAX) is
+ * closed with no answer. A request must arrive whole within
+ * security.control_request_s of its first byte (conn_set_frame_timeout); a
+ * connection with no request in flight (every request answered by a `result`
+ * or `error`) is closed after security.control_idle_s, so streams (svc_watch,
+ * job logs -f) live as long as their request. */
 #include "service.h"
 
 #include "log.h"
@@ -13,6 +24,7 @@
 #include <errno.h>
 #include <grp.h>
 #include <pwd.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,11 +59,20 @@ static json_t *caller_of(conn *c)
 	return o;
 }
 
-/* A control connection: refused ones are read until their first frame (so
- * that closing sends no RST after the answer) and dropped. */
+/* A control connection. A refused one is answered once ready and closed
+ * (conn lingers for the peer's request, so that the close sends no RST). */
 struct ctl_client {
+	struct ctl_client *next;
 	struct agent *a;
+	conn *c;
+	uid_t uid;
+	bool privileged;  /* root or sparkd's own user */
 	bool refused;
+	bool closing;
+	unsigned inflight; /* requests not yet answered with result or error */
+	uint64_t last_ms;  /* last request or final answer (or the accept) */
+	char code[16];     /* refused: the error sent once ready */
+	char why[232];
 };
 
 static void not_in_cluster(const struct svc_req *r)
@@ -88,6 +109,8 @@ static void on_ctl_frame(conn *c, json_t *msg)
 		conn_close(c, 0);
 		return;
 	}
+	cl->inflight++;
+	cl->last_ms = util_now_ms();
 	const char *type = proto_type(msg);
 	const struct svc_request *row = svc_request_of(type);
 	struct svc_req r = {.reply = c, .id = proto_id(msg), .msg = msg, .origin = a->id.node_id};
@@ -115,6 +138,18 @@ static void on_ctl_frame(conn *c, json_t *msg)
 	json_decref(msg);
 }
 
+/* A final answer (result or error) ends a request; stream frames do not. */
+static void on_ctl_sent(conn *c, const json_t *msg)
+{
+	struct ctl_client *cl = conn_data(c);
+	const char *t = proto_type(msg);
+	if (!cl || cl->refused || !t || (strcmp(t, "result") != 0 && strcmp(t, "error") != 0))
+		return;
+	if (cl->inflight)
+		cl->inflight--;
+	cl->last_ms = util_now_ms();
+}
+
 static void on_ctl_close(conn *c, int err)
 {
 	struct ctl_client *cl = conn_data(c);
@@ -122,6 +157,11 @@ static void on_ctl_close(conn *c, int err)
 	(void)err;
 	if (a->ctl_conns)
 		a->ctl_conns--;
+	for (struct ctl_client **p = &a->ctl_clients; *p; p = &(*p)->next)
+		if (*p == cl) {
+			*p = cl->next;
+			break;
+		}
 	if (!cl->refused) {
 		peers_cli_gone(a, c);
 		svc_emit(a, SVC_EV_CONN_GONE, &(struct svc_event_arg){.c = c});
@@ -131,15 +171,55 @@ static void on_ctl_close(conn *c, int err)
 
 static void on_ctl_ready(conn *c, int status)
 {
-	(void)c;
-	(void)status;
+	struct ctl_client *cl = conn_data(c);
+	if (status < 0 || !cl->refused)
+		return;
+	/* READY: the answer goes out now, then conn reads and drops the
+	 * request until the peer closes (or its linger time ends). */
+	conn_send_new(c, proto_error(0, cl->code, cl->why));
+	cl->closing = true;
+	conn_close(c, 0);
 }
 
 static const struct conn_cbs ctl_cbs = {
 	.on_ready = on_ctl_ready,
 	.on_frame = on_ctl_frame,
 	.on_close = on_ctl_close,
+	.on_sent = on_ctl_sent,
 };
+
+/* Close connections with no request in flight for ctl_idle_ms. */
+static void ctl_sweep(uv_timer_t *t)
+{
+	struct agent *a = t->data;
+	uint64_t now = util_now_ms();
+	for (struct ctl_client *cl = a->ctl_clients; cl; cl = cl->next) {
+		if (cl->refused || cl->closing || cl->inflight || now - cl->last_ms < a->ctl_idle_ms)
+			continue;
+		char why[128];
+		snprintf(why, sizeof why, "closed after %u s without a request",
+			 a->ctl_idle_ms / 1000);
+		cl->closing = true;
+		/* -ENOTCONN: conn is closing it already (a request deadline) */
+		if (conn_send_new(cl->c, proto_error(0, "idle_timeout", why)) == -ENOTCONN)
+			continue;
+		log_info("control_idle", "uid=%u idle_ms=%llu", (unsigned)cl->uid,
+			 (unsigned long long)(now - cl->last_ms));
+		conn_close(cl->c, 0);
+	}
+}
+
+static void refuse(struct ctl_client *cl, const char *code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void refuse(struct ctl_client *cl, const char *code, const char *fmt, ...)
+{
+	cl->refused = true;
+	util_strlcpy(cl->code, code, sizeof cl->code);
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cl->why, sizeof cl->why, fmt, ap);
+	va_end(ap);
+}
 
 /* May this peer use the control socket? */
 static bool peer_allowed(struct agent *a, int fd, char *why, size_t len)
@@ -185,33 +265,68 @@ static void on_ctl_connection(uv_stream_t *server, int status)
 	if (!cl)
 		return;
 	cl->a = a;
+	cl->last_ms = util_now_ms();
 	conn *c = conn_accept(server, NULL, &ctl_cbs, cl);
 	if (!c) {
 		free(cl);
 		return;
 	}
+	cl->c = c;
+	cl->next = a->ctl_clients;
+	a->ctl_clients = cl;
+	a->ctl_conns++;
 	conn_set_max_frame(c, AGENT_CTL_FRAME);
-	/* Every connection counts, refused ones too (they are closed at their
-	 * first frame, so that the answer is read before the close). */
-	if (++a->ctl_conns > 2 * AGENT_CTL_MAX) {
+	struct ucred cr;
+	socklen_t sl = sizeof cr;
+	if (getsockopt(conn_fd(c), SOL_SOCKET, SO_PEERCRED, &cr, &sl) < 0) {
+		refuse(cl, "forbidden", "cannot read peer credentials");
+		return;
+	}
+	cl->uid = cr.uid;
+	cl->privileged = cr.uid == 0 || cr.uid == geteuid();
+	/* What is open besides this one: served connections, this user's
+	 * (served, and all), and other users' (served or being refused). */
+	unsigned served = 0, mine = 0, mine_all = 0, others = 0;
+	for (struct ctl_client *o = cl->next; o; o = o->next) {
+		if (!o->refused)
+			served++;
+		if (o->uid == cl->uid) {
+			mine_all++;
+			if (!o->refused)
+				mine++;
+		}
+		if (!o->privileged)
+			others++;
+	}
+	if (!cl->privileged && (mine_all >= 2 * a->ctl_per_uid || others >= 2 * AGENT_CTL_MAX)) {
+		/* beyond any reason: no answer */
 		cl->refused = true;
-		conn_close(c, -EBUSY); /* beyond any reason: no answer */
+		cl->closing = true;
+		conn_close(c, -EBUSY);
 		return;
 	}
 	char why[256];
 	if (!peer_allowed(a, conn_fd(c), why, sizeof why)) {
 		log_warn("control_refused", "reason=%s", log_q(why));
-		cl->refused = true;
-		conn_send_new(c, proto_error(0, "forbidden", why));
+		refuse(cl, "forbidden", "%s", why);
 		return;
 	}
-	if (a->ctl_conns > AGENT_CTL_MAX) {
-		log_warn("control_busy", "connections=%u", a->ctl_conns);
-		cl->refused = true;
-		conn_send_new(c, proto_error(0, "busy",
-					     "sparkd has too many control connections open; try again"));
+	if (!cl->privileged && mine >= a->ctl_per_uid) {
+		log_warn("control_busy", "uid=%u connections=%u reason=%s", (unsigned)cl->uid, mine,
+			 log_q("per user"));
+		refuse(cl, "busy",
+		       "uid %u already has %u control connections open (at most %u per user); "
+		       "close some, or wait: idle ones are closed after %u s",
+		       (unsigned)cl->uid, mine, a->ctl_per_uid, a->ctl_idle_ms / 1000);
 		return;
 	}
+	unsigned room = cl->privileged ? AGENT_CTL_MAX : AGENT_CTL_MAX - AGENT_CTL_RESERVED;
+	if (served >= room) {
+		log_warn("control_busy", "uid=%u connections=%u", (unsigned)cl->uid, served);
+		refuse(cl, "busy", "sparkd has too many control connections open; try again");
+		return;
+	}
+	conn_set_frame_timeout(c, a->ctl_request_ms);
 }
 
 /* What answers on the socket file at path: 1 a listener accepted (or its
@@ -335,6 +450,16 @@ int control_start(struct agent *a, char *err, size_t errlen)
 		return r;
 	}
 	a->ctl_open = true;
+	if (!a->ctl_idle_ms)
+		a->ctl_idle_ms = AGENT_CTL_IDLE_MS;
+	if (!a->ctl_request_ms)
+		a->ctl_request_ms = AGENT_CTL_REQUEST_MS;
+	if (!a->ctl_per_uid)
+		a->ctl_per_uid = AGENT_CTL_PER_UID;
+	uv_timer_init(a->loop, &a->ctl_timer);
+	a->ctl_timer.data = a;
+	uv_timer_start(&a->ctl_timer, ctl_sweep, 1000, 1000);
+	a->ctl_timer_on = true;
 	return 0;
 }
 
@@ -342,6 +467,11 @@ int control_start(struct agent *a, char *err, size_t errlen)
  * daemon started later on the same path must stay reachable). */
 void control_stop(struct agent *a)
 {
+	if (a->ctl_timer_on) {
+		uv_timer_stop(&a->ctl_timer);
+		uv_close((uv_handle_t *)&a->ctl_timer, NULL);
+		a->ctl_timer_on = false;
+	}
 	if (a->ctl_open) {
 		uv_close((uv_handle_t *)&a->ctl, NULL);
 		struct stat st;

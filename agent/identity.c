@@ -149,9 +149,13 @@ int agent_tls_setup(struct agent *a, char *err, size_t errlen)
 
 int agent_security_config(struct agent *a, char *err, size_t errlen)
 {
-	static const char *const keys[] = {"admin_group", "join_expire_s", NULL};
+	static const char *const keys[] = {"admin_group", "join_expire_s", "control_idle_s",
+					   "control_request_s", "control_per_user", NULL};
 	a->join_expire_s = AGENT_JOIN_EXPIRE_S;
 	a->admin_group[0] = '\0';
+	a->ctl_idle_ms = AGENT_CTL_IDLE_MS;
+	a->ctl_request_ms = AGENT_CTL_REQUEST_MS;
+	a->ctl_per_uid = AGENT_CTL_PER_UID;
 	json_t *sec = a->cfg ? cfg_get(a->cfg, "security") : NULL;
 	if (!sec)
 		return 0;
@@ -170,6 +174,22 @@ int agent_security_config(struct agent *a, char *err, size_t errlen)
 	if (r == 0 && (r = cfg_get_int(a->cfg, "security.join_expire_s", 1, 7 * 86400, &v, err,
 				       errlen)) == 0)
 		a->join_expire_s = v;
+	if (r == -ENOENT)
+		r = 0;
+	/* the control socket's limits (control.c) */
+	if (r == 0 && (r = cfg_get_int(a->cfg, "security.control_idle_s", 1, 3600, &v, err,
+				       errlen)) == 0)
+		a->ctl_idle_ms = (unsigned)v * 1000;
+	if (r == -ENOENT)
+		r = 0;
+	if (r == 0 && (r = cfg_get_int(a->cfg, "security.control_request_s", 1, 600, &v, err,
+				       errlen)) == 0)
+		a->ctl_request_ms = (unsigned)v * 1000;
+	if (r == -ENOENT)
+		r = 0;
+	if (r == 0 && (r = cfg_get_int(a->cfg, "security.control_per_user", 1,
+				       AGENT_CTL_MAX - AGENT_CTL_RESERVED, &v, err, errlen)) == 0)
+		a->ctl_per_uid = (unsigned)v;
 	return r == -ENOENT ? 0 : r;
 }
 

@@ -90,6 +90,8 @@ struct conn {
 	bool got_eof;
 	bool is_pipe;
 	bool verify_failed; /* peer certificate failed verification (server) */
+	bool frame_timing;  /* READY: the timer runs for a frame in progress */
+	unsigned frame_ms;  /* conn_set_frame_timeout, 0: none */
 	SSL *ssl;
 	BIO *rbio, *wbio;
 	proto_decoder dec;
@@ -368,7 +370,10 @@ int conn_send(conn *c, const json_t *msg)
 	int r = proto_encode(msg, &buf, &len);
 	if (r < 0)
 		return r;
-	return send_frame(c, buf, len);
+	r = send_frame(c, buf, len);
+	if (r == 0 && c->cbs.on_sent)
+		c->cbs.on_sent(c, msg);
+	return r;
 }
 
 int conn_send_bin(conn *c, const json_t *msg, const void *data, size_t len)
@@ -382,7 +387,10 @@ int conn_send_bin(conn *c, const json_t *msg, const void *data, size_t len)
 	int r = proto_encode_bin(msg, data, len, &buf, &n);
 	if (r < 0)
 		return r;
-	return send_frame(c, buf, n);
+	r = send_frame(c, buf, n);
+	if (r == 0 && c->cbs.on_sent)
+		c->cbs.on_sent(c, msg);
+	return r;
 }
 
 int conn_send_new(conn *c, json_t *msg)
@@ -396,16 +404,22 @@ int conn_send_new(conn *c, json_t *msg)
 
 /* ---------- reading ---------- */
 
-static void bad_frame(conn *c, int code, const char *why)
+/* An error frame (error code `what`), sent ahead of anything queued, then the close. */
+static void fail_with_error(conn *c, int err, const char *what, const char *why)
 {
-	log_info("conn_bad_frame", "peer=%s reason=%s", c->peer, log_q(why));
-	json_t *e = proto_error(0, "bad_frame", why);
+	json_t *e = proto_error(0, what, why);
 	uint8_t *buf;
 	size_t len;
 	if (e && proto_encode(e, &buf, &len) == 0)
 		send_encoded(c, buf, len);
 	json_decref(e);
-	close_impl(c, code, true);
+	close_impl(c, err, true);
+}
+
+static void bad_frame(conn *c, int code, const char *why)
+{
+	log_info("conn_bad_frame", "peer=%s reason=%s", c->peer, log_q(why));
+	fail_with_error(c, code, "bad_frame", why);
 }
 
 static void process_frames(conn *c)
@@ -435,6 +449,42 @@ static void process_frames(conn *c)
 
 void conn_set_max_frame(conn *c, size_t max) { proto_decoder_limit(&c->dec, max); }
 
+void conn_set_frame_timeout(conn *c, unsigned ms)
+{
+	c->frame_ms = ms;
+	if (!ms && c->frame_timing) {
+		uv_timer_stop(&c->timer);
+		c->frame_timing = false;
+	}
+}
+
+/* READY with a frame deadline: the timer runs from a frame's first byte until
+ * no partial frame is left. */
+static void frame_clock(conn *c)
+{
+	if (!c->frame_ms || c->state != ST_READY)
+		return;
+	bool partial = c->dec.len > 0;
+	if (partial && !c->frame_timing) {
+		c->frame_timing = true;
+		uv_timer_start(&c->timer, timer_cb, c->frame_ms, 0);
+	} else if (!partial && c->frame_timing) {
+		c->frame_timing = false;
+		uv_timer_stop(&c->timer);
+	}
+}
+
+static void frame_timeout(conn *c)
+{
+	c->frame_timing = false;
+	log_info("conn_frame_timeout", "peer=%s ms=%u bytes=%zu", c->peer, c->frame_ms,
+		 c->dec.len);
+	char why[128];
+	snprintf(why, sizeof why, "request not complete within %u ms of its first byte; closed",
+		 c->frame_ms);
+	fail_with_error(c, -ETIMEDOUT, "timeout", why);
+}
+
 void conn_set_binary(conn *c, size_t max) { proto_decoder_binary(&c->dec, max); }
 
 static void take_bytes(conn *c, const void *data, size_t n)
@@ -444,6 +494,7 @@ static void take_bytes(conn *c, const void *data, size_t n)
 		return;
 	}
 	process_frames(c);
+	frame_clock(c);
 }
 
 static void become_ready(conn *c);
@@ -602,6 +653,10 @@ static void timer_cb(uv_timer_t *t)
 		break;
 	case ST_CLOSING:
 		force_close(c);
+		break;
+	case ST_READY:
+		if (c->frame_timing)
+			frame_timeout(c);
 		break;
 	default:
 		break;

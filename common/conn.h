@@ -32,6 +32,9 @@ struct conn_cbs {
 	/* One binary frame (proto.h; only after conn_set_binary): the callee owns
 	 * msg; data is lent until it returns. NULL: binary frames are bad frames. */
 	void (*on_bin)(conn *c, json_t *msg, const uint8_t *data, size_t len);
+	/* Optional: every frame conn_send/conn_send_bin accepted for sending (msg
+	 * borrowed), so that an owner can tell when its answers went out. */
+	void (*on_sent)(conn *c, const json_t *msg);
 };
 
 /* TLS contexts (TLS 1.3 only, ECDSA P-256 keys from pki.h).
@@ -79,6 +82,11 @@ void conn_close(conn *c, int err);
 
 /* Largest frame this peer may send (see proto_decoder_limit); 0 = PROTO_MAX_FRAME. */
 void conn_set_max_frame(conn *c, size_t max);
+/* Opt-in deadline on a frame in progress: once the first byte of a frame has
+ * arrived, the whole frame must arrive within ms, else the peer is answered
+ * with an error frame (code "timeout") and the connection is closed
+ * (on_close(c, -ETIMEDOUT)). Only while READY; 0 = none (the default). */
+void conn_set_frame_timeout(conn *c, unsigned ms);
 /* Accept binary frames from this peer with payloads of at most max bytes
  * (0: refuse them, the default). Enable it only for an authenticated peer. */
 void conn_set_binary(conn *c, size_t max);

@@ -122,6 +122,7 @@ typedef struct serve_opts {
 	int max_body;             /* bytes */
 	int max_tokens_cap, max_context;
 	int idle_timeout_s;
+	int head_timeout_s;       /* accept (or the last answer) to a request's headers */
 	const char *api_key;      /* non-NULL: /v1/ wants Authorization: Bearer KEY */
 	dec_run_opts_t run;       /* algo, comm dtype */
 } serve_opts_t;

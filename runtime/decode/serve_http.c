@@ -10,7 +10,23 @@
  * idle it broadcasts a no-op every second so the other ranks' collective
  * timeout never fires. SIGTERM (a sigwait thread) drains: the running request
  * finishes, queued and new ones get 503, /health says 503, then rank 0
- * broadcasts EXIT, waits for the last answers to leave and returns 0. */
+ * broadcasts EXIT, waits for the last answers to leave and returns 0.
+ *
+ * Request heads (issue 27): MHD's CONNECTION_TIMEOUT (--idle-timeout) is an
+ * idle timeout that every byte resets, so a client trickling its headers a
+ * byte a second would hold a connection, and its thread, for ever. Every
+ * connection is therefore tracked from MHD's NOTIFY_CONNECTION: its head is
+ * "pending" from the accept (or from its last answer, on a kept-alive
+ * connection) until on_request's first call. A reaper thread answers a head
+ * pending longer than --head-timeout with 408 and shuts the socket down, and
+ * at most half of --max-conns heads may be pending at once: beyond that the
+ * oldest make room (408 too), once they have been pending for a second (a
+ * burst of clients whose headers are on their way must not push each other
+ * out; the reaper enforces the budget every tick). The reaper writes and shuts
+ * down only its own dup of the socket, taken when the connection started and
+ * closed when MHD says it closed, so a descriptor that MHD closed and the
+ * kernel handed to someone else is never touched. No per-address limit: the
+ * usual client is spark-router, all requests from one address. */
 #include "serve.h"
 
 #include <arpa/inet.h>
@@ -35,6 +51,7 @@ enum { MSG_NOOP = 0, MSG_REQUEST = 1, MSG_EXIT = 2 };
 enum { EP_NONE = 0, EP_COMPLETIONS, EP_CHAT, EP_MODELS, EP_HEALTH };
 #define HDR_N 8
 #define STREAM_WAKE_S 0.002 /* a waiting stream is woken at most every 2 ms */
+#define HEAD_GRACE_S 1.0    /* a pending head is not pushed out before this age */
 
 typedef struct job {
 	serve_req_t req;
@@ -85,6 +102,8 @@ static struct server {
        .prog = PTHREAD_COND_INITIALIZER};
 
 static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void head_done(struct MHD_Connection *c);
+static void head_again(struct MHD_Connection *c);
 static void logf_(const char *fmt, ...)
 {
 	char line[1024];
@@ -401,6 +420,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	if (!cn) {
 		int known = 0;
 		const char *cl;
+		head_done(c);
 		if (!(cn = calloc(1, sizeof(*cn))))
 			return MHD_NO;
 		*con_cls = cn;
@@ -471,8 +491,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 {
 	conn_t *cn = *con_cls;
 	(void)cls;
-	(void)c;
-	(void)toe;
+	if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+		head_again(c);
 	if (!cn)
 		return;
 	free(cn->body);
@@ -482,6 +502,188 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	S.active--;
 	pthread_cond_broadcast(&S.prog);
 	pthread_mutex_unlock(&S.mu);
+}
+
+/* ---- request heads: deadline and budget ------------------------------------ */
+
+typedef struct hconn {
+	struct hconn *next;
+	int fd;       /* our dup of the connection's socket (-1: none) */
+	int pending;  /* its request head has not arrived whole yet */
+	double since; /* accept, or the last answer */
+} hconn_t;
+
+static struct heads {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	hconn_t *list;
+	int pending, budget, stop, running;
+	double timeout;
+	pthread_t th;
+} H = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static double mono_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* 408 and shut down (H.mu held). MHD is not writing: the head is not in. */
+static void head_reap(hconn_t *h, const char *why)
+{
+	char body[256], resp[512];
+	int bl = snprintf(body, sizeof(body),
+	                  "{\"error\":{\"message\":\"the request headers did not arrive within %d s; "
+	                  "closed\",\"type\":\"invalid_request_error\",\"param\":null,"
+	                  "\"code\":\"request_timeout\"}}\n", (int)H.timeout);
+	int rl = snprintf(resp, sizeof(resp),
+	                  "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
+	                  "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+	                  bl, body);
+	h->pending = 0;
+	H.pending--;
+	logf_("level=info msg=serve_head_timeout reason=%s pending=%d", why, H.pending);
+	if (h->fd < 0)
+		return;
+	if (send(h->fd, resp, (size_t)rl, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+		/* gone already, or its buffer is full: the shutdown says it */
+	}
+	shutdown(h->fd, SHUT_RDWR);
+}
+
+/* The oldest pending head, if it has been pending HEAD_GRACE_S at least (a
+ * client's headers take milliseconds: a burst of new connections must not
+ * push each other out). H.mu held. */
+static hconn_t *head_oldest(double now)
+{
+	hconn_t *old = NULL;
+	for (hconn_t *o = H.list; o; o = o->next)
+		if (o->pending && (!old || o->since < old->since))
+			old = o;
+	return old && now - old->since >= HEAD_GRACE_S ? old : NULL;
+}
+
+/* Over the budget: the oldest pending heads make room. H.mu held. */
+static void head_budget(int room)
+{
+	double now = mono_now();
+	hconn_t *old;
+	while (H.pending + room > H.budget && (old = head_oldest(now)))
+		head_reap(old, "budget");
+}
+
+/* H.mu held */
+static void head_wait(hconn_t *h)
+{
+	if (h->pending)
+		return;
+	head_budget(1);
+	h->pending = 1;
+	h->since = mono_now();
+	H.pending++;
+}
+
+static void on_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                      enum MHD_ConnectionNotificationCode toe)
+{
+	hconn_t *h = *socket_context, **pp;
+	(void)cls;
+	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+		const union MHD_ConnectionInfo *ci =
+			MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+		if (!(h = calloc(1, sizeof(*h))))
+			return; /* untracked: MHD's own timeouts only */
+		h->fd = ci ? fcntl(ci->connect_fd, F_DUPFD_CLOEXEC, 0) : -1;
+		pthread_mutex_lock(&H.mu);
+		head_wait(h);
+		h->next = H.list;
+		H.list = h;
+		pthread_mutex_unlock(&H.mu);
+		*socket_context = h;
+		return;
+	}
+	if (toe != MHD_CONNECTION_NOTIFY_CLOSED || !h)
+		return;
+	pthread_mutex_lock(&H.mu);
+	for (pp = &H.list; *pp; pp = &(*pp)->next)
+		if (*pp == h) {
+			*pp = h->next;
+			break;
+		}
+	if (h->pending)
+		H.pending--;
+	pthread_mutex_unlock(&H.mu);
+	if (h->fd >= 0)
+		close(h->fd);
+	free(h);
+	*socket_context = NULL;
+}
+
+static hconn_t *head_of(struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	return ci ? ci->socket_context : NULL;
+}
+
+/* The head is in (on_request's first call). */
+static void head_done(struct MHD_Connection *c)
+{
+	hconn_t *h = head_of(c);
+	if (!h)
+		return;
+	pthread_mutex_lock(&H.mu);
+	if (h->pending) {
+		h->pending = 0;
+		H.pending--;
+	}
+	pthread_mutex_unlock(&H.mu);
+}
+
+/* An answer went out: a kept-alive connection waits for its next head. */
+static void head_again(struct MHD_Connection *c)
+{
+	hconn_t *h = head_of(c);
+	if (!h)
+		return;
+	pthread_mutex_lock(&H.mu);
+	head_wait(h);
+	pthread_mutex_unlock(&H.mu);
+}
+
+static void *head_reaper(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&H.mu);
+	while (!H.stop) {
+		struct timespec ts;
+		double now;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 250 * 1000000L;
+		if (ts.tv_nsec >= 1000000000L)
+			ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+		pthread_cond_timedwait(&H.cv, &H.mu, &ts);
+		now = mono_now();
+		for (hconn_t *h = H.list; h; h = h->next)
+			if (h->pending && now - h->since >= H.timeout)
+				head_reap(h, "deadline");
+		head_budget(0);
+	}
+	pthread_mutex_unlock(&H.mu);
+	return NULL;
+}
+
+static void heads_stop(void)
+{
+	if (!H.running)
+		return;
+	pthread_mutex_lock(&H.mu);
+	H.stop = 1;
+	pthread_cond_broadcast(&H.cv);
+	pthread_mutex_unlock(&H.mu);
+	pthread_join(H.th, NULL);
+	H.running = 0;
 }
 
 /* ---- signals -------------------------------------------------------------- */
@@ -558,17 +760,27 @@ int serve_bind(const serve_opts_t *o, char *err, size_t errlen)
 		signal(SIGPIPE, SIG_IGN);
 	}
 	pthread_detach(th);
+	H.timeout = o->head_timeout_s > 0 ? o->head_timeout_s : 10;
+	H.budget = o->max_conns / 2 > 0 ? o->max_conns / 2 : 1;
+	if (pthread_create(&H.th, NULL, head_reaper, NULL) != 0) {
+		snprintf(err, errlen, "cannot start the request head reaper: %s", strerror(errno));
+		return -EAGAIN;
+	}
+	H.running = 1;
 	S.d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, NULL,
 	                       MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
 	                       MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+	                       MHD_OPTION_NOTIFY_CONNECTION, on_notify, NULL,
 	                       MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_conns,
 	                       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->idle_timeout_s,
 	                       MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)32768,
 	                       MHD_OPTION_LISTEN_BACKLOG_SIZE, 256u, MHD_OPTION_END);
 	if (!S.d) {
+		int e = errno;
+		heads_stop();
 		snprintf(err, errlen, "cannot listen on %s:%d: %s (another program may hold the "
 		                      "port: choose another --port)",
-		         host, o->port, strerror(errno));
+		         host, o->port, strerror(e));
 		return -EADDRINUSE;
 	}
 	di = MHD_get_daemon_info(S.d, MHD_DAEMON_INFO_BIND_PORT);
@@ -811,6 +1023,7 @@ stop:
 	if (S.d)
 		MHD_stop_daemon(S.d);
 	S.d = NULL;
+	heads_stop();
 	logf_("level=info msg=serve_exit status=%d", status);
 	return status;
 }

@@ -113,6 +113,9 @@ static void usage(FILE *f)
 	        "  --max-tokens-cap N   largest max_tokens (default 4096)\n"
 	        "  --max-context N      prompt + max_tokens limit (default 8192)\n"
 	        "  --idle-timeout S     close idle connections after S seconds (default 30)\n"
+	        "  --head-timeout S     a request's headers must arrive whole within S seconds of\n"
+	        "                       the connection (or its last answer), else 408 and closed\n"
+	        "                       (default 10)\n"
 	        "  --api-key-file FILE  require Authorization: Bearer KEY (the file's first line;\n"
 	        "                       or the variable SPARK_DECODE_API_KEY) on /v1/\n"
 	        "\n"
@@ -416,7 +419,7 @@ int main(int argc, char **argv)
 	enum { O_MODEL = 256, O_SYNTH, O_LAYERS, O_DTYPE, O_SEED, O_CATALOG, O_LIST, O_PROMPT,
 	       O_TOKENS, O_ALGO, O_CDT, O_LOCAL, O_THREADS, O_NOPF, O_DUMP, O_MEMBW, O_VERSION, O_WARMUP,
 	       O_SERVE, O_HOST, O_PORT, O_NAME, O_TOK, O_EOS, O_QUEUE, O_MAXCONN, O_MAXBODY,
-	       O_MAXTOK, O_MAXCTX, O_IDLE, O_KEYFILE };
+	       O_MAXTOK, O_MAXCTX, O_IDLE, O_HEADTO, O_KEYFILE };
 	static const struct option opts[] = {
 		{"model", required_argument, 0, O_MODEL},
 		{"synthetic", required_argument, 0, O_SYNTH},
@@ -450,6 +453,7 @@ int main(int argc, char **argv)
 		{"max-tokens-cap", required_argument, 0, O_MAXTOK},
 		{"max-context", required_argument, 0, O_MAXCTX},
 		{"idle-timeout", required_argument, 0, O_IDLE},
+		{"head-timeout", required_argument, 0, O_HEADTO},
 		{"api-key-file", required_argument, 0, O_KEYFILE},
 		{0, 0, 0, 0},
 	};
@@ -463,7 +467,7 @@ int main(int argc, char **argv)
 
 	a.so = (serve_opts_t){.host = "0.0.0.0", .port = 8000, .queue = 16, .max_conns = 64,
 	                      .max_body = 1 << 20, .max_tokens_cap = 4096, .max_context = 8192,
-	                      .idle_timeout_s = 30};
+	                      .idle_timeout_s = 30, .head_timeout_s = 10};
 
 	while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
 		switch (c) {
@@ -576,6 +580,10 @@ int main(int argc, char **argv)
 		case O_IDLE:
 			if (parse_int(optarg, 1, 86400, &a.so.idle_timeout_s) < 0)
 				USAGE_ERR("--idle-timeout wants seconds, 1-86400");
+			break;
+		case O_HEADTO:
+			if (parse_int(optarg, 1, 3600, &a.so.head_timeout_s) < 0)
+				USAGE_ERR("--head-timeout wants seconds, 1-3600");
 			break;
 		default: fprintf(stderr, "(try: " PROG " --help)\n"); return 2;
 		}

@@ -9,12 +9,14 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <ctype.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <netinet/in.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <poll.h>
 #include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
@@ -24,6 +26,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -48,6 +51,7 @@ static struct hs_client *CL[MAX_CLIENTS];
 static char USER_NAME[32], GROUP_JOB[32], GROUP_ADM[32];
 static bool user_made, gjob_made, gadm_made;
 static pid_t router_pid; /* a spark-router a test started, stopped by teardown */
+static pid_t HOG; /* a process holding control connections as the test user */
 
 static struct h_result run_cmd(const char *a0, ...)
 {
@@ -88,6 +92,11 @@ static void teardown(void)
 		kill(router_pid, SIGKILL);
 		waitpid(router_pid, NULL, 0);
 		router_pid = 0;
+	}
+	if (HOG > 0) {
+		kill(HOG, SIGKILL);
+		waitpid(HOG, NULL, 0);
+		HOG = 0;
 	}
 	hs_server_stop(S);
 	S = NULL;
@@ -1021,6 +1030,213 @@ Test(security, job_user_may_run_but_not_administer, .timeout = 90)
 	cr_expect_str_eq(st ?: "", "ready", "node-2 state after a job user's drain");
 	json_decref(j);
 	h_result_free(&r);
+}
+
+/* ---- control socket: a local user cannot lock others out (issue 27, item 4) ---- */
+
+#define HOG_IDLE 150 /* HOG_TRICKLE as many */
+#define HOG_TRICKLE HOG_IDLE
+#define HOG_SECS 30
+
+/* As the test user: open HOG_IDLE idle and HOG_TRICKLE trickling connections
+ * (a status request, one byte a second), in turns (even: idle), tell the parent on wfd ("o"), then
+ * watch them until all are closed or HOG_SECS pass and report one line per
+ * connection: "KIND FIRST_MS CLOSED_MS CODE" (KIND i/t, ms since the opening,
+ * CLOSED_MS -1 while open, CODE the error code it was sent or "-"). */
+static void hog(const char *sock, int wfd)
+{
+	enum { N = HOG_IDLE + HOG_TRICKLE };
+	static const char req[] = "{\"v\":1,\"type\":\"status\",\"id\":1}";
+	uint8_t frame[64];
+	size_t flen = sizeof req - 1 + 4;
+	frame[0] = frame[1] = frame[2] = 0;
+	frame[3] = (uint8_t)(sizeof req - 1);
+	memcpy(frame + 4, req, sizeof req - 1);
+	struct passwd *pw = getpwnam(USER_NAME);
+	if (!pw || initgroups(USER_NAME, pw->pw_gid) < 0 || setgid(pw->pw_gid) < 0 ||
+	    setuid(pw->pw_uid) < 0)
+		_exit(3);
+	int fd[N];
+	long first[N], closed[N];
+	size_t sent[N];
+	char code[N][24];
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
+	long t0 = h_now_ms();
+	for (int i = 0; i < N; i++) {
+		first[i] = closed[i] = -1;
+		sent[i] = 0;
+		snprintf(code[i], sizeof code[i], "-");
+		fd[i] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd[i] < 0 || connect(fd[i], (struct sockaddr *)&sa, sizeof sa) < 0) {
+			closed[i] = h_now_ms() - t0;
+			snprintf(code[i], sizeof code[i], "connect");
+			continue;
+		}
+		fcntl(fd[i], F_SETFL, fcntl(fd[i], F_GETFL) | O_NONBLOCK);
+	}
+	if (write(wfd, "o", 1) != 1)
+		_exit(4);
+	long next_tick = 0;
+	for (;;) {
+		long now = h_now_ms() - t0;
+		int open = 0;
+		for (int i = 0; i < N; i++)
+			open += closed[i] < 0;
+		if (!open || now > HOG_SECS * 1000)
+			break;
+		if (now >= next_tick) { /* one byte more of each trickling request */
+			next_tick = now + 1000;
+			for (int i = 1; i < N; i += 2) {
+				if (closed[i] >= 0 || sent[i] >= flen)
+					continue;
+				if (send(fd[i], frame + sent[i], 1, MSG_NOSIGNAL) == 1) {
+					if (!sent[i])
+						first[i] = now;
+					sent[i]++;
+				}
+			}
+		}
+		struct pollfd pf[N];
+		int map[N], np = 0;
+		for (int i = 0; i < N; i++)
+			if (closed[i] < 0) {
+				pf[np] = (struct pollfd){.fd = fd[i], .events = POLLIN};
+				map[np++] = i;
+			}
+		int wait = (int)(next_tick - now);
+		if (poll(pf, np, wait > 0 ? wait : 0) <= 0)
+			continue;
+		for (int k = 0; k < np; k++) {
+			if (!pf[k].revents)
+				continue;
+			int i = map[k];
+			char buf[4096];
+			ssize_t r = recv(fd[i], buf, sizeof buf - 1, 0);
+			if (r > 0) {
+				buf[r] = '\0'; /* frames: their length words hold NULs */
+				char *c = memmem(buf, (size_t)r, "\"code\":\"", 8);
+				if (c && strcmp(code[i], "-") == 0)
+					sscanf(c + 8, "%23[^\"]", code[i]);
+				continue;
+			}
+			if (r < 0 && (errno == EAGAIN || errno == EINTR))
+				continue;
+			closed[i] = h_now_ms() - t0;
+		}
+	}
+	FILE *out = fdopen(wfd, "w");
+	for (int i = 0; out && i < N; i++)
+		fprintf(out, "%c %ld %ld %s\n", i % 2 ? 't' : 'i', first[i], closed[i], code[i]);
+	if (out)
+		fclose(out);
+	_exit(0);
+}
+
+Test(security, control_socket_user_with_300_idle_and_trickling_connections_locks_nobody_out,
+     .timeout = 120)
+{
+	make_user(false);
+	cluster(1, 1);
+	open_socket_to(0, GROUP_JOB);
+	int pfd[2];
+	cr_assert_eq(pipe(pfd), 0);
+	HOG = fork();
+	cr_assert(HOG >= 0);
+	if (HOG == 0) {
+		close(pfd[0]);
+		hog(C->nodes[0].sock, pfd[1]);
+	}
+	close(pfd[1]);
+	char o;
+	cr_assert_eq(read(pfd[0], &o, 1), 1, "the user's process could not open its connections");
+	long t0 = h_now_ms();
+	/* root gets in while the user holds 300 connections */
+	for (int k = 0; k < 3; k++) {
+		long s0 = h_now_ms();
+		struct h_result r = ctl_t(0, 10, "status", NULL);
+		cr_expect_eq(r.rc, 0,
+			     "root's `sparkctl status` %.1f s after a user opened %d idle and %d "
+			     "trickling control connections: exit %d (%.1f s): %s",
+			     (s0 - t0) / 1000.0, HOG_IDLE, HOG_TRICKLE, r.rc,
+			     (h_now_ms() - s0) / 1000.0, r.err);
+		h_result_free(&r);
+		usleep(500000);
+	}
+	/* the user's own request works once its idle connections are closed */
+	struct h_result v = {0};
+	long tv = 0;
+	do {
+		h_result_free(&v);
+		v = as_user(0, "version", NULL);
+		tv = h_now_ms() - t0;
+	} while (v.rc != 0 && tv < 25000 && usleep(500000) == 0);
+	cr_expect_eq(v.rc, 0, "the user's own `sparkctl version` still fails %.1f s later: %s",
+		     tv / 1000.0, v.err);
+	h_result_free(&v);
+	/* every connection was closed: trickling ones within the 5 s request
+	 * deadline of their first byte, idle ones within the 10 s idle timeout
+	 * (+ the 1 s sweep), each with 4 s of slack for a loaded machine */
+	FILE *in = fdopen(pfd[0], "r");
+	cr_assert(in);
+	int n = 0, late_t = 0, late_i = 0, n_timeout = 0, n_idle = 0, n_busy = 0;
+	char kind, code[32], late[256] = "";
+	long first, closed;
+	while (fscanf(in, " %c %ld %ld %31s", &kind, &first, &closed, code) == 4) {
+		n++;
+		n_timeout += strcmp(code, "timeout") == 0;
+		n_idle += strcmp(code, "idle_timeout") == 0;
+		n_busy += strcmp(code, "busy") == 0;
+		if (getenv("SPARK_TEST_VERBOSE"))
+			fprintf(stderr, "%c %ld %ld %s\n", kind, first, closed, code);
+		bool bad = kind == 't' ? closed < 0 || (first >= 0 && closed - first > 9000)
+				       : closed < 0 || closed > 15000;
+		if (bad && !late[0])
+			snprintf(late, sizeof late, "%s connection: first byte at %ld ms, closed at %ld ms (-1: "
+				 "open after %d s), code %s", kind == 't' ? "a trickling" : "an idle",
+				 first, closed, HOG_SECS, code);
+		if (bad)
+			*(kind == 't' ? &late_t : &late_i) += 1;
+	}
+	fclose(in);
+	waitpid(HOG, NULL, 0);
+	HOG = 0;
+	cr_assert_eq(n, HOG_IDLE + HOG_TRICKLE, "the user's process reported %d connections", n);
+	cr_expect_eq(late_t, 0, "%d trickling connections outlived the request deadline; e.g. %s",
+		     late_t, late);
+	cr_expect_eq(late_i, 0, "%d idle connections outlived the idle timeout; e.g. %s", late_i,
+		     late);
+	cr_expect(n_timeout > 0 && n_idle > 0 && n_busy > 0,
+		  "the connections were not told why they were closed: %d timeout, %d idle_timeout, "
+		  "%d busy", n_timeout, n_idle, n_busy);
+	cr_expect(log_has(0, "control_busy") && log_has(0, "conn_frame_timeout") &&
+		  log_has(0, "control_idle"), "sparkd's log does not say why it closed them");
+}
+
+/* A request in flight is never idle: svc_watch (spark-router's subscription,
+ * stream frames only) outlives the 10 s idle timeout, while a connection that
+ * sent nothing beside it is closed with idle_timeout. */
+Test(security, control_stream_outlives_the_idle_timeout, .timeout = 60)
+{
+	cluster(1, 1);
+	struct hs_client *w = CL[0] = hs_connect_unix(C->nodes[0].sock);
+	struct hs_client *idle = CL[1] = hs_connect_unix(C->nodes[0].sock);
+	cr_assert(w && idle);
+	cr_assert_eq(hs_send_frame(w, "{\"v\":1,\"type\":\"svc_watch\",\"id\":7}"), 0);
+	json_t *f = hs_read_frame(w, 5000);
+	cr_assert(f, "no snapshot from svc_watch");
+	cr_assert_str_eq(json_string_value(json_object_get(f, "type")) ?: "", "stream");
+	json_decref(f);
+	long t0 = h_now_ms();
+	json_t *e = hs_read_frame(idle, 20000);
+	long dt = h_now_ms() - t0;
+	cr_assert(e, "the idle connection got no frame within 20 s");
+	cr_expect_str_eq(json_string_value(json_object_get(e, "code")) ?: "", "idle_timeout");
+	json_decref(e);
+	cr_expect(hs_wait_closed(idle, 3000), "the idle connection was not closed");
+	cr_expect(dt >= 8000, "the idle connection was closed after %ld ms (idle timeout 10 s)", dt);
+	usleep(1500000); /* a sweep after the idle one's */
+	cr_expect(!hs_peer_closed(w), "svc_watch's connection was closed with the idle ones");
 }
 
 Test(security, admin_group_member_may_administer, .timeout = 90)

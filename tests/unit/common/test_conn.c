@@ -36,6 +36,7 @@ struct peer {
 	bool chain_has_ca;      /* conn_peer_chain() holds the pinned CA */
 	int send_after_close;   /* conn_send result after conn_close in on_frame */
 	json_t *send_on_ready;  /* frames to send from on_ready (array) */
+	int sent_calls;         /* on_sent */
 };
 
 static uv_loop_t loop_s, *loop = &loop_s;
@@ -209,7 +210,16 @@ static void srv_on_frame(conn *c, json_t *msg)
 	json_decref(msg);
 }
 
-static const struct conn_cbs srv_cbs = {on_ready, srv_on_frame, on_close};
+static void srv_on_sent(conn *c, const json_t *msg)
+{
+	struct peer *p = conn_data(c);
+	cr_assert_not_null(proto_type(msg));
+	p->sent_calls++;
+}
+
+static const struct conn_cbs srv_cbs = {.on_ready = on_ready, .on_frame = srv_on_frame,
+					.on_close = on_close, .on_sent = srv_on_sent};
+static unsigned srv_frame_ms; /* conn_set_frame_timeout on accepted conns */
 static const struct conn_cbs cli_cbs = {on_ready, cli_on_frame, on_close};
 
 static void on_connection(uv_stream_t *server, int status)
@@ -219,6 +229,8 @@ static void on_connection(uv_stream_t *server, int status)
 	struct peer *p = &srv[n_srv++];
 	p->c = conn_accept(server, srv_ctx, &srv_cbs, p);
 	cr_assert_not_null(p->c);
+	if (srv_frame_ms)
+		conn_set_frame_timeout(p->c, srv_frame_ms);
 }
 
 static void listen_unix(void)
@@ -680,6 +692,69 @@ Test(conn, oversized_frame_gets_error_then_close)
 	expect_bad_frame(f, len + 4, -EMSGSIZE);
 	free(f);
 	expect_echo_works(&cli[0]);
+	finish();
+}
+
+/* conn_set_frame_timeout: a frame must arrive whole within the deadline of
+ * its first byte, however the bytes trickle; an idle connection and a frame
+ * in two quick parts are not affected. */
+Test(conn, frame_deadline_closes_a_trickling_peer)
+{
+	srv_frame_ms = T(400);
+	listen_unix();
+	uint8_t f[64];
+	const char *body = "{\"v\":1,\"type\":\"echo\",\"id\":5}";
+	put_frame(f, body, (uint32_t)strlen(body));
+	size_t flen = 4 + strlen(body);
+	/* an idle connection outlives the deadline, then its frame in two parts is served */
+	int idle = raw_unix();
+	RUN_UNTIL(n_srv == 1, 3000);
+	RUN_UNTIL(false, 2 * 400);
+	cr_assert_eq(srv[0].close_calls, 0, "an idle connection was closed by the frame deadline");
+	cr_assert(raw_write(idle, f, 10));
+	RUN_UNTIL(false, 100);
+	cr_assert(raw_write(idle, f + 10, flen - 10));
+	RUN_UNTIL(json_array_size(srv[0].frames) == 1, 3000);
+	cr_assert_eq(json_array_size(srv[0].frames), 1, "a frame in two parts was not delivered");
+	RUN_UNTIL(srv[0].sent_calls == 1, 3000);
+	cr_assert_eq(srv[0].sent_calls, 1, "on_sent was called %d times for one echo",
+		     srv[0].sent_calls);
+	/* a trickling one: a byte every 100 ms never completes its frame in time */
+	int fd = raw_unix();
+	RUN_UNTIL(n_srv == 2, 3000);
+	uint64_t t0 = uv_now(loop);
+	char pk;
+	bool answered = false;
+	for (size_t i = 0; i < flen && !answered; i++) {
+		if (!raw_write(fd, f + i, 1))
+			break;
+		uint64_t end = uv_now(loop) + 100;
+		while (!answered && uv_now(loop) < end) {
+			uv_run(loop, UV_RUN_ONCE);
+			answered = recv(fd, &pk, 1, MSG_PEEK | MSG_DONTWAIT) >= 0;
+		}
+	}
+	uint64_t dt = uv_now(loop) - t0;
+	cr_assert(answered, "a peer trickling a byte every 100 ms was not answered");
+	cr_assert_geq(dt, T(400), "answered after %llu ms, before the deadline",
+		      (unsigned long long)dt);
+	cr_assert_lt(dt, T(400) + T(1500), "answered only after %llu ms", (unsigned long long)dt);
+	size_t n;
+	bool eof;
+	uint8_t *got = raw_read_all(fd, &n, &eof);
+	cr_assert(eof, "the connection was not closed after the timeout");
+	json_t *frames = decode_all(got, n);
+	cr_assert_eq(json_array_size(frames), 1, "one error frame, got %zu", json_array_size(frames));
+	cr_assert_str_eq(proto_str(json_array_get(frames, 0), "code"), "timeout");
+	json_decref(frames);
+	free(got);
+	close(fd);
+	RUN_UNTIL(srv[1].close_calls == 1, 3000);
+	cr_assert_eq(srv[1].close_calls, 1);
+	cr_assert_eq(srv[1].close_err, -ETIMEDOUT);
+	cr_assert_eq(json_array_size(srv[1].frames), 0, "no frame reached the owner");
+	close(idle);
+	srv_frame_ms = 0;
 	finish();
 }
 
