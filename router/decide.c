@@ -506,8 +506,14 @@ json_t *decision_json(const struct policy *p, const struct decision *d,
 		json_object_set_new(o, "service_owner", json_string(rv.owner));
 	json_object_set_new(o, "state", json_string(rv.state));
 	json_object_set_new(o, "network", json_string(t->management ? "management" : "fabric"));
+	if (svcs && svcs->stale)
+		json_object_set_new(o, "snapshot", json_string("stale"));
 	if (rv.usable) {
 		json_object_set_new(o, "url", json_string(rv.base));
+		if (svcs && svcs->stale)
+			json_object_set_new(o, "note", json_string(
+				"spark-router lost sparkd's stream (see its log: sparkd_watch_lost) and routes "
+				"by the last snapshot until sparkd is back or services_grace_s passes"));
 		return o;
 	}
 	char note[300];

@@ -689,7 +689,8 @@ int policy_parse(const char *name, const char *text, size_t len, struct policy *
 {
 	static const char *const keys[] = {"listen", "api_keys", "log", "max_body_bytes",
 					   "max_connections", "idle_timeout_s", "default_route",
-					   "sessions", "targets", "routes", "network", "owner", NULL};
+					   "sessions", "targets", "routes", "network", "owner",
+					   "services_grace_s", NULL};
 	json_t *root = NULL;
 	*out = NULL;
 	int r = cfg_parse(name, text, len, &root, err, errlen);
@@ -705,19 +706,21 @@ int policy_parse(const char *name, const char *text, size_t len, struct policy *
 	p->max_body_bytes = 4 << 20;
 	p->max_connections = 1024;
 	p->idle_timeout_s = 30;
-	long long mc = p->max_connections, it = p->idle_timeout_s;
+	long long mc = p->max_connections, it = p->idle_timeout_s, gr = POLICY_SERVICES_GRACE_S;
 	if ((r = check_keys(&c, root, keys)) < 0 || (r = get_str(&c, root, "listen", &p->listen)) < 0 ||
 	    (r = get_str(&c, root, "log", &p->log_path)) < 0 ||
 	    (r = get_str(&c, root, "default_route", &p->default_route)) < 0 ||
 	    (r = get_int(&c, root, "max_body_bytes", 1024, 1LL << 30, &p->max_body_bytes)) < 0 ||
 	    (r = get_int(&c, root, "max_connections", 1, 100000, &mc)) < 0 ||
 	    (r = get_int(&c, root, "idle_timeout_s", 1, 3600, &it)) < 0 ||
+	    (r = get_int(&c, root, "services_grace_s", 0, 3600, &gr)) < 0 ||
 	    (r = get_network(&c, root, &p->management)) < 0 ||
 	    (r = get_str(&c, root, "owner", &p->service_owner)) < 0 ||
 	    (r = check_owner(&c, p->service_owner)) < 0)
 		goto out;
 	p->max_connections = (int)mc;
 	p->idle_timeout_s = (int)it;
+	p->services_grace_s = (int)gr;
 	char why[PATH_MAX + 100];
 	if (p->log_path && policy_log_path_check(p->log_path, why, sizeof why) < 0) {
 		r = fail(&c, "log", "%s", why);

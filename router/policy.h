@@ -105,6 +105,8 @@ struct route {
 	enum sticky sticky;
 };
 
+#define POLICY_SERVICES_GRACE_S 60 /* services_grace_s unless set */
+
 struct policy {
 	char *path;
 	char *listen;                     /* "127.0.0.1:4000" unless set */
@@ -114,6 +116,8 @@ struct policy {
 	long long max_body_bytes;
 	int max_connections;
 	int idle_timeout_s;
+	int services_grace_s;             /* sparkd gone: service targets route by the last
+					   * snapshot this long (0: unusable at once) */
 	char *default_route;              /* route for unknown model names, or NULL (404) */
 	bool management;                  /* network: management (the default for service targets) */
 	char *service_owner;              /* owner: the default owner of service targets, or NULL

@@ -1720,6 +1720,8 @@ static int cluster_follow(struct server *s)
 		cluster_free(s->cl);
 		s->cl = NULL;
 	}
+	if (s->cl)
+		cluster_set_grace(s->cl, (unsigned)s->g->p->services_grace_s);
 	return 0;
 }
 

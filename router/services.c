@@ -137,6 +137,7 @@ int svc_frame(const json_t *msg, struct svc_table *out, char *err, size_t errlen
 	out->v = v;
 	out->n = k;
 	out->connected = true;
+	out->stale = false;
 	return 1;
 }
 
@@ -146,6 +147,7 @@ void svc_table_clear(struct svc_table *t)
 	t->v = NULL;
 	t->n = 0;
 	t->connected = false;
+	t->stale = false;
 }
 
 const struct svc_info *svc_find(const struct svc_table *t, const char *name)

@@ -3,8 +3,9 @@
  * "Cluster services"). Pure: no I/O. svc_frame reads one frame of that stream
  * (a "stream" frame carries a full snapshot; an "error" or "result" frame ends
  * the stream) into a table the router looks service targets up in. The table
- * is a cache of what sparkd owns: it is replaced whole by every snapshot and
- * emptied when the stream is lost. */
+ * is a cache of what sparkd owns: it is replaced whole by every snapshot; when
+ * the stream is lost it is kept, stale, for the policy's services_grace_s
+ * (cluster.c), then emptied. */
 #ifndef SPARK_ROUTER_SERVICES_H
 #define SPARK_ROUTER_SERVICES_H
 
@@ -32,6 +33,7 @@ struct svc_info {
 
 struct svc_table {
 	bool connected;              /* a snapshot arrived on the current stream */
+	bool stale;                  /* not connected; the last snapshot, kept for the grace */
 	size_t n;
 	struct svc_info *v;          /* n entries, malloc'd */
 };

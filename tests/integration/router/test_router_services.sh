@@ -6,8 +6,10 @@
 # servers. Checks what a user would: a ready service takes requests at its
 # endpoint with its own model name; a service that stops leaves routing (its
 # route's fallbacks answer, else 503) and comes back when ready; losing sparkd
-# makes service targets unusable until the router has reconnected by itself;
-# hostile frames (bad JSON, an oversized frame) cost a reconnect, nothing more;
+# keeps routing by the last snapshot for services_grace_s (a sparkd restart
+# takes no route down), then makes service targets unusable until the router
+# has reconnected by itself; hostile frames (bad JSON, an oversized frame)
+# cost a reconnect and the snapshot, nothing more;
 # /v1/models lists the services' models; decisions say the state; the
 # context-length fallback skips targets whose context is no larger; the pid
 # file and SIGHUP through `sparkctl route reload`.
@@ -40,6 +42,7 @@ pids+=($!)
 wait_for 5 grep -q READY "$DIR/sparkd.out" || die "fake sparkd did not start"
 
 cat >"$DIR/policy.yaml" <<EOF
+services_grace_s: 8
 targets:
   pool:   {service: qwen}
   poolm:  {service: qwen, network: management}
@@ -177,22 +180,37 @@ ok "a service of the target's name owned by another user is not followed (decisi
 conns() { grep -c '^CONN' "$DIR/sparkd.out"; }
 conns_at_least() { [ "$(conns)" -ge "$1" ]; }
 n0=$(conns)
+nb=$(stat_of "$PORT_b" requests)
 printf '{"close": true}' >"$STATE"
-wait_for 5 usable svc false || die "still usable without sparkd"
+wait_for 5 grep -q 'msg=sparkd_watch_lost.*service_targets=kept_stale grace_s=8' "$DIR/router.log" ||
+  die "no sparkd_watch_lost keeping the snapshot: $(grep sparkd_watch_lost "$DIR/router.log" | tail -2)"
+# within the grace (8 s; each step below takes milliseconds): the last
+# snapshot routes, and the decision says it is stale
+decision svc >"$DIR/dec"
+grep -q '"resolvable":true' "$DIR/dec" && grep -q '"snapshot":"stale"' "$DIR/dec" ||
+  die "decision within the grace: $(cat "$DIR/dec")"
+code=$(chat svc x)
+[ "$code" = 200 ] && [ "$(hdr x-spark-target)" = pool ] && grep -q 'from b: x' "$DIR/body" ||
+  die "the service while sparkd is away: $code $(cat "$DIR/body")"
+[ "$(stat_of "$PORT_b" requests)" -gt "$nb" ] || die "the service's server got no request while sparkd was away"
+wait_for 15 usable svc false || die "still usable after the grace"
 decision svc >"$DIR/dec"
 grep -q '"state":"disconnected"' "$DIR/dec" || die "decision: $(decision svc)"
-grep -q 'msg=sparkd_watch_lost.*service_targets=unusable' "$DIR/router.log" || die "no sparkd_watch_lost"
+grep -q 'msg=services_snapshot_expired.*grace_s=8.*service_targets=unusable' "$DIR/router.log" ||
+  die "no services_snapshot_expired"
 code=$(chat svc x)
 [ "$code" = 200 ] && [ "$(hdr x-spark-target)" = a ] || die "fallback without sparkd: $code"
 wait_for 5 conns_at_least $((n0 + 3)) || die "the router does not retry: $(conns) connections"
 services "[$(qwen ready)]"
 wait_for 10 usable svc true || die "no reconnect after sparkd came back"
-ok "losing sparkd makes service targets unusable (fallbacks answer); the router retries with back-off and resumes"
+ok "losing sparkd: the last snapshot routes for services_grace_s (decision stale), then service targets are unusable (fallbacks answer); the router retries with back-off and resumes"
 
 for bad in '{"garbage": true}' '{"huge": true}' '{"error": true}'; do
   n0=$(conns)
   printf '%s' "$bad" >"$STATE"
-  wait_for 5 usable svc false || die "after $bad: still usable"
+  # a frame that breaks the contract empties the table at once; an error
+  # answer (the head unreachable) keeps it for the grace
+  wait_for 15 usable svc false || die "after $bad: still usable"
   wait_for 5 conns_at_least $((n0 + 1)) || die "after $bad: no reconnect"
   [ "$(curl -sS "$U/health")" = '{"status":"ok"}' ] || die "after $bad: the router is not answering"
   services "[$(qwen ready)]"
@@ -201,6 +219,8 @@ done
 grep -q 'error="bad frame from sparkd' "$DIR/router.log" && grep -q 'unavailable: the head is unreachable' "$DIR/router.log" ||
   die "hostile frames not logged"
 kill -0 "$RPID" || die "the router died"
+grep -q 'msg=sparkd_watch_lost.*bad frame from sparkd.*service_targets=unusable' "$DIR/router.log" ||
+  die "a bad frame kept the snapshot"
 ok "hostile frames from the socket (bad JSON, a 2 MiB length, an error answer) cost a reconnect; the router lives"
 
 na=$(stat_of "$PORT_a" requests)

@@ -627,3 +627,39 @@ Test(policy, the_log_is_a_regular_file_in_a_sane_place)
 	cr_assert_eq(policy_log_path_check("relative.jsonl", why, sizeof why), 0, "%s", why);
 	rmdir(link);
 }
+
+/* services_grace_s (issue 28): how long service targets route by the last
+ * snapshot once sparkd went away; 60 unless set, 0 turns it off. The decision
+ * of a stale snapshot says so. */
+Test(policy, services_grace_s_and_a_stale_snapshot)
+{
+	const char *T = "targets:\n  s: {service: svc}\nroutes:\n  r: {type: passthrough, target: s}\n";
+	struct policy *p = load(T);
+	cr_expect_eq(p->services_grace_s, 60);
+	policy_free(p);
+	char buf[256];
+	snprintf(buf, sizeof buf, "services_grace_s: 0\n%s", T);
+	p = load(buf);
+	cr_expect_eq(p->services_grace_s, 0);
+	policy_free(p);
+	snprintf(buf, sizeof buf, "services_grace_s: 3601\n%s", T);
+	cr_expect(strstr(refuse(buf), "services_grace_s"), "%s", refuse(buf));
+	snprintf(buf, sizeof buf, "services_grace_s: soon\n%s", T);
+	refuse(buf);
+
+	p = load(T);
+	struct svc_info sv = {.name = "svc", .state = "ready", .url = "http://169.254.1.1:8000",
+			      .mgmt_url = "http://169.254.100.1:8000"};
+	snprintf(sv.group, sizeof sv.group, "g");
+	snprintf(sv.owner, sizeof sv.owner, "root");
+	struct svc_table t = {.connected = false, .stale = true, .n = 1, .v = &sv};
+	struct decision d = {.route = &p->routes[0], .target = 0, .rule = "", .reason = "passthrough"};
+	d.chain[0] = 0;
+	d.n_chain = 1;
+	json_t *o = decision_json(p, &d, &t);
+	cr_expect(json_is_true(json_object_get(o, "resolvable")), "a stale snapshot still routes");
+	cr_expect_str_eq(json_string_value(json_object_get(o, "snapshot")) ?: "", "stale");
+	cr_expect(strstr(json_string_value(json_object_get(o, "note")) ?: "", "services_grace_s"));
+	json_decref(o);
+	policy_free(p);
+}
