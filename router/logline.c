@@ -219,6 +219,10 @@ size_t logline_format(char *buf, size_t cap, const struct logline *l)
 		KEY(&o, ",\"ttft_ms\":");
 		put_real(&o, l->ttft_ms, 3);
 	}
+	if (l->upstream_error) {
+		KEY(&o, ",\"upstream_error\":");
+		put_str(&o, l->upstream_error);
+	}
 	KEY(&o, "}\n");
 	if (o.len < cap)
 		buf[o.len] = '\0';

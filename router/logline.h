@@ -22,6 +22,8 @@ struct logline {
 	double ms, overhead_ms;
 	bool has_ttft;                   /* ttft_ms is written only then */
 	double ttft_ms;
+	const char *upstream_error;      /* why the upstream failed after the answer began
+					  * (a stall, a broken connection), or NULL: written only then */
 };
 
 /* Write the line with its '\n' and a NUL into buf when it fits (the return

@@ -242,7 +242,7 @@ static int parse_target(struct pctx *c, const char *name, json_t *t)
 					   "max_concurrency", "queue", "queue_timeout_ms",
 					   "connect_timeout_ms", "timeout_ms", "weight",
 					   "cooldown_after", "cooldown_s", "network", "max_context",
-					   "owner", NULL};
+					   "owner", "stall_timeout_ms", NULL};
 	struct policy *p = c->p;
 	if (!valid_name(name))
 		return fail(c, NULL, "a target name is 1-63 of letters, digits and -_.:/");
@@ -257,6 +257,7 @@ static int parse_target(struct pctx *c, const char *name, json_t *t)
 	tg->queue_timeout_ms = 5000;
 	tg->connect_timeout_ms = 5000;
 	tg->timeout_ms = 600000;
+	tg->stall_timeout_ms = 120000;
 	tg->weight = 1;
 	tg->cooldown_after = 3;
 	tg->cooldown_s = 10;
@@ -275,6 +276,7 @@ static int parse_target(struct pctx *c, const char *name, json_t *t)
 	    (r = get_intv(c, t, "queue_timeout_ms", 1, 3600000, &tg->queue_timeout_ms)) < 0 ||
 	    (r = get_intv(c, t, "connect_timeout_ms", 1, 600000, &tg->connect_timeout_ms)) < 0 ||
 	    (r = get_intv(c, t, "timeout_ms", 1, 86400000, &tg->timeout_ms)) < 0 ||
+	    (r = get_intv(c, t, "stall_timeout_ms", 1000, 86400000, &tg->stall_timeout_ms)) < 0 ||
 	    (r = get_intv(c, t, "weight", 0, 1000000, &tg->weight)) < 0)
 		return r;
 	if (!!tg->url == !!tg->service)

@@ -37,6 +37,7 @@ struct target {
 	int queue_timeout_ms;
 	int connect_timeout_ms;
 	int timeout_ms;      /* the whole upstream exchange */
+	int stall_timeout_ms; /* no byte from the upstream this long (whole seconds): it stalled */
 	int weight;          /* default weight in weighted routes */
 	int cooldown_after;  /* consecutive failures that cool the target down (0: never) */
 	int cooldown_s;      /* how long a cooled target is skipped */

@@ -127,6 +127,9 @@ struct rq {
 	bool judging;                    /* the running request is the classifier's */
 	bool probe400;                   /* a 400 with targets left: read it for a context-length error */
 	CURLcode up_rc;
+	uint64_t t_attempt;              /* when the running upstream request began (ns) */
+	char up_err[200];                /* why the upstream failed after the answer began, or "" */
+	bool err_sent;                   /* a stream's error event was given to MHD */
 	/* answer bytes from the upstream not yet given to MHD */
 	char *rbuf;
 	size_t rlen, rcap, roff;
@@ -643,6 +646,10 @@ static int start_curl(struct rq *r, int t)
 	curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
 	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)tg->connect_timeout_ms);
 	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)tg->timeout_ms);
+	/* a stalled upstream (a wedged rank: a stream gone silent) is given up
+	 * after stall_timeout_ms without a byte */
+	curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (long)((tg->stall_timeout_ms + 999) / 1000));
 	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
 	r->status = 0;
@@ -658,6 +665,7 @@ static int start_curl(struct rq *r, int t)
 	r->hdrs = h;
 	r->cur = t;
 	r->attempts++;
+	r->t_attempt = now_ns();
 	r->g->ts[t].inflight++;
 	target_gauges(s, r->g, t);
 	return 0;
@@ -895,9 +903,29 @@ static void on_upstream_done(CURL *e, CURLcode rc, void *arg)
 			      : r->status == 429	     ? "http_429"
 			      : r->status >= 400	     ? "http_4xx"
 							     : "ok";
+	/* the low-speed check (stall_timeout_ms) and timeout_ms both end a
+	 * transfer with CURLE_OPERATION_TIMEDOUT: the time taken tells them apart */
+	const struct target *tg = &r->g->p->targets[t];
+	bool stalled = rc == CURLE_OPERATION_TIMEDOUT &&
+		       (now_ns() - r->t_attempt) / 1000000 + 500 < (uint64_t)tg->timeout_ms;
+	if (stalled)
+		outcome = "stalled";
 	if (rc != CURLE_OK && r->headers_done)
-		outcome = rc == CURLE_OPERATION_TIMEDOUT ? "timeout" : "broken";
+		outcome = stalled ? "stalled" : rc == CURLE_OPERATION_TIMEDOUT ? "timeout" : "broken";
 	attempt_metric(r, t, outcome);
+	if (rc != CURLE_OK && r->headers_done) {
+		if (stalled)
+			snprintf(r->up_err, sizeof r->up_err, "target %s stalled: no byte for %d s "
+				 "(stall_timeout_ms)", tg->name, (tg->stall_timeout_ms + 999) / 1000);
+		else if (rc == CURLE_OPERATION_TIMEDOUT)
+			snprintf(r->up_err, sizeof r->up_err, "target %s did not finish within "
+				 "timeout_ms (%d ms)", tg->name, tg->timeout_ms);
+		else
+			snprintf(r->up_err, sizeof r->up_err, "target %s broke off its answer: %s",
+				 tg->name, curl_easy_strerror(rc));
+		log_warn("upstream_broke_off", "request_id=%s target=%s outcome=%s", r->id, tg->name,
+			 outcome);
+	}
 	target_health(s, r->g, t, rc != CURLE_OK || r->status >= 500 || r->status == 429);
 	if (r->probe400 && rc == CURLE_OK &&
 	    is_context_error(r->rbuf + r->roff, r->rlen - r->roff)) {
@@ -969,9 +997,28 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 		}
 		return (ssize_t)n;
 	}
-	if (r->up_done || r->client_gone || !r->easy)
-		return r->up_done && r->up_rc == CURLE_OK ? MHD_CONTENT_READER_END_OF_STREAM
-							 : MHD_CONTENT_READER_END_WITH_ERROR;
+	if (r->up_done || r->client_gone || !r->easy) {
+		/* an event stream the upstream broke off ends with an error event
+		 * the client can read (as OpenAI's streams do), then cleanly */
+		if (r->up_done && r->up_rc != CURLE_OK && !r->client_gone && !r->err_sent &&
+		    strstr(r->ctype, "text/event-stream")) {
+			r->err_sent = true;
+			json_t *ev = json_pack("{s:{s:s, s:s, s:s}}", "error", "message",
+					       r->up_err[0] ? r->up_err : "the upstream broke off its answer",
+					       "type", "upstream_error", "code",
+					       strstr(r->up_err, "stalled") ? "upstream_stalled"
+									    : "upstream_broken");
+			char *js = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
+			json_decref(ev);
+			int n = js ? snprintf(buf, max, "data: %s\n\n", js) : -1;
+			free(js);
+			if (n > 0 && (size_t)n < max)
+				return (ssize_t)n;
+		}
+		return r->up_done && (r->up_rc == CURLE_OK || r->err_sent)
+			       ? MHD_CONTENT_READER_END_OF_STREAM
+			       : MHD_CONTENT_READER_END_WITH_ERROR;
+	}
 	suspend(r);
 	return 0;
 }
@@ -1492,6 +1539,7 @@ static void log_request(struct rq *r, enum MHD_RequestTerminationCode toe)
 		.stream = r->ri.stream, .tokens_estimated = r->ri.tokens,
 		.client_closed = toe != MHD_REQUEST_TERMINATED_COMPLETED_OK, .ms = total * 1000,
 		.overhead_ms = r->overhead_s * 1000, .has_ttft = ttft >= 0, .ttft_ms = ttft * 1000,
+		.upstream_error = r->up_err[0] ? r->up_err : NULL,
 	};
 	size_t n = logline_format(s->lline, sizeof s->lline, &ll);
 	char *line = s->lline, *big = NULL;

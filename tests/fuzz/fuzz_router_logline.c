@@ -92,9 +92,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char *s = malloc(rest + 6);
 	memcpy(s, data + 48, rest);
 	memset(s + rest, 0, 6);
-	const char *str[5];
+	const char *str[6];
 	size_t off = 0;
-	for (int i = 0; i < 5; i++) {
+	for (int i = 0; i < 6; i++) {
 		str[i] = s + off;
 		off += strlen(s + off) + 1;
 		if (off > rest)
@@ -105,6 +105,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	l.route = str[2];
 	l.rule = str[3];
 	l.target = str[4];
+	l.upstream_error = flags & 16 ? str[5] : NULL;
 
 	char small[64];
 	size_t n = logline_format(small, sizeof small, &l);
@@ -122,7 +123,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	json_t *o = json_loadb(line, n - 1, JSON_REJECT_DUPLICATES, &err);
 	if (!json_is_object(o))
 		abort();
-	if (json_object_size(o) != (l.has_ttft ? 14u : 13u))
+	if (json_object_size(o) != 13u + l.has_ttft + !!l.upstream_error)
+		abort();
+	if (l.upstream_error)
+		check_str(o, "upstream_error", l.upstream_error, line);
+	else if (json_object_get(o, "upstream_error"))
 		abort();
 	check_str(o, "request_id", l.request_id, line);
 	check_str(o, "model", l.model, line);

@@ -48,7 +48,7 @@ targets:
   dead:  {url: 'http://127.0.0.1:9/v1', connect_timeout_ms: 500}
   slow1: {url: 'http://127.0.0.1:$PORT_a/v1', model: slow, max_concurrency: 1, queue: 1, queue_timeout_ms: 3000}
   slow0: {url: 'http://127.0.0.1:$PORT_b/v1', model: slow, max_concurrency: 1, queue: 0}
-  stall: {url: 'http://127.0.0.1:$PORT_a/v1', model: stall}
+  stall: {url: 'http://127.0.0.1:$PORT_a/v1', model: stall, stall_timeout_ms: 2000}
   tiny:  {url: 'http://127.0.0.1:$PORT_b/v1', model: slow, timeout_ms: 300}
   pool:  {service: qwen-small}
   ctx:   {url: 'http://127.0.0.1:$PORT_a/v1', model: ctxlen}
@@ -304,6 +304,30 @@ sleep 0.5
 ce1=$(curl -sS "http://127.0.0.1:$PORT_a/stats" | sed -n 's/.*"closed_early":\([0-9]*\).*/\1/p')
 [ "$((ce1 - ce0))" = 2 ] || die "client disconnect did not cancel the upstream ($ce0 -> $ce1)"
 ok "a client disconnect cancels the upstream request (mid-stream and while waiting)"
+
+# an upstream that stalls mid-stream (a wedged rank): after stall_timeout_ms the
+# stream ends with an error event the client can read, and cleanly; the
+# routing log names the stall (before issue 28 the stream hung until
+# timeout_ms and the log said client_closed)
+curl -sS -N -m 30 "$U/v1/chat/completions" \
+  -d '{"model":"stalled","stream":true,"messages":[{"role":"user","content":"s"}]}' >"$DIR/stall.sse" ||
+  die "the stalled stream did not end cleanly (curl $?): $(cat "$DIR/stall.sse")"
+python3 - "$DIR/stall.sse" <<'PY' || die "stalled stream: $(cat "$DIR/stall.sse")"
+import json, sys
+ev = [e for e in open(sys.argv[1]).read().split('\n\n') if e.strip()]
+assert len(ev) == 3, ev
+assert all(json.loads(e[6:])['choices'] for e in ev[:2]), ev
+err = json.loads(ev[2][6:])['error']
+assert err['code'] == 'upstream_stalled' and err['type'] == 'upstream_error', err
+assert 'stall' in err['message'] and 'no byte for 2 s' in err['message'], err
+PY
+wait_for 5 grep -q '"upstream_error":"target stall stalled: no byte for 2 s' "$DIR/routing.jsonl" ||
+  die "no upstream_error in the routing log: $(tail -2 "$DIR/routing.jsonl")"
+grep '"upstream_error"' "$DIR/routing.jsonl" | grep -q '"client_closed":false' || die "a stall logged as client_closed"
+curl -sS "$U/metrics" >"$DIR/stall-metrics"
+grep -q 'spark_router_upstream_attempts_total{target="stall",outcome="stalled"} [1-9]' "$DIR/stall-metrics" ||
+  die "no stalled attempt metric: $(grep upstream_attempts "$DIR/stall-metrics")"
+ok "an upstream stalled mid-stream: an error event (upstream_stalled) ends the stream cleanly after stall_timeout_ms; the routing log and metrics name the stall"
 
 # hostile clients
 code=$(curl -sS -o "$DIR/body" -w '%{http_code}' "$U/v1/chat/completions" -d '{"model":')

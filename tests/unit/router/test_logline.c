@@ -77,3 +77,21 @@ Test(logline, a_small_buffer_is_told_by_the_length)
 	size_t n = logline_format(big, sizeof big, &l);
 	cr_assert_eq(logline_format(small, sizeof small, &l), n);
 }
+
+/* upstream_error (issue 28): last, and only when an upstream broke off */
+Test(logline, upstream_error_only_when_set_and_last)
+{
+	struct logline l = sample();
+	char buf[1024];
+	logline_format(buf, sizeof buf, &l);
+	cr_assert(!strstr(buf, "upstream_error"), "%s", buf);
+	l.upstream_error = "target big stalled: no byte for 120 s (\"stall_timeout_ms\")";
+	size_t n = logline_format(buf, sizeof buf, &l);
+	const char *tail = ",\"upstream_error\":\"target big stalled: no byte for 120 s "
+			   "(\\\"stall_timeout_ms\\\")\"}\n";
+	cr_assert(n > strlen(tail) && !strcmp(buf + n - strlen(tail), tail), "%s", buf);
+	json_t *j = json_loads(buf, 0, NULL);
+	cr_assert(j, "not JSON: %s", buf);
+	cr_assert_str_eq(json_string_value(json_object_get(j, "upstream_error")), l.upstream_error);
+	json_decref(j);
+}
