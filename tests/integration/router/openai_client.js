@@ -87,5 +87,20 @@ const ok = (what) => console.log(`ok ${++n} - ${what}`);
     assert.ok(e instanceof OpenAI.AuthenticationError, String(e));
   }
   ok('errors: NotFoundError (unknown model), BadRequestError, InternalServerError (502), AuthenticationError');
+
+  // an upstream stalled mid-stream: the stream's error event reaches the
+  // caller as an APIError (issue 28), after the chunks that came
+  let got = '';
+  try {
+    const st = await client.chat.completions.create({ model: 'stalled', stream: true,
+      messages: [{ role: 'user', content: 'a b c d e' }] });
+    for await (const c of st) got += c.choices[0].delta.content || '';
+    assert.fail('no error');
+  } catch (e) {
+    assert.ok(e instanceof OpenAI.APIError, String(e));
+    assert.ok(/stalled/.test(e.message), e.message);
+  }
+  assert.ok(got.length > 0, 'the chunks before the stall');
+  ok('a stream whose upstream stalls ends in an APIError naming the stall');
   console.log(`openai client: ${n} checks passed`);
 })().catch((e) => { console.error('FAIL:', e); process.exit(1); });

@@ -31,6 +31,7 @@ targets:
   big:   {url: 'http://127.0.0.1:$PA/v1'}
   small: {url: 'http://127.0.0.1:$PB/v1'}
   dead:  {url: 'http://127.0.0.1:9/v1', connect_timeout_ms: 300}
+  stall: {url: 'http://127.0.0.1:$PA/v1', model: stall, stall_timeout_ms: 1000}
 routes:
   auto:
     type: rules
@@ -38,6 +39,7 @@ routes:
     rules: [{name: long, when: {min_tokens: 100}, target: big}]
     default: small
   down: {type: passthrough, target: dead}
+  stalled: {type: passthrough, target: stall}
 EOP
 "$ROUTER" --policy "$DIR/policy.yaml" --listen 127.0.0.1:0 2>"$DIR/router.log" &
 pids+=($!)
