@@ -128,61 +128,22 @@ on 1 job ls
 # dist/router-demo.yaml (short easy prompts to the small pool, long or hard
 # ones to the large one); then everything is stopped.
 if [ $CURL = 1 ]; then
-  python3 - "$JOBDIR" <<'PY'
-# Two Llama-style shapes: demo-small, written out as a model directory
-# (config.json + model.safetensors, f32, random weights: it talks nonsense, but
-# spark-decode loads it like any Hugging Face model) to be pushed; and
-# demo-large, about 10x its weights per token, for spark-decode --synthetic
-# (a shape catalog) and for `fit` (its config.json).
-import json, os, random, struct, sys
-from array import array
-root = sys.argv[1]
-common = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "rms_norm_eps": 1e-5,
-          "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": False}
-shapes = {
-    "demo-small": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=8,
-                       num_key_value_heads=4, head_dim=32, vocab_size=512),
-    "demo-large": dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=6, num_attention_heads=12,
-                       num_key_value_heads=6, head_dim=64, vocab_size=32000),
-}
-for name, sh in shapes.items():
-    os.makedirs(os.path.join(root, name), exist_ok=True)
-    json.dump(dict(common, torch_dtype="float32" if name == "demo-small" else "bfloat16", **sh),
-              open(os.path.join(root, name, "config.json"), "w"))
-with open(os.path.join(root, "shapes.yaml"), "w") as f:
-    f.write("shapes:\n  demo-large:\n    description: the demo's large pool\n")
-    for k, v in shapes["demo-large"].items():
-        f.write("    %s: %s\n" % (k, v))
-    f.write("    rms_norm_eps: 1.0e-5\n    rope_theta: 10000\n")
-sh = shapes["demo-small"]
-H, I, L, V = sh["hidden_size"], sh["intermediate_size"], sh["num_hidden_layers"], sh["vocab_size"]
-Q, KV = sh["num_attention_heads"] * sh["head_dim"], sh["num_key_value_heads"] * sh["head_dim"]
-t = [("model.embed_tokens.weight", (V, H))]
-for l in range(L):
-    p = "model.layers.%d." % l
-    t += [(p + "input_layernorm.weight", (H,)), (p + "self_attn.q_proj.weight", (Q, H)),
-          (p + "self_attn.k_proj.weight", (KV, H)), (p + "self_attn.v_proj.weight", (KV, H)),
-          (p + "self_attn.o_proj.weight", (H, Q)), (p + "post_attention_layernorm.weight", (H,)),
-          (p + "mlp.gate_proj.weight", (I, H)), (p + "mlp.up_proj.weight", (I, H)),
-          (p + "mlp.down_proj.weight", (H, I))]
-t += [("model.norm.weight", (H,)), ("lm_head.weight", (V, H))]
-rng, hdr, blobs, off = random.Random(20), {}, [], 0
-for name, shape in t:
-    n = shape[0] * (shape[1] if len(shape) > 1 else 1)
-    if len(shape) == 1:
-        a = array("f", (1.0 + rng.uniform(-0.1, 0.1) for _ in range(n)))
-    else:
-        s = 1.0 / shape[1] ** 0.5
-        a = array("f", (rng.uniform(-s, s) for _ in range(n)))
-    if sys.byteorder == "big":
-        a.byteswap()
-    b = a.tobytes(); blobs.append(b)
-    hdr[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [off, off + len(b)]}; off += len(b)
-h = json.dumps(hdr).encode(); h += b" " * (-len(h) % 8)
-with open(os.path.join(root, "demo-small", "model.safetensors"), "wb") as f:
-    f.write(struct.pack("<Q", len(h))); f.write(h)
-    for b in blobs: f.write(b)
-PY
+  # Two Llama-style shapes: demo-small, written out as a model directory
+  # (config.json + model.safetensors, f32, random weights: it talks nonsense, but
+  # spark-decode loads it like any Hugging Face model) to be pushed; and
+  # demo-large, about 10x its weights per token, for spark-decode --synthetic
+  # (a shape catalog) and for `fit` (its config.json).
+  large='"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 6, "num_attention_heads": 12,
+    "num_key_value_heads": 6, "head_dim": 64, "vocab_size": 32000'
+  python3 scripts/llama_model.py "$JOBDIR/demo-small" '{"hidden_size": 256, "intermediate_size": 512,
+    "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 32,
+    "vocab_size": 512}'
+  python3 scripts/llama_model.py "$JOBDIR/demo-large" "{$large, \"torch_dtype\": \"bfloat16\"}" --no-weights
+  python3 -c 'import json, sys
+print("shapes:\n  demo-large:\n    description: the demo'"'"'s large pool")
+for k, v in json.loads(sys.argv[1]).items():
+    print("    %s: %s" % (k, v))
+print("    rms_norm_eps: 1.0e-5\n    rope_theta: 10000")' "{$large}" >"$JOBDIR/shapes.yaml"
   cat > "$JOBDIR/small.yaml" <<YAML
 name: small
 description: the pushed demo-small model (generated weights), TP over the group

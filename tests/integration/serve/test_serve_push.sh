@@ -24,42 +24,9 @@ command -v python3 >/dev/null || { echo "SKIP: python3 is not installed"; exit 7
 # gen DIR SEED PAD: a Llama-shaped model of random f32 weights (seeded); PAD
 # spaces in the safetensors header move every tensor (a different size)
 gen() {
-  python3 - "$@" <<'PY'
-import json, os, random, struct, sys
-from array import array
-root, seed, pad = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-os.makedirs(root, exist_ok=True)
-sh = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-          num_key_value_heads=2, head_dim=16, vocab_size=512)
-json.dump(dict(architectures=["LlamaForCausalLM"], model_type="llama", rms_norm_eps=1e-5,
-               rope_theta=10000.0, hidden_act="silu", tie_word_embeddings=False,
-               torch_dtype="float32", **sh), open(os.path.join(root, "config.json"), "w"))
-H, I, L, V = sh["hidden_size"], sh["intermediate_size"], sh["num_hidden_layers"], sh["vocab_size"]
-Q, KV = sh["num_attention_heads"] * sh["head_dim"], sh["num_key_value_heads"] * sh["head_dim"]
-t = [("model.embed_tokens.weight", (V, H))]
-for l in range(L):
-    p = "model.layers.%d." % l
-    t += [(p + "input_layernorm.weight", (H,)), (p + "self_attn.q_proj.weight", (Q, H)),
-          (p + "self_attn.k_proj.weight", (KV, H)), (p + "self_attn.v_proj.weight", (KV, H)),
-          (p + "self_attn.o_proj.weight", (H, Q)), (p + "post_attention_layernorm.weight", (H,)),
-          (p + "mlp.gate_proj.weight", (I, H)), (p + "mlp.up_proj.weight", (I, H)),
-          (p + "mlp.down_proj.weight", (H, I))]
-t += [("model.norm.weight", (H,)), ("lm_head.weight", (V, H))]
-rng, hdr, blobs, off = random.Random(seed), {}, [], 0
-for name, shape in t:
-    n = shape[0] * (shape[1] if len(shape) > 1 else 1)
-    s = 0.1 if len(shape) == 1 else 3.0 / shape[1] ** 0.5
-    a = array("f", ((1.0 if len(shape) == 1 else 0.0) + rng.uniform(-s, s) for _ in range(n)))
-    if sys.byteorder == "big":
-        a.byteswap()
-    b = a.tobytes(); blobs.append(b)
-    hdr[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [off, off + len(b)]}; off += len(b)
-h = json.dumps(hdr).encode() + b" " * pad
-h += b" " * (-len(h) % 8)
-with open(os.path.join(root, "model.safetensors"), "wb") as f:
-    f.write(struct.pack("<Q", len(h))); f.write(h)
-    for b in blobs: f.write(b)
-PY
+  python3 "$S/scripts/llama_model.py" "$1" '{"hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+    "vocab_size": 512}' --seed "$2" --pad "$3" --scale 3
 }
 # direct DIR: the greedy ids of plain spark-decode on that model
 direct() {
