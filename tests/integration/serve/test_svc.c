@@ -581,6 +581,21 @@ static bool wait_why(struct sh_sim *s, const char *name, const char *want, int t
  * and says which rank ended; rank 0 exiting 0 (the server quit) under
  * on-failure: the run counts as exited 0, the service is stopped and
  * nothing of the run is left. */
+/* Serve recipe rp (service name) on group from node k and wait (60 s) until
+ * it is ready: its svc show object. */
+static json_t *serve_ready(struct sh_sim *s, int k, const char *name, const char *rp,
+			   const char *group)
+{
+	json_t *o = sh_ctl_json(s, k, "serve", rp, "--group", group, NULL);
+	cr_assert(o, "serve %s", name);
+	json_decref(o);
+	o = wait_state(s, name, "ready", 60000);
+	if (!o)
+		log_agents(s);
+	cr_assert(o, "%s did not become ready", name);
+	return o;
+}
+
 Test(svc, rank_exit_0_ends_the_run, .timeout = 200)
 {
 	struct sh_sim s;
@@ -595,12 +610,7 @@ Test(svc, rank_exit_0_ends_the_run, .timeout = 200)
 	snprintf(c1, sizeof c1, "if [ -e %s/r1.gone ]; then exec sleep 86400; fi; "
 		 "while [ ! -e %s/r1.go ]; do sleep 0.1; done; touch %s/r1.gone; sleep 1; exit 0",
 		 dir, dir, dir);
-	json_t *o = sh_ctl_json(&s, 2, "serve", recipe_sh("lone", 8004, c0, c1), "--group", "all",
-				NULL);
-	cr_assert(o, "serve lone");
-	json_decref(o);
-	o = wait_state(&s, "lone", "ready", 60000);
-	cr_assert(o, "lone did not become ready");
+	json_t *o = serve_ready(&s, 2, "lone", recipe_sh("lone", 8004, c0, c1), "all");
 	long long run1 = jnum(o, "run");
 	json_decref(o);
 	pid_t pids[16];
@@ -631,12 +641,7 @@ Test(svc, rank_exit_0_ends_the_run, .timeout = 200)
 	/* rank 0 quits with 0 while rank 1 runs: on-failure keeps it stopped */
 	snprintf(c0, sizeof c0, "python3 -m http.server {port} --bind {host} --directory {model} & "
 		 "while [ ! -e %s/q.go ]; do sleep 0.1; done; kill $!; exit 0", dir);
-	o = sh_ctl_json(&s, 2, "serve", recipe_sh("quit", 8005, c0, "exec sleep 86400"), "--group",
-			"all", NULL);
-	cr_assert(o, "serve quit");
-	json_decref(o);
-	o = wait_state(&s, "quit", "ready", 60000);
-	cr_assert(o, "quit did not become ready");
+	o = serve_ready(&s, 2, "quit", recipe_sh("quit", 8005, c0, "exec sleep 86400"), "all");
 	run1 = jnum(o, "run");
 	json_decref(o);
 	np = run_pids(&s, run1, pids, 16);
@@ -673,14 +678,7 @@ Test(svc, member_away_waits, .timeout = 200)
 	sh_cluster_up(&s, "svw", 2, SIM_PAIR, "svw");
 	sh_wait_reports(&s, 2, true);
 	files_up(true);
-	json_t *o = sh_ctl_json(&s, 1, "serve", recipe("away", 8006, "www", "1"), "--group", "all",
-				NULL);
-	cr_assert(o, "serve away");
-	json_decref(o);
-	o = wait_state(&s, "away", "ready", 60000);
-	if (!o)
-		log_agents(&s);
-	cr_assert(o, "away did not become ready");
+	json_t *o = serve_ready(&s, 1, "away", recipe("away", 8006, "www", "1"), "all");
 	long long run1 = jnum(o, "run");
 	json_decref(o);
 
@@ -741,12 +739,7 @@ Test(svc, group_and_node_rm_refused_under_a_service, .timeout = 200)
 	cr_assert_eq(sh_ctl(&s, 1, &out, "group", "create", "pair34", "--nodes", two, NULL), 0, "%s",
 		     out);
 	free(out);
-	json_t *o = sh_ctl_json(&s, 1, "serve", recipe("held", 8007, "www", "3"), "--group", "duo",
-				NULL);
-	cr_assert(o, "serve held");
-	json_decref(o);
-	o = wait_state(&s, "held", "ready", 60000);
-	cr_assert(o, "held did not become ready");
+	json_t *o = serve_ready(&s, 1, "held", recipe("held", 8007, "www", "3"), "duo");
 	json_decref(o);
 
 	int rc = sh_ctl(&s, 1, &out, "group", "rm", "duo", "--force", NULL);
