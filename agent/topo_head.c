@@ -1491,8 +1491,15 @@ json_t *topo_head_status(struct agent *a)
 	free(nodes);
 	if (h) {
 		scan_events(h, a);
-		if (!why[0] && h->member_change_ts > run.started_at && h->member_change[0])
-			snprintf(why, sizeof why, "%s since", h->member_change);
+		/* the count alone does not say who: the newest membership change does
+		 * (in the run's own second too when the count already differs) */
+		if (h->member_change[0] && (h->member_change_ts > run.started_at ||
+					    (why[0] && h->member_change_ts >= run.started_at))) {
+			char count[160];
+			snprintf(count, sizeof count, "%s", why);
+			snprintf(why, sizeof why, "%s since%s%s%s", h->member_change, count[0] ? " (" : "",
+				 count, count[0] ? ")" : "");
+		}
 		else if (!why[0] && h->cabling_change_ts > run.started_at && h->cabling_change[0])
 			snprintf(why, sizeof why, "the cabling changed since (%s)", h->cabling_change);
 	}
