@@ -2120,7 +2120,9 @@ static void prep_work(uv_work_t *w)
 	if (p->e->test_avail)
 		avail = p->e->test_avail;
 	if (p->work_rc == -ENOSPC || p->e->test_avail)
-		p->work_rc = mm_space_check(p->chain[p->self].id, need, avail, p->work_err,
+		/* the report's row names the node: the message says "this node",
+		 * not its id */
+		p->work_rc = mm_space_check("this node", need, avail, p->work_err,
 					    sizeof p->work_err);
 	else if (p->work_rc < 0)
 		util_strlcpy(p->work_err, e2, sizeof p->work_err);

@@ -269,14 +269,27 @@ int mm_store_have(const char *root, const struct mm_manifest *m, struct mm_have 
 	return r;
 }
 
+/* n bytes for people: "1.5 GiB", "37 MiB" (never "0.0 GiB"), "512 bytes". */
+static const char *size_str(uint64_t n, char *buf, size_t len)
+{
+	if (n >= 1073741824ull)
+		snprintf(buf, len, "%.1f GiB", n / 1073741824.0);
+	else if (n >= 1048576ull)
+		snprintf(buf, len, "%.0f MiB", n / 1048576.0);
+	else
+		snprintf(buf, len, "%" PRIu64 " bytes", n);
+	return buf;
+}
+
 int mm_space_check(const char *node, uint64_t need, uint64_t avail, char *err, size_t errlen)
 {
 	if (need <= avail)
 		return 0;
-	snprintf(err, errlen, "%s lacks room: %" PRIu64 " bytes (%.1f GiB) to write, %" PRIu64
-		 " bytes (%.1f GiB) free; free %.1f GiB or point models.dir at a bigger disk",
-		 node, need, need / 1073741824.0, avail, avail / 1073741824.0,
-		 (need - avail) / 1073741824.0);
+	char a[32], b[32], c[32];
+	snprintf(err, errlen, "%s lacks room: %" PRIu64 " bytes (%s) to write, %" PRIu64
+		 " bytes (%s) free; free %s more or point models.dir at a bigger disk",
+		 node, need, size_str(need, a, sizeof a), avail, size_str(avail, b, sizeof b),
+		 size_str(need - avail, c, sizeof c));
 	return -ENOSPC;
 }
 
