@@ -910,6 +910,22 @@ static void on_upstream_done(CURL *e, CURLcode rc, void *arg)
 		       (now_ns() - r->t_attempt) / 1000000 + 500 < (uint64_t)tg->timeout_ms;
 	if (stalled)
 		outcome = "stalled";
+	/* a 2xx whose body is no JSON (a proxy's or portal's page) is no answer:
+	 * the next target may give one (checked by its first byte: cheap) */
+	bool bad_answer = false;
+	if (rc == CURLE_OK && !r->streaming && r->status >= 200 && r->status < 300 && !r->discard) {
+		size_t i = r->roff;
+		while (i < r->rlen && strchr(" \t\r\n", r->rbuf[i]))
+			i++;
+		bad_answer = i == r->rlen || (r->rbuf[i] != '{' && r->rbuf[i] != '[');
+	}
+	if (bad_answer) {
+		outcome = "bad_answer";
+		r->discard = true;
+		r->status = 502;
+		log_warn("upstream_bad_answer", "request_id=%s target=%s content_type=%s", r->id,
+			 r->g->p->targets[t].name, log_q(r->ctype));
+	}
 	if (rc != CURLE_OK && r->headers_done)
 		outcome = stalled ? "stalled" : rc == CURLE_OPERATION_TIMEDOUT ? "timeout" : "broken";
 	attempt_metric(r, t, outcome);

@@ -1,7 +1,8 @@
 // A small fake OpenAI-compatible server for spark-router's tests (loopback only).
 // node fake_upstream.js NAME  -> listens on 127.0.0.1, prints "PORT <n>" on stdout.
 // The request's "model" picks the behaviour:
-//   fail (500), busy (429), ctxlen (400 context length), slow (answers after 1.5 s),
+//   fail (500), busy (429), ctxlen (400 context length), html (200 with an HTML page),
+//   slow (answers after 1.5 s),
 //   stall (streams 2 chunks then hangs), anything else answers at once.
 // Classifier behaviours (the answer's message content):
 //   judge: {"target":"big"} when the prompt holds HARD, else a fenced {"target": "small"};
@@ -55,6 +56,12 @@ const server = http.createServer((req, res) => {
     if (body.model === 'fail') return err(500, `${name} failed`, 'server_error');
     if (body.model === 'busy') return err(429, `${name} busy`, 'rate_limit_error');
     if (body.model === 'ctxlen') return err(400, "This model's maximum context length is 8 tokens", 'invalid_request_error');
+    if (body.model === 'html') { // a 200 that is no answer (a captive portal, a proxy's page)
+      done = true;
+      res.writeHead(200, { 'content-type': 'text/html' });
+      res.end('<html><body>Service Unavailable</body></html>');
+      return;
+    }
     const judge = (content) => {
       done = true;
       res.writeHead(200, { 'content-type': 'application/json' });

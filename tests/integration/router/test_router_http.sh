@@ -57,6 +57,7 @@ targets:
   judgep: {url: 'http://127.0.0.1:$PORT_a/v1', model: judge-p}
   judgeg: {url: 'http://127.0.0.1:$PORT_a/v1', model: judge-garbage}
   judges: {url: 'http://127.0.0.1:$PORT_a/v1', model: judge-slow}
+  html:  {url: 'http://127.0.0.1:$PORT_a/v1', model: html}
 routes:
   ab:     {type: weighted, targets: [small, big]}
   abh:    {type: weighted, targets: [small, big], sticky: hash}
@@ -76,6 +77,8 @@ routes:
     default: small
   retry:   {type: passthrough, target: broken, fallbacks: [dead, small]}
   nofb:    {type: passthrough, target: broken}
+  htmlfb:  {type: passthrough, target: html, fallbacks: [small]}
+  htmlonly: {type: passthrough, target: html}
   q1:      {type: passthrough, target: slow1}
   q0:      {type: passthrough, target: slow0}
   stalled: {type: passthrough, target: stall}
@@ -85,7 +88,7 @@ routes:
 EOF
 export SPARKCTL_SOCKET=$DIR/no-sparkd.sock # no sparkd here: service targets stay unusable
 "$ROUTER" --policy "$DIR/policy.yaml" --check >"$DIR/check.out" || die "--check refused a good policy"
-grep -q "valid: 15 targets, 19 routes" "$DIR/check.out" || die "check summary: $(cat "$DIR/check.out")"
+grep -q "valid: 16 targets, 21 routes" "$DIR/check.out" || die "check summary: $(cat "$DIR/check.out")"
 grep -q "service targets follow the cluster's services through sparkd on $DIR/no-sparkd.sock" "$DIR/check.out" ||
   die "--check does not say how service targets are resolved: $(cat "$DIR/check.out")"
 for f in router.yaml router-demo.yaml; do
@@ -155,7 +158,17 @@ code=$(chat svconly hi)
 [ "$code" = 503 ] && grep -q '"code":"target_unresolvable"' "$DIR/body" || die "service only: $code $(cat "$DIR/body")"
 code=$(chat timeout hi)
 [ "$code" = 504 ] && grep -q 'upstream_timeout' "$DIR/body" || die "timeout: $code $(cat "$DIR/body")"
-ok "fallbacks: 500 and a dead target skipped before the first byte; 500 passed on without fallback; 503 for service-only; 504 on timeout"
+# a 200 whose body is no JSON (a proxy's HTML page) is no answer: the fallback
+# answers, else 502 (before issue 28 the page went to the client as the answer)
+code=$(chat htmlfb hi)
+[ "$code" = 200 ] && grep -q 'from b: hi' "$DIR/body" && [ "$(hdr x-spark-target)" = small ] ||
+  die "a 200 HTML page did not go to the fallback: $code $(cat "$DIR/body")"
+code=$(chat htmlonly hi)
+[ "$code" = 502 ] && grep -q '"error"' "$DIR/body" && ! grep -q '<html>' "$DIR/body" ||
+  die "a 200 HTML page without fallback: $code $(cat "$DIR/body")"
+grep -q 'msg=upstream_bad_answer.*target=html content_type="\{0,1\}text/html' "$DIR/router-main.log" ||
+  die "no upstream_bad_answer logged"
+ok "fallbacks: 500 and a dead target skipped before the first byte; 500 passed on without fallback; 503 for service-only; 504 on timeout; a 200 that is no JSON goes to the fallback, else 502"
 
 # a context-length 400 tries the next target; without one it is passed on
 code=$(chat ctxfb hi)
